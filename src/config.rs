@@ -1,0 +1,350 @@
+//! Typed configuration, read from TOML, validated with errors that name the key and line.
+//!
+//! Every struct here is the documentation of its section: `config.toml` at the repository
+//! root shows each option with its default, and a test checks that file parses to exactly
+//! [`Config::default`]. Unknown keys are errors (a typo must not silently fall back to a
+//! default). Secrets never live in the file: options ending in `_env` name an environment
+//! variable instead.
+
+mod locate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+pub use locate::Problem;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub collect: CollectConfig,
+    pub export: ExportConfig,
+    pub state: StateConfig,
+    pub simulation: SimulationConfig,
+}
+
+/// `[collect]`: how and how often GPUs are read.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectConfig {
+    /// Time between two collections of every GPU. Scrapes never trigger a collection.
+    #[serde(deserialize_with = "duration")]
+    pub interval: Duration,
+    /// Path of `libnvidia-ml.so.1`; empty means the system's library search path.
+    pub nvml_lib: Option<PathBuf>,
+    /// Kernel log read for XID lines: `/dev/kmsg`, a file that a log shipper appends to,
+    /// or `"off"`. NVML's event wait reports only the last XID when several arrive at once,
+    /// so the kernel log is the second, complete source.
+    pub kmsg: String,
+    /// Read the processes on each GPU and their owners from `/proc`.
+    pub processes: bool,
+}
+
+impl Default for CollectConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(5),
+            nvml_lib: None,
+            kmsg: "/dev/kmsg".into(),
+            processes: true,
+        }
+    }
+}
+
+impl CollectConfig {
+    /// The kernel-log path to follow, or `None` when disabled.
+    pub fn kmsg_path(&self) -> Option<&Path> {
+        match self.kmsg.as_str() {
+            "" | "off" => None,
+            path => Some(Path::new(path)),
+        }
+    }
+}
+
+/// `[export]`: the Prometheus scrape target.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExportConfig {
+    /// Address of the HTTP server (`/metrics`, `/api/v1/*`).
+    pub listen: SocketAddr,
+    /// Also expose dcgm-exporter's `DCGM_FI_*` names, units and labels.
+    pub dcgm_compat: bool,
+    /// Most per-process series (`gpu_process_*`) in one exposition; the processes using the
+    /// most memory are kept. Bounds cardinality on hosts with many short jobs.
+    pub max_process_series: usize,
+    /// Longest label value; longer values (command names, pod names) are truncated.
+    pub max_label_length: usize,
+    /// Value of the `hostname` label; empty means the host's name.
+    pub hostname: String,
+}
+
+impl Default for ExportConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 10400)),
+            dcgm_compat: false,
+            max_process_series: 256,
+            max_label_length: 128,
+            hostname: String::new(),
+        }
+    }
+}
+
+/// `[state]`: where state that must survive a restart lives.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// Directory for the analysis engine's windows, alert state and the notification outbox.
+    pub dir: PathBuf,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("/var/lib/gpu-sentinel"),
+        }
+    }
+}
+
+/// `[simulation]`: the built-in fleet used by `--simulate`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimulationConfig {
+    /// Number of simulated GPUs (`--sim-gpus` overrides).
+    pub gpus: u32,
+    /// Simulated seconds per wall-clock second (`--sim-speed` overrides).
+    pub speed: f64,
+    /// Seed of every random draw: the same seed gives the same fleet and the same faults.
+    pub seed: u64,
+    /// Model name reported by every simulated GPU.
+    pub model: String,
+    /// Fault families placed on GPUs 1, 2, 3, … in this order (GPU 0 stays healthy as a
+    /// reference). Known families: `memory_wear`, `pcie_link`, `thermal`, `fell_off_bus`,
+    /// `allocated_idle`, `ghost_process`.
+    pub faults: Vec<String>,
+    /// Simulated hours from start until a fault family reaches its failure point. Short by
+    /// default so that `--sim-speed 600` shows every family within about a minute.
+    pub fault_hours: f64,
+}
+
+impl Default for SimulationConfig {
+    fn default() -> Self {
+        Self {
+            gpus: 8,
+            speed: 1.0,
+            seed: 42,
+            model: "NVIDIA H100 80GB HBM3".into(),
+            faults: [
+                "memory_wear",
+                "pcie_link",
+                "thermal",
+                "fell_off_bus",
+                "allocated_idle",
+                "ghost_process",
+            ]
+            .map(String::from)
+            .to_vec(),
+            fault_hours: 8.0,
+        }
+    }
+}
+
+/// Fault families the simulator knows, as written in `[simulation] faults`.
+pub const SIMULATED_FAULTS: [&str; 6] = [
+    "memory_wear",
+    "pcie_link",
+    "thermal",
+    "fell_off_bus",
+    "allocated_idle",
+    "ghost_process",
+];
+
+/// A configuration that failed to load: every problem found, each with key and line.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", render_problems(.path, .problems))]
+pub struct ConfigError {
+    pub path: PathBuf,
+    pub problems: Vec<Problem>,
+}
+
+fn render_problems(path: &Path, problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| p.render(path))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            path: path.to_owned(),
+            problems: vec![Problem::file(format!("cannot read the file: {e}"))],
+        })?;
+        Config::parse(&text).map_err(|problems| ConfigError {
+            path: path.to_owned(),
+            problems,
+        })
+    }
+
+    /// Parses and validates configuration text.
+    pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
+        let config: Config =
+            toml::from_str(text).map_err(|e| vec![Problem::from_toml(text, &e)])?;
+        let problems: Vec<Problem> = config
+            .problems()
+            .into_iter()
+            .map(|(key, message)| Problem::at_key(text, key, message))
+            .collect();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Semantic checks that types alone cannot express, as `(dotted key, message)`.
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let interval = self.collect.interval;
+        if interval < Duration::from_millis(100) || interval > Duration::from_secs(3600) {
+            out.push((
+                "collect.interval",
+                format!(
+                    "{} is outside 100ms..1h",
+                    humantime::format_duration(interval)
+                ),
+            ));
+        }
+        if self.export.max_label_length < 8 {
+            out.push((
+                "export.max_label_length",
+                "must be at least 8 characters".to_string(),
+            ));
+        }
+        if self.simulation.gpus == 0 || self.simulation.gpus > 4096 {
+            out.push((
+                "simulation.gpus",
+                format!("{} is outside 1..4096", self.simulation.gpus),
+            ));
+        }
+        if !(self.simulation.speed.is_finite() && self.simulation.speed > 0.0) {
+            out.push((
+                "simulation.speed",
+                format!("{} must be a positive number", self.simulation.speed),
+            ));
+        }
+        if !(self.simulation.fault_hours.is_finite() && self.simulation.fault_hours > 0.0) {
+            out.push((
+                "simulation.fault_hours",
+                format!("{} must be a positive number", self.simulation.fault_hours),
+            ));
+        }
+        for fault in &self.simulation.faults {
+            if !SIMULATED_FAULTS.contains(&fault.as_str()) {
+                out.push((
+                    "simulation.faults",
+                    format!(
+                        "unknown fault family {fault:?}; known: {}",
+                        SIMULATED_FAULTS.join(", ")
+                    ),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Deserializes a humantime duration such as `"500ms"`, `"5s"`, `"30m"` or `"24h"`.
+pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// Parses a duration as written in config and on the command line.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("{text:?} is not a duration like \"500ms\", \"5s\", \"30m\", \"24h\": {e}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn shipped_config_toml_is_exactly_the_defaults() {
+        let text = include_str!("../config.toml");
+        assert_eq!(Config::parse(text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err = Config::parse("[collect]\ninterval = \"5s\"\nintervall = \"1s\"\n").unwrap_err();
+        assert_eq!(err.len(), 1);
+        assert_eq!(err[0].line, Some(3));
+        assert_eq!(err[0].key.as_deref(), Some("collect.intervall"));
+        assert!(err[0].message.contains("unknown field"), "{:?}", err[0]);
+    }
+
+    #[test]
+    fn wrong_type_names_key_and_line() {
+        let err = Config::parse("[export]\n\ndcgm_compat = \"yes\"\n").unwrap_err();
+        assert_eq!(err[0].line, Some(3));
+        assert_eq!(err[0].key.as_deref(), Some("export.dcgm_compat"));
+    }
+
+    #[test]
+    fn bad_duration_names_key_and_line() {
+        let err = Config::parse("[collect]\ninterval = \"soon\"\n").unwrap_err();
+        assert_eq!(err[0].line, Some(2));
+        assert_eq!(err[0].key.as_deref(), Some("collect.interval"));
+        assert!(err[0].message.contains("soon"));
+    }
+
+    #[test]
+    fn every_semantic_problem_is_reported_with_its_line() {
+        let text = "[collect]\ninterval = \"1ms\"\n[simulation]\ngpus = 0\nfaults = [\"meteor\"]\n";
+        let err = Config::parse(text).unwrap_err();
+        let found: Vec<_> = err
+            .iter()
+            .map(|p| (p.key.clone().unwrap_or_default(), p.line))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("collect.interval".to_string(), Some(2)),
+                ("simulation.gpus".to_string(), Some(4)),
+                ("simulation.faults".to_string(), Some(5)),
+            ]
+        );
+    }
+
+    #[test]
+    fn syntax_error_has_a_line() {
+        let err = Config::parse("[collect\ninterval = 5").unwrap_err();
+        assert_eq!(err[0].line, Some(1));
+    }
+
+    #[test]
+    fn durations_accept_the_documented_forms() {
+        for (text, secs) in [
+            ("500ms", 0.5),
+            ("5s", 5.0),
+            ("30m", 1800.0),
+            ("24h", 86400.0),
+        ] {
+            assert_eq!(parse_duration(text).unwrap().as_secs_f64(), secs);
+        }
+        assert!(parse_duration("5").is_err());
+    }
+}

@@ -1,0 +1,309 @@
+//! One simulated GPU: identity, physical state (temperatures lag power; counters integrate),
+//! its workload and its fault. Modelled on an H100 SXM5 80GB as `nvidia-smi -q` shows one:
+//! 81,559 MiB total with 479 MiB reserved, 700 W limit, ~70 W and ~41 °C idle, 1980 MHz
+//! maximum SM clock, 2619 MHz memory clock, no fan, no retired pages (Hopper remaps rows).
+
+use rand::Rng;
+use rand::rngs::SmallRng;
+
+use super::fault::{Fault, Wear, poisson};
+use super::workload::{SimProcess, Workload};
+use crate::model::{
+    ClockEvents, Clocks, Ecc, Gpm, GpuSample, Memory, NvLinkErrors, Pcie, RemappedRows, Utilization,
+};
+
+const MIB: u64 = 1 << 20;
+const TOTAL_BYTES: u64 = 81_559 * MIB;
+const RESERVED_BYTES: u64 = 479 * MIB;
+/// Memory a CUDA context takes beyond what the process allocates.
+const CONTEXT_BYTES: u64 = 512 * MIB;
+const POWER_LIMIT_W: f64 = 700.0;
+const IDLE_POWER_W: f64 = 69.0;
+const MAX_SM_MHZ: u32 = 1980;
+const IDLE_SM_MHZ: u32 = 345;
+const MEMORY_MHZ: u32 = 2619;
+const MAX_VIDEO_MHZ: u32 = 1545;
+const IDLE_VIDEO_MHZ: u32 = 765;
+const NVLINKS: u32 = 18;
+/// Thermal time constant of die and heatsink, seconds.
+const THERMAL_TAU_S: f64 = 90.0;
+/// Degrees per watt from inlet air to die under forced cooling.
+const DEGREES_PER_WATT: f64 = 0.055;
+/// HBM3 slowdown begins around 95 °C and the hardware clamps hard past ~105 °C.
+const MEMORY_SW_SLOWDOWN_C: f64 = 95.0;
+const MEMORY_HW_SLOWDOWN_C: f64 = 105.0;
+const GPU_SW_SLOWDOWN_C: f64 = 87.0;
+
+/// A simulated GPU.
+#[derive(Debug, Clone)]
+pub struct SimGpu {
+    pub index: u32,
+    pub uuid: String,
+    pub pci_bus_id: String,
+    pub serial: String,
+    pub name: String,
+    pub workload: Workload,
+    pub fault: Option<Fault>,
+    /// Inlet temperature, °C: 20–28 in a normal aisle, higher in a hot one.
+    ambient: f64,
+    /// Normal HBM-above-die gap under memory load, °C.
+    memory_gap: f64,
+    /// Old aggregate ECC errors from before this run that never grow.
+    old_corrected: u64,
+    rng: SmallRng,
+    // Dynamic state.
+    util: f64,
+    mem_copy: f64,
+    decoder: f64,
+    tensor: f64,
+    temperature: f64,
+    memory_temperature: f64,
+    power: f64,
+    energy_joules: f64,
+    clock_events: u64,
+    sm_clock: u32,
+    wear: Wear,
+}
+
+impl SimGpu {
+    pub fn new(
+        index: u32,
+        name: &str,
+        workload: Workload,
+        fault: Option<Fault>,
+        hot_aisle: bool,
+        mut rng: SmallRng,
+    ) -> SimGpu {
+        let ambient = rng.random_range(20.0..28.0) + if hot_aisle { 8.0 } else { 0.0 };
+        let uuid = format!(
+            "GPU-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+            rng.random::<u32>(),
+            rng.random::<u16>(),
+            rng.random::<u16>(),
+            rng.random::<u16>(),
+            rng.random::<u64>() & 0xffff_ffff_ffff
+        );
+        // Bus numbers of an 8-GPU HGX baseboard; larger fleets continue in further domains.
+        const BUSES: [u8; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
+        let pci_bus_id = format!("{:08X}:{:02X}:00.0", index / 8, BUSES[index as usize % 8]);
+        let serial = format!("1654922{:06}", rng.random_range(0..1_000_000));
+        let old_corrected = if rng.random_bool(0.1) {
+            rng.random_range(1..20)
+        } else {
+            0
+        };
+        let temperature = ambient + 10.0 + IDLE_POWER_W * DEGREES_PER_WATT;
+        SimGpu {
+            index,
+            uuid,
+            pci_bus_id,
+            serial,
+            name: name.to_string(),
+            workload,
+            fault,
+            ambient,
+            memory_gap: rng.random_range(3.0..8.0),
+            old_corrected,
+            util: 0.0,
+            mem_copy: 0.0,
+            decoder: 0.0,
+            tensor: 0.0,
+            temperature,
+            memory_temperature: temperature + 6.0,
+            power: IDLE_POWER_W,
+            energy_joules: rng.random_range(1.0e8..5.0e9),
+            clock_events: ClockEvents::GPU_IDLE,
+            sm_clock: IDLE_SM_MHZ,
+            wear: Wear {
+                link_gen: 5,
+                link_width: 16,
+                pcie_replays: rng.random_range(0..20),
+                ..Wear::default()
+            },
+            rng,
+        }
+    }
+
+    pub fn lost(&self) -> bool {
+        self.wear.lost
+    }
+
+    /// Advances the GPU `dt` seconds to time `t`; returns the XIDs raised meanwhile.
+    pub fn step(&mut self, t: f64, dt: f64) -> Vec<u32> {
+        if self.wear.lost {
+            return Vec::new();
+        }
+        let rng = &mut self.rng;
+        self.workload.advance(t, rng);
+        let load = self.workload.load(t, rng);
+        self.util = load.util;
+        self.mem_copy = load.mem_copy;
+        self.decoder = load.decoder;
+        self.tensor = load.tensor;
+
+        let fault_ambient = self.fault.as_ref().map_or(0.0, |f| f.ambient(t));
+        let fault_gap = self.fault.as_ref().map_or(0.0, |f| f.memory_gap(t));
+
+        // Slowdown reasons follow last step's temperatures, as the firmware reacts to
+        // what it measured; slowdown then cuts power, which cools the die.
+        let mut events = 0;
+        if self.memory_temperature >= MEMORY_HW_SLOWDOWN_C {
+            events |= ClockEvents::HW_THERMAL_SLOWDOWN | ClockEvents::HW_SLOWDOWN;
+        } else if self.memory_temperature >= MEMORY_SW_SLOWDOWN_C
+            || self.temperature >= GPU_SW_SLOWDOWN_C
+        {
+            events |= ClockEvents::SW_THERMAL_SLOWDOWN;
+        }
+        let slowdown = if events & ClockEvents::HW_THERMAL_SLOWDOWN != 0 {
+            0.5
+        } else if events & ClockEvents::SW_THERMAL_SLOWDOWN != 0 {
+            0.8
+        } else {
+            1.0
+        };
+
+        let busy = self.util > 0.01;
+        let mut power = IDLE_POWER_W
+            + (POWER_LIMIT_W - IDLE_POWER_W) * (0.78 * self.util + 0.15 * self.mem_copy) * slowdown
+            + rng.random_range(-4.0..4.0);
+        if power >= POWER_LIMIT_W * 0.98 {
+            events |= ClockEvents::SW_POWER_CAP;
+            power = power.min(POWER_LIMIT_W);
+        }
+        if !busy {
+            events |= ClockEvents::GPU_IDLE;
+        }
+        self.power = power.max(IDLE_POWER_W * 0.9);
+        self.energy_joules += self.power * dt;
+        self.clock_events = events;
+        let boost = if events & ClockEvents::SW_POWER_CAP != 0 {
+            0.93
+        } else {
+            1.0
+        };
+        self.sm_clock = if busy {
+            (MAX_SM_MHZ as f64 * boost * slowdown) as u32
+        } else {
+            IDLE_SM_MHZ
+        };
+
+        let relax = 1.0 - (-dt / THERMAL_TAU_S).exp();
+        let target = self.ambient + fault_ambient + 10.0 + self.power * DEGREES_PER_WATT;
+        self.temperature += (target - self.temperature) * relax;
+        let memory_target = target + self.memory_gap * (0.4 + self.mem_copy) + fault_gap;
+        self.memory_temperature += (memory_target - self.memory_temperature) * relax;
+
+        // A healthy link sees a replay now and then.
+        self.wear.pcie_replays += poisson(0.2 * dt / 3600.0, rng);
+        match self.fault.as_mut() {
+            Some(fault) => fault.step(t, dt, &mut self.wear, rng),
+            None => Vec::new(),
+        }
+    }
+
+    /// What NVML would report now.
+    pub fn sample(&self) -> GpuSample {
+        let mut sample = GpuSample {
+            index: self.index,
+            uuid: self.uuid.clone(),
+            name: self.name.clone(),
+            pci_bus_id: self.pci_bus_id.clone(),
+            serial: Some(self.serial.clone()),
+            mig_enabled: Some(false),
+            up: !self.wear.lost,
+            ..GpuSample::default()
+        };
+        if self.wear.lost {
+            return sample;
+        }
+        let used = match self.workload.memory_held() {
+            0 => 0,
+            held => held + CONTEXT_BYTES,
+        };
+        let round = |x: f64| (x * 100.0).round() / 100.0;
+        sample.utilization = Utilization {
+            gpu: Some(round(self.util)),
+            memory_copy: Some(round(self.mem_copy)),
+            encoder: Some(0.0),
+            decoder: Some(round(self.decoder)),
+        };
+        sample.memory = Memory {
+            total_bytes: Some(TOTAL_BYTES),
+            used_bytes: Some(used),
+            free_bytes: Some(TOTAL_BYTES - RESERVED_BYTES - used),
+            reserved_bytes: Some(RESERVED_BYTES),
+        };
+        sample.temperature_celsius = Some(self.temperature.round());
+        sample.memory_temperature_celsius = Some(self.memory_temperature.round());
+        sample.power_watts = Some((self.power * 1000.0).round() / 1000.0);
+        sample.power_limit_watts = Some(POWER_LIMIT_W);
+        sample.energy_joules = Some(self.energy_joules.floor());
+        let video = if self.decoder > 0.0 {
+            MAX_VIDEO_MHZ
+        } else {
+            IDLE_VIDEO_MHZ
+        };
+        sample.clocks = Clocks {
+            sm: Some(self.sm_clock),
+            memory: Some(MEMORY_MHZ),
+            graphics: Some(self.sm_clock),
+            video: Some(video),
+        };
+        sample.clocks_max = Clocks {
+            sm: Some(MAX_SM_MHZ),
+            memory: Some(MEMORY_MHZ),
+            graphics: Some(MAX_SM_MHZ),
+            video: Some(MAX_VIDEO_MHZ),
+        };
+        sample.performance_state = Some(0);
+        sample.clock_events = Some(ClockEvents(self.clock_events));
+        let w = &self.wear;
+        sample.ecc = Ecc {
+            corrected_volatile: Some(w.corrected),
+            uncorrected_volatile: Some(w.uncorrected),
+            corrected_aggregate: Some(w.corrected + self.old_corrected),
+            uncorrected_aggregate: Some(w.uncorrected),
+        };
+        sample.remapped_rows = Some(RemappedRows {
+            correctable: w.remap_correctable,
+            uncorrectable: w.remap_uncorrectable,
+            pending: w.remap_pending,
+            failure: w.remap_failure,
+        });
+        let traffic = 3.5e5 + 2.0e9 * self.mem_copy;
+        sample.pcie = Pcie {
+            replay_counter: Some(w.pcie_replays),
+            link_generation: Some(w.link_gen),
+            link_width: Some(w.link_width),
+            tx_bytes_per_second: Some(traffic.round()),
+            rx_bytes_per_second: Some((traffic * 1.1).round()),
+        };
+        sample.nvlink = (0..NVLINKS)
+            .map(|link| NvLinkErrors {
+                link,
+                ..NvLinkErrors::default()
+            })
+            .collect();
+        sample.gpm = Some(Gpm {
+            sm_active: Some(round(self.util * 0.88)),
+            sm_occupancy: Some(round(self.util * 0.45)),
+            tensor_active: Some(round(self.tensor)),
+            dram_active: Some(round(self.mem_copy * 0.9)),
+        });
+        sample
+    }
+
+    /// Processes on the GPU now (none once it is lost).
+    pub fn processes(&self) -> Vec<SimProcess> {
+        if self.wear.lost {
+            Vec::new()
+        } else {
+            self.workload.processes(self.util)
+        }
+    }
+
+    /// Context memory included: what NVML reports as the process's `usedGpuMemory`.
+    pub fn process_memory(process: &SimProcess) -> u64 {
+        process.memory_bytes + CONTEXT_BYTES
+    }
+}

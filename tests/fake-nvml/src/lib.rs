@@ -1,0 +1,1 @@
+//! Stand-in for libnvidia-ml.so.1 (work in progress).
