@@ -5,6 +5,7 @@
 //! whole picture.
 
 pub mod config;
+pub mod export;
 pub mod host;
 pub mod model;
 pub mod source;

@@ -1,0 +1,166 @@
+//! The Prometheus exposition: each collection's [`Snapshot`] and [`CollectHealth`] rendered
+//! once, in text format 0.0.4, and gzip-compressed once, so that a scrape only copies bytes.
+//!
+//! [`render`] is called by the collection loop once per tick and returns an [`Exposition`];
+//! the HTTP server publishes it (swapped atomically) and serves `text` or `gzip` as the
+//! client asks. Nothing here reads a clock or touches NVML: time comes from the snapshot,
+//! so the same snapshots always give the same bytes (the golden tests rely on it).
+//!
+//! - [`metrics`]: the catalogue of native families and the metrics reference.
+//! - [`families`]: the families under construction and their text encoding.
+//! - `render`: the native families; [`dcgm`]: dcgm-exporter's names, units and labels.
+//! - [`state`]: what is carried across ticks (XID counters, last XID per GPU).
+//!
+//! More families (the analysis engine's) are appended by building [`Families`] with
+//! [`families`] and pushing into it before [`Exposition::from_families`].
+
+pub mod dcgm;
+pub mod families;
+pub mod metrics;
+mod render;
+pub mod state;
+
+use std::io::Write as _;
+
+use bytes::Bytes;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+
+pub use dcgm::HostnameLabel;
+pub use families::{Families, Family};
+pub use metrics::reference_markdown;
+pub use state::ExportState;
+
+use crate::config::ExportConfig;
+use crate::model::Snapshot;
+use crate::source::CollectHealth;
+
+/// One rendered exposition: the text and its gzip form, both immutable and cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Exposition {
+    /// Prometheus text format 0.0.4 (`text/plain; version=0.0.4; charset=utf-8`).
+    pub text: Bytes,
+    /// `text`, gzip-compressed, for clients that send `Accept-Encoding: gzip`.
+    pub gzip: Bytes,
+}
+
+/// Content type of [`Exposition::text`].
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What shapes an exposition besides the data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderOptions {
+    /// Also render dcgm-exporter's `DCGM_FI_*` families.
+    pub dcgm_compat: bool,
+    /// Spelling of dcgm-exporter's hostname label.
+    pub dcgm_hostname_label: HostnameLabel,
+    /// Most `gpu_process_*` series per family; the largest memory holders are kept.
+    pub max_process_series: usize,
+    /// Longest label value, in characters.
+    pub max_label_length: usize,
+    /// Value of the `hostname` labels; empty means the snapshot's host name.
+    pub hostname: String,
+    /// `gpu_sentinel_build_info` labels.
+    pub version: String,
+    pub revision: String,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions::new(&ExportConfig::default(), String::new())
+    }
+}
+
+impl RenderOptions {
+    /// Options from `[export]`, with the hostname already resolved (config value, or the
+    /// host's name when that is empty) and this build's version. The revision is left
+    /// empty; the binary fills it in where it knows one.
+    pub fn new(config: &ExportConfig, resolved_hostname: String) -> RenderOptions {
+        RenderOptions {
+            dcgm_compat: config.dcgm_compat,
+            dcgm_hostname_label: HostnameLabel::default(),
+            max_process_series: config.max_process_series,
+            max_label_length: config.max_label_length,
+            hostname: resolved_hostname,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            revision: String::new(),
+        }
+    }
+
+    /// Options from `[export]`, resolving an empty `hostname` to this host's name.
+    pub fn from_config(config: &ExportConfig) -> RenderOptions {
+        let hostname = if config.hostname.is_empty() {
+            crate::host::hostname()
+        } else {
+            config.hostname.clone()
+        };
+        RenderOptions::new(config, hostname)
+    }
+}
+
+/// Renders one collection. Call once per snapshot: the snapshot's XID events are added to
+/// the counters in `state`.
+pub fn render(
+    snapshot: &Snapshot,
+    health: &CollectHealth,
+    state: &mut ExportState,
+    options: &RenderOptions,
+) -> Exposition {
+    Exposition::from_families(&families(snapshot, health, state, options))
+}
+
+/// The families of one collection, before encoding, for callers that append their own.
+/// Adds the snapshot's XID events to `state`, like [`render`].
+pub fn families(
+    snapshot: &Snapshot,
+    health: &CollectHealth,
+    state: &mut ExportState,
+    options: &RenderOptions,
+) -> Families {
+    state.absorb_events(snapshot);
+    let mut families = Families::new(options.max_label_length);
+    render::render_native(&mut families, snapshot, health, state, options);
+    if options.dcgm_compat {
+        let hostname = if options.hostname.is_empty() {
+            &snapshot.host.hostname
+        } else {
+            &options.hostname
+        };
+        dcgm::render_dcgm(
+            &mut families,
+            snapshot,
+            state,
+            hostname,
+            options.dcgm_hostname_label,
+        );
+    }
+    families
+}
+
+impl Exposition {
+    /// Encodes the families and compresses the text once.
+    pub fn from_families(families: &Families) -> Exposition {
+        let text = families.encode();
+        let gzip = gzip(text.as_bytes());
+        Exposition {
+            text: Bytes::from(text),
+            gzip: Bytes::from(gzip),
+        }
+    }
+}
+
+/// gzip of `data`. Writing into a `Vec` cannot fail, so an error here is a bug in flate2;
+/// it yields an empty body, which the server treats as "serve the text instead".
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 6), Compression::fast());
+    match encoder.write_all(data).and_then(|()| encoder.finish()) {
+        Ok(compressed) => compressed,
+        Err(error) => {
+            tracing::error!(%error, "gzip of the exposition failed");
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

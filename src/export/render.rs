@@ -1,0 +1,332 @@
+//! The native exposition: one [`Snapshot`] and its [`CollectHealth`] as gpu-sentinel's own
+//! metric families (see [`metrics`](super::metrics)).
+//!
+//! Rules every family follows: a value that is `None` renders no sample (never 0); a GPU
+//! with `up = false` renders `gpu_up 0`, its `gpu_info` and its XID counters (the kernel
+//! reports XID 79 exactly when a GPU falls off the bus, so hiding it would hide the cause)
+//! and nothing else; samples go in GPU index order, then in the fixed label order of the
+//! model (`sm, memory, graphics, video`; `corrected/uncorrected × volatile/aggregate`; …).
+
+use super::RenderOptions;
+use super::families::{Families, flag};
+use super::metrics::*;
+use super::state::{ExportState, xid_class};
+use crate::model::{ClockEvents, GpuSample, ProcessSample, Snapshot};
+use crate::source::CollectHealth;
+
+const HERTZ_PER_MHZ: f64 = 1e6;
+
+/// The `gpu` and `uuid` labels of one GPU.
+struct GpuLabels<'a> {
+    index: String,
+    uuid: &'a str,
+    sample: &'a GpuSample,
+}
+
+/// Renders the native families into `families`, in catalogue order.
+pub(super) fn render_native(
+    families: &mut Families,
+    snapshot: &Snapshot,
+    health: &CollectHealth,
+    state: &ExportState,
+    options: &RenderOptions,
+) {
+    families.declare(NATIVE);
+    let mut all: Vec<&GpuSample> = snapshot.gpus.iter().collect();
+    all.sort_by_key(|g| g.index);
+    let all: Vec<GpuLabels> = all
+        .into_iter()
+        .map(|sample| GpuLabels {
+            index: sample.index.to_string(),
+            uuid: &sample.uuid,
+            sample,
+        })
+        .collect();
+    let up: Vec<&GpuLabels> = all.iter().filter(|g| g.sample.up).collect();
+
+    identity(families, &all, snapshot, options);
+    readings(families, &up);
+    clocks(families, &up);
+    health_counters(families, &up);
+    xids(families, state);
+    gpm(families, &up);
+    processes(families, snapshot, options);
+    self_metrics(families, snapshot, health, state, options);
+}
+
+fn identity(
+    families: &mut Families,
+    gpus: &[GpuLabels],
+    snapshot: &Snapshot,
+    options: &RenderOptions,
+) {
+    let hostname = if options.hostname.is_empty() {
+        snapshot.host.hostname.as_str()
+    } else {
+        options.hostname.as_str()
+    };
+    let driver = snapshot.host.driver_version.as_deref().unwrap_or("");
+    let cuda = snapshot.host.cuda_version.as_deref().unwrap_or("");
+    let info = families.family(&GPU_INFO);
+    for g in gpus {
+        let s = g.sample;
+        let serial = s.serial.as_deref().unwrap_or("");
+        info.push(
+            &[
+                &g.index,
+                g.uuid,
+                &s.name,
+                &s.pci_bus_id,
+                serial,
+                driver,
+                cuda,
+                hostname,
+            ],
+            1.0,
+        );
+    }
+    let up = families.family(&GPU_UP);
+    for g in gpus {
+        up.push(&[&g.index, g.uuid], flag(g.sample.up));
+    }
+}
+
+/// One sample per GPU where `value` gives one.
+fn per_gpu(
+    families: &mut Families,
+    def: &MetricDef,
+    gpus: &[&GpuLabels],
+    value: impl Fn(&GpuSample) -> Option<f64>,
+) {
+    let family = families.family(def);
+    for g in gpus {
+        family.push_some(&[&g.index, g.uuid], value(g.sample));
+    }
+}
+
+fn float(value: Option<u64>) -> Option<f64> {
+    value.map(|v| v as f64)
+}
+
+fn readings(families: &mut Families, up: &[&GpuLabels]) {
+    per_gpu(families, &UTILIZATION, up, |s| s.utilization.gpu);
+    per_gpu(families, &MEMORY_COPY_UTILIZATION, up, |s| {
+        s.utilization.memory_copy
+    });
+    per_gpu(families, &ENCODER_UTILIZATION, up, |s| {
+        s.utilization.encoder
+    });
+    per_gpu(families, &DECODER_UTILIZATION, up, |s| {
+        s.utilization.decoder
+    });
+    per_gpu(families, &MEMORY_TOTAL, up, |s| float(s.memory.total_bytes));
+    per_gpu(families, &MEMORY_USED, up, |s| float(s.memory.used_bytes));
+    per_gpu(families, &MEMORY_FREE, up, |s| float(s.memory.free_bytes));
+    per_gpu(families, &MEMORY_RESERVED, up, |s| {
+        float(s.memory.reserved_bytes)
+    });
+    per_gpu(families, &TEMPERATURE, up, |s| s.temperature_celsius);
+    per_gpu(families, &MEMORY_TEMPERATURE, up, |s| {
+        s.memory_temperature_celsius
+    });
+    per_gpu(families, &POWER, up, |s| s.power_watts);
+    per_gpu(families, &POWER_LIMIT, up, |s| s.power_limit_watts);
+    per_gpu(families, &ENERGY, up, |s| s.energy_joules);
+    per_gpu(families, &FAN_SPEED, up, |s| s.fan_speed_ratio);
+    per_gpu(families, &PERFORMANCE_STATE, up, |s| {
+        s.performance_state.map(f64::from)
+    });
+}
+
+fn clocks(families: &mut Families, up: &[&GpuLabels]) {
+    for (def, max) in [(&CLOCK, false), (&CLOCK_MAX, true)] {
+        let family = families.family(def);
+        for g in up {
+            let clocks = if max {
+                &g.sample.clocks_max
+            } else {
+                &g.sample.clocks
+            };
+            for (clock, mhz) in clocks.labelled() {
+                family.push_some(
+                    &[&g.index, g.uuid, clock],
+                    mhz.map(|mhz| f64::from(mhz) * HERTZ_PER_MHZ),
+                );
+            }
+        }
+    }
+    let family = families.family(&CLOCK_EVENT);
+    for g in up {
+        if let Some(events) = g.sample.clock_events {
+            for (reason, bit) in ClockEvents::REASONS {
+                family.push(&[&g.index, g.uuid, reason], flag(events.contains(bit)));
+            }
+        }
+    }
+}
+
+fn health_counters(families: &mut Families, up: &[&GpuLabels]) {
+    let family = families.family(&ECC_ERRORS);
+    for g in up {
+        for (error, scope, count) in g.sample.ecc.labelled() {
+            family.push_some(&[&g.index, g.uuid, error, scope], float(count));
+        }
+    }
+    let family = families.family(&RETIRED_PAGES);
+    for g in up {
+        if let Some(pages) = g.sample.retired_pages {
+            family.push(&[&g.index, g.uuid, "sbe"], pages.sbe as f64);
+            family.push(&[&g.index, g.uuid, "dbe"], pages.dbe as f64);
+        }
+    }
+    per_gpu(families, &RETIRED_PAGES_PENDING, up, |s| {
+        s.retired_pages.map(|p| flag(p.pending))
+    });
+    let family = families.family(&REMAPPED_ROWS);
+    for g in up {
+        if let Some(rows) = g.sample.remapped_rows {
+            family.push(&[&g.index, g.uuid, "correctable"], rows.correctable as f64);
+            family.push(
+                &[&g.index, g.uuid, "uncorrectable"],
+                rows.uncorrectable as f64,
+            );
+        }
+    }
+    per_gpu(families, &REMAPPED_ROWS_PENDING, up, |s| {
+        s.remapped_rows.map(|r| flag(r.pending))
+    });
+    per_gpu(families, &REMAPPED_ROWS_FAILURE, up, |s| {
+        s.remapped_rows.map(|r| flag(r.failure))
+    });
+    per_gpu(families, &PCIE_REPLAYS, up, |s| {
+        float(s.pcie.replay_counter)
+    });
+    per_gpu(families, &PCIE_LINK_GENERATION, up, |s| {
+        s.pcie.link_generation.map(f64::from)
+    });
+    per_gpu(families, &PCIE_LINK_WIDTH, up, |s| {
+        s.pcie.link_width.map(f64::from)
+    });
+    let family = families.family(&PCIE_THROUGHPUT);
+    for g in up {
+        family.push_some(&[&g.index, g.uuid, "tx"], g.sample.pcie.tx_bytes_per_second);
+        family.push_some(&[&g.index, g.uuid, "rx"], g.sample.pcie.rx_bytes_per_second);
+    }
+    let family = families.family(&NVLINK_ERRORS);
+    for g in up {
+        for link in &g.sample.nvlink {
+            let link_label = link.link.to_string();
+            for (error, count) in link.labelled() {
+                family.push(&[&g.index, g.uuid, &link_label, error], count as f64);
+            }
+        }
+    }
+}
+
+fn xids(families: &mut Families, state: &ExportState) {
+    let family = families.family(&XID_ERRORS);
+    for (key, count) in state.xid_totals() {
+        let gpu = key.gpu.map(|i| i.to_string()).unwrap_or_default();
+        let xid = key.xid.to_string();
+        family.push(&[&gpu, &key.uuid, &xid, xid_class(key.xid)], count as f64);
+    }
+}
+
+fn gpm(families: &mut Families, up: &[&GpuLabels]) {
+    per_gpu(families, &SM_ACTIVE, up, |s| {
+        s.gpm.and_then(|g| g.sm_active)
+    });
+    per_gpu(families, &SM_OCCUPANCY, up, |s| {
+        s.gpm.and_then(|g| g.sm_occupancy)
+    });
+    per_gpu(families, &TENSOR_ACTIVE, up, |s| {
+        s.gpm.and_then(|g| g.tensor_active)
+    });
+    per_gpu(families, &DRAM_ACTIVE, up, |s| {
+        s.gpm.and_then(|g| g.dram_active)
+    });
+}
+
+/// Per-process series, capped at `max_process_series`: the processes holding the most
+/// memory are kept (ties broken by GPU, then PID, so the choice is stable).
+fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptions) {
+    let mut candidates: Vec<&ProcessSample> = snapshot
+        .processes
+        .iter()
+        .filter(|p| snapshot.gpu_by_index(p.gpu).is_some_and(|g| g.up))
+        .collect();
+    candidates.sort_by(|a, b| {
+        b.used_memory_bytes
+            .unwrap_or(0)
+            .cmp(&a.used_memory_bytes.unwrap_or(0))
+            .then(a.gpu.cmp(&b.gpu))
+            .then(a.pid.cmp(&b.pid))
+    });
+    let dropped = candidates.len().saturating_sub(options.max_process_series);
+    candidates.truncate(options.max_process_series);
+    candidates.sort_by_key(|p| (p.gpu, p.pid));
+
+    let labels: Vec<[String; 8]> = candidates
+        .iter()
+        .map(|p| {
+            let text = |v: &Option<String>| v.clone().unwrap_or_default();
+            [
+                p.gpu.to_string(),
+                p.uuid.clone(),
+                p.pid.to_string(),
+                text(&p.process),
+                text(&p.user),
+                text(&p.container),
+                text(&p.pod),
+                text(&p.namespace),
+            ]
+        })
+        .collect();
+    let family = families.family(&PROCESS_MEMORY);
+    for (p, l) in candidates.iter().zip(&labels) {
+        family.push_some(&as_refs(l), float(p.used_memory_bytes));
+    }
+    let family = families.family(&PROCESS_UTILIZATION);
+    for (p, l) in candidates.iter().zip(&labels) {
+        family.push_some(&as_refs(l), p.sm_utilization);
+    }
+    families
+        .family(&PROCESS_SERIES_DROPPED)
+        .push(&[], dropped as f64);
+}
+
+fn self_metrics(
+    families: &mut Families,
+    snapshot: &Snapshot,
+    health: &CollectHealth,
+    state: &ExportState,
+    options: &RenderOptions,
+) {
+    families
+        .family(&BUILD_INFO)
+        .push(&[&options.version, &options.revision], 1.0);
+    families
+        .family(&SOURCE_UP)
+        .push(&[], flag(health.source_up));
+    let family = families.family(&COLLECT_DURATION);
+    family.push(&["collect"], health.seconds);
+    family.push_some(&["render"], state.last_render_seconds());
+    let at = snapshot.at.timestamp_millis() as f64 / 1000.0;
+    families.family(&LAST_COLLECT_TIMESTAMP).push(&[], at);
+    let family = families.family(&COLLECT_ERRORS);
+    for (call, count) in &health.errors_by_call {
+        family.push(&[call], *count as f64);
+    }
+    let family = families.family(&COLLECTOR_SUCCESS);
+    for collector in &health.families {
+        family.push(&[collector.name], flag(collector.success));
+    }
+    let family = families.family(&COLLECTOR_DURATION);
+    for collector in &health.families {
+        family.push(&[collector.name], collector.seconds);
+    }
+}
+
+fn as_refs<const N: usize>(labels: &[String; N]) -> [&str; N] {
+    labels.each_ref().map(String::as_str)
+}

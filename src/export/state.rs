@@ -1,0 +1,164 @@
+//! [`ExportState`]: what the exposition remembers from one tick to the next.
+//!
+//! A snapshot carries only the XIDs seen since the previous one, but Prometheus wants
+//! counters that only grow, and dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS` shows the last XID
+//! of each GPU until another arrives. Both live here, owned by the collection loop and
+//! handed to every [`render`](super::render) call. Nothing else is kept across ticks.
+
+use std::collections::BTreeMap;
+
+use crate::model::{Snapshot, XidEvent};
+
+/// State the exposition carries across ticks. Call [`render`](super::render) once per
+/// snapshot: each call adds that snapshot's XID events to the counters.
+#[derive(Debug, Clone, Default)]
+pub struct ExportState {
+    /// Cumulative XIDs since start, per GPU and XID number.
+    xid_totals: BTreeMap<XidKey, u64>,
+    /// The last XID of each GPU, by UUID.
+    last_xid: BTreeMap<String, u32>,
+    /// Wall time of the previous render, as measured by its caller.
+    last_render_seconds: Option<f64>,
+}
+
+/// The labels of one `gpu_xid_errors_total` series. Orders by GPU index (unmatched GPUs,
+/// `None`, first), then UUID, then XID number.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct XidKey {
+    pub gpu: Option<u32>,
+    pub uuid: String,
+    pub xid: u32,
+}
+
+impl ExportState {
+    pub fn new() -> ExportState {
+        ExportState::default()
+    }
+
+    /// Adds the snapshot's XID events to the counters. An event whose GPU the source could
+    /// not name is matched to a GPU of the snapshot by UUID or PCI bus id; failing that it
+    /// is still counted, with empty `gpu` and `uuid` labels, because a lost XID is worse
+    /// than an unlabelled one.
+    pub(super) fn absorb_events(&mut self, snapshot: &Snapshot) {
+        for event in &snapshot.events {
+            let (gpu, uuid) = resolve_gpu(snapshot, event);
+            *self
+                .xid_totals
+                .entry(XidKey {
+                    gpu,
+                    uuid: uuid.clone(),
+                    xid: event.xid,
+                })
+                .or_insert(0) += 1;
+            if !uuid.is_empty() {
+                self.last_xid.insert(uuid, event.xid);
+            }
+        }
+    }
+
+    /// Cumulative XID counts, in exposition order.
+    pub fn xid_totals(&self) -> impl Iterator<Item = (&XidKey, u64)> {
+        self.xid_totals.iter().map(|(key, count)| (key, *count))
+    }
+
+    /// The last XID seen on the GPU with this UUID since start.
+    pub fn last_xid(&self, uuid: &str) -> Option<u32> {
+        self.last_xid.get(uuid).copied()
+    }
+
+    /// Records how long the last render took, to be shown by the next exposition as
+    /// `gpu_sentinel_collect_duration_seconds{stage="render"}`. The caller measures it,
+    /// so that rendering stays free of clock reads and golden files stay exact.
+    pub fn set_last_render_seconds(&mut self, seconds: f64) {
+        self.last_render_seconds = Some(seconds);
+    }
+
+    pub fn last_render_seconds(&self) -> Option<f64> {
+        self.last_render_seconds
+    }
+}
+
+fn resolve_gpu(snapshot: &Snapshot, event: &XidEvent) -> (Option<u32>, String) {
+    let matched = event
+        .uuid
+        .as_deref()
+        .and_then(|uuid| snapshot.gpu_by_uuid(uuid))
+        .or_else(|| event.gpu.and_then(|index| snapshot.gpu_by_index(index)))
+        .or_else(|| {
+            event.pci_bus_id.as_deref().and_then(|bus| {
+                snapshot
+                    .gpus
+                    .iter()
+                    .find(|g| g.pci_bus_id.eq_ignore_ascii_case(bus))
+            })
+        });
+    match matched {
+        Some(gpu) => (Some(gpu.index), gpu.uuid.clone()),
+        None => (event.gpu, event.uuid.clone().unwrap_or_default()),
+    }
+}
+
+/// The class label of an XID.
+///
+/// TEMPORARY stand-in: replace with `crate::xid::classify(xid).as_str()` when `src/xid.rs`
+/// (the XID catalog, with the source of each classification) is merged. The sets below are
+/// DESIGN.md's domain notes.
+pub(super) fn xid_class(xid: u32) -> &'static str {
+    match xid {
+        48 | 62 | 63 | 64 | 74 | 79 | 92 | 94 | 95 | 119 | 120 | 140 => "hardware",
+        13 | 31 | 43 | 45 | 68 | 109 => "application",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{GpuSample, XidSource};
+
+    fn event(gpu: Option<u32>, uuid: Option<&str>, bus: Option<&str>, xid: u32) -> XidEvent {
+        XidEvent {
+            at: Default::default(),
+            gpu,
+            uuid: uuid.map(str::to_string),
+            pci_bus_id: bus.map(str::to_string),
+            xid,
+            source: XidSource::Kmsg,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn events_accumulate_and_unmatched_ones_are_still_counted() {
+        let mut snapshot = Snapshot {
+            gpus: vec![GpuSample {
+                index: 3,
+                uuid: "GPU-c".into(),
+                pci_bus_id: "00000000:3A:00.0".into(),
+                ..Default::default()
+            }],
+            events: vec![
+                event(None, None, Some("00000000:3a:00.0"), 79),
+                event(None, None, Some("00000000:FF:00.0"), 13),
+            ],
+            ..Default::default()
+        };
+        let mut state = ExportState::new();
+        state.absorb_events(&snapshot);
+        snapshot.events = vec![event(Some(3), Some("GPU-c"), None, 79)];
+        state.absorb_events(&snapshot);
+        let totals: Vec<_> = state
+            .xid_totals()
+            .map(|(k, n)| (k.gpu, k.uuid.as_str(), k.xid, n))
+            .collect();
+        assert_eq!(totals, [(None, "", 13, 1), (Some(3), "GPU-c", 79, 2)]);
+        assert_eq!(state.last_xid("GPU-c"), Some(79));
+    }
+
+    #[test]
+    fn stand_in_classes() {
+        assert_eq!(xid_class(79), "hardware");
+        assert_eq!(xid_class(13), "application");
+        assert_eq!(xid_class(1), "unknown");
+    }
+}
