@@ -322,6 +322,46 @@ const FIELDS: &[Field] = &[
     ),
 ];
 
+/// Fields of dcgm-exporter's default counter set (and of its commented-out defaults) that
+/// are not rendered, with the reason. Listed in the metrics reference.
+pub const NOT_COVERED: &[(&str, &str)] = &[
+    (
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "NVLink throughput counters are not collected yet (NVML field \
+         NVML_FI_DEV_NVLINK_THROUGHPUT_*); error counters per link are.",
+    ),
+    (
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+        "Licensing state of a vGPU inside a vGPU guest VM; not collected.",
+    ),
+    (
+        "DCGM_FI_DEV_*_VIOLATION",
+        "Throttle durations (commented out in the defaults): NVML's violation-status \
+         timers are not collected; `gpu_clock_event_active` and \
+         `DCGM_FI_DEV_CLOCKS_EVENT_REASONS` show the reasons instead.",
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_FP64/FP32/FP16_ACTIVE",
+        "Commented out in the defaults; the GPM sample does not carry the FP pipe ratios yet.",
+    ),
+    (
+        "DCGM_EXP_*",
+        "Computed by dcgm-exporter itself (clock-event and XID counts over a window, DCGM \
+         health, P2P status); `gpu_xid_errors_total` and `gpu_clock_event_active` cover the \
+         first two natively.",
+    ),
+    (
+        "container, namespace, pod labels",
+        "dcgm-exporter maps whole GPUs to pods through the kubelet; gpu-sentinel attributes \
+         processes instead, on `gpu_process_*`.",
+    ),
+    (
+        "err_msg label of DCGM_FI_DEV_XID_ERRORS",
+        "dcgm-exporter's XID description text; `err_code` is given, and the class is on \
+         `gpu_xid_errors_total`.",
+    ),
+];
+
 /// The labels every dcgm series carries, per hostname spelling, and the same plus
 /// `err_code` for `DCGM_FI_DEV_XID_ERRORS`.
 const LABELS_CAPITALISED: &[&str] = &[

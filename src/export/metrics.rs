@@ -384,11 +384,18 @@ pub fn reference_markdown() -> String {
          Rendered in addition to the metrics above, with dcgm-exporter's names, units and \
          labels so its Grafana dashboard and existing alert rules keep working. Every series \
          carries `gpu`, `UUID`, `pci_bus_id`, `device` (`nvidia<index>`), `modelName`, \
-         `Hostname` (`hostname` when rendering for dcgm-exporter 4.8.3 and later) and \
-         `DCGM_FI_DRIVER_VERSION`; the labels column lists only the ones beyond those. Units \
+         `Hostname` (the spelling of dcgm-exporter up to 4.7; 4.8.3 and later write \
+         `hostname`) and `DCGM_FI_DRIVER_VERSION`; the labels column lists only the ones beyond those. Units \
          are dcgm-exporter's: MHz, °C, W, mJ, MiB, %.\n\n",
     );
     table(&mut out, &super::dcgm::reference_defs());
+    out.push_str(
+        "\nNot rendered, from dcgm-exporter's default counter set and its commented-out \
+         defaults:\n\n| field | why |\n|---|---|\n",
+    );
+    for (field, why) in super::dcgm::NOT_COVERED {
+        let _ = writeln!(out, "| `{field}` | {why} |");
+    }
     out
 }
 

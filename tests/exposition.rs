@@ -1,0 +1,300 @@
+//! The exposition of a fixed simulator run, byte for byte (golden files in `tests/golden/`),
+//! and checked by Prometheus's own parser and linter (`promtool check metrics`).
+//!
+//! Regenerate the golden files after an intended change with
+//! `UPDATE_GOLDEN=1 cargo test --test exposition`, and review the diff.
+//! `GPU_SENTINEL_REQUIRE_PROMTOOL=1` turns a missing promtool from a skip into a failure
+//! (CI sets it; `scripts/test.sh` installs promtool).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use chrono::{DateTime, Utc};
+use gpu_sentinel::config::SimulationConfig;
+use gpu_sentinel::export::{self, ExportState, Exposition, RenderOptions};
+use gpu_sentinel::source::simulate::Fleet;
+use gpu_sentinel::source::{CollectHealth, FamilyHealth};
+
+/// Simulated hours covered by the golden run: long enough for every default fault family
+/// (worn memory, PCIe replays, thermal slowdown, a GPU off the bus, idle and ghost jobs).
+const HOURS: u32 = 10;
+/// Seconds between two collections of the golden run.
+const STEP_SECONDS: u32 = 300;
+
+fn start() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_default()
+}
+
+/// The simulator reports one collector family that never fails; its timing is fixed here
+/// because wall time is the one thing a golden file cannot hold.
+fn health() -> CollectHealth {
+    CollectHealth {
+        source_up: true,
+        families: vec![FamilyHealth {
+            name: "simulator",
+            seconds: 0.000125,
+            success: true,
+        }],
+        errors_by_call: Default::default(),
+        seconds: 0.000125,
+    }
+}
+
+/// Renders every tick of the golden run (so XID counters accumulate as they would in
+/// service) and returns the last exposition.
+fn golden_run(dcgm_compat: bool) -> Exposition {
+    let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+    let options = RenderOptions {
+        dcgm_compat,
+        hostname: "gpu-node-01".into(),
+        version: "0.0.0-golden".into(),
+        revision: "0000000".into(),
+        ..RenderOptions::default()
+    };
+    let mut state = ExportState::new();
+    let mut last = Exposition::default();
+    for _ in 0..HOURS * 3600 / STEP_SECONDS {
+        fleet.advance(f64::from(STEP_SECONDS));
+        last = export::render(&fleet.snapshot(), &health(), &mut state, &options);
+    }
+    last
+}
+
+fn golden_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
+}
+
+/// Compares `actual` with the golden file, or rewrites it when `UPDATE_GOLDEN=1`.
+fn assert_golden(name: &str, actual: &str) {
+    let path = golden_path(name);
+    if std::env::var("UPDATE_GOLDEN").as_deref() == Ok("1") {
+        std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
+            .and_then(|()| std::fs::write(&path, actual))
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {} ({e}); create it with UPDATE_GOLDEN=1 cargo test --test exposition",
+            path.display()
+        )
+    });
+    if expected != actual {
+        panic!(
+            "{} differs from the rendered exposition:\n{}\nIf the change is intended, run \
+             UPDATE_GOLDEN=1 cargo test --test exposition and review the diff.",
+            path.display(),
+            first_difference(&expected, actual)
+        );
+    }
+}
+
+/// The first differing line with a little context, and the line counts.
+fn first_difference(expected: &str, actual: &str) -> String {
+    let e: Vec<&str> = expected.lines().collect();
+    let a: Vec<&str> = actual.lines().collect();
+    let at = e
+        .iter()
+        .zip(&a)
+        .position(|(x, y)| x != y)
+        .unwrap_or(e.len().min(a.len()));
+    let mut out = format!(
+        "expected {} lines, rendered {}; first difference at line {}:\n",
+        e.len(),
+        a.len(),
+        at + 1
+    );
+    let from = at.saturating_sub(2);
+    for line in &e[from..at] {
+        out.push_str(&format!("  {line}\n"));
+    }
+    for line in e.iter().skip(at).take(3) {
+        out.push_str(&format!("- {line}\n"));
+    }
+    for line in a.iter().skip(at).take(3) {
+        out.push_str(&format!("+ {line}\n"));
+    }
+    out
+}
+
+fn text(exposition: &Exposition) -> String {
+    String::from_utf8(exposition.text.to_vec()).unwrap_or_else(|e| panic!("not UTF-8: {e}"))
+}
+
+#[test]
+fn golden_native_exposition() {
+    assert_golden("native.prom", &text(&golden_run(false)));
+}
+
+#[test]
+fn golden_dcgm_compatible_exposition() {
+    assert_golden("dcgm.prom", &text(&golden_run(true)));
+}
+
+#[test]
+fn golden_run_shows_every_family_the_simulator_can_produce() {
+    let text = text(&golden_run(true));
+    for family in [
+        "gpu_info",
+        "gpu_up",
+        "gpu_utilization_ratio",
+        "gpu_memory_used_bytes",
+        "gpu_memory_temperature_celsius",
+        "gpu_energy_joules_total",
+        "gpu_clock_max_hertz",
+        "gpu_clock_event_active",
+        "gpu_ecc_errors_total",
+        "gpu_remapped_rows_total",
+        "gpu_pcie_replays_total",
+        "gpu_pcie_throughput_bytes_per_second",
+        "gpu_nvlink_errors_total",
+        "gpu_xid_errors_total",
+        "gpu_tensor_active_ratio",
+        "gpu_process_memory_bytes",
+        "gpu_process_utilization_ratio",
+        "gpu_sentinel_collector_success",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    ] {
+        assert!(
+            text.contains(&format!("\n# TYPE {family} ")),
+            "{family} missing"
+        );
+    }
+    // The GPU that fell off the bus is down, and says why.
+    assert!(text.contains("gpu_up{gpu=\"4\","));
+    assert!(text.contains(",xid=\"79\",class=\"hardware\"} 1\n"));
+}
+
+/// Where promtool is, if installed. With `GPU_SENTINEL_REQUIRE_PROMTOOL=1` its absence is
+/// a failure; otherwise the caller skips with a note.
+fn promtool() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join("promtool"))
+        .find(|path| path.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("GPU_SENTINEL_REQUIRE_PROMTOOL").as_deref() != Ok("1"),
+            "promtool not found and GPU_SENTINEL_REQUIRE_PROMTOOL=1: install the `prometheus` \
+             Debian package (apt-get install -y prometheus)"
+        );
+        eprintln!("note: promtool not found; skipping the `promtool check metrics` test");
+    }
+    found
+}
+
+/// Runs `promtool check metrics` (plus `extra` flags) on `text`; returns its exit status
+/// and everything it printed.
+fn promtool_check(promtool: &Path, extra: &[&str], text: &str) -> (bool, String) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", promtool.display()));
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(text.as_bytes())
+            .unwrap_or_else(|e| panic!("cannot feed promtool: {e}"));
+    }
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("promtool did not finish: {e}"));
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), printed)
+}
+
+fn read_golden(name: &str) -> String {
+    let path = golden_path(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+#[test]
+fn promtool_accepts_the_native_exposition_without_lint_findings() {
+    let Some(promtool) = promtool() else { return };
+    let (ok, printed) = promtool_check(&promtool, &[], &read_golden("native.prom"));
+    assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
+}
+
+/// dcgm-exporter's names break promtool's lint conventions by design (upper-case names,
+/// camelCase labels such as `modelName`, counters without `_total`), and must stay as they
+/// are for its dashboards and rules to work. So lint is off (`--lint=none`) where promtool
+/// has the flag (2.45 and later). Older promtool (Debian 12 ships 2.42) always lints and
+/// exits 3 for lint findings, 1 for a parse error: there the text must parse, and every
+/// finding must concern a `DCGM_FI_*` family, so our own names stay lint-clean here too.
+#[test]
+fn promtool_parses_the_dcgm_compatible_exposition() {
+    let Some(promtool) = promtool() else { return };
+    let text = read_golden("dcgm.prom");
+    if promtool_has_lint_flag(&promtool) {
+        let (ok, printed) = promtool_check(&promtool, &["--lint=none"], &text);
+        assert!(ok, "promtool:\n{printed}");
+        return;
+    }
+    let (_, printed) = promtool_check(&promtool, &[], &text);
+    let not_dcgm: Vec<&str> = printed
+        .lines()
+        .filter(|line| !line.starts_with("DCGM_FI_"))
+        .collect();
+    assert!(not_dcgm.is_empty(), "promtool:\n{}", not_dcgm.join("\n"));
+}
+
+fn promtool_has_lint_flag(promtool: &Path) -> bool {
+    Command::new(promtool)
+        .args(["check", "metrics", "--help"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).contains("--lint")
+                || String::from_utf8_lossy(&o.stderr).contains("--lint")
+        })
+        .unwrap_or(false)
+}
+
+/// Label values a host can throw at us (command names with quotes, backslashes, newlines
+/// and terminal escapes; very long pod names; non-ASCII) still give an exposition that
+/// Prometheus parses.
+#[test]
+fn promtool_accepts_hostile_label_values() {
+    let Some(promtool) = promtool() else { return };
+    let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+    fleet.advance(3600.0);
+    let mut snapshot = fleet.snapshot();
+    let hostile = [
+        "say \"hi\"",
+        "C:\\temp\\",
+        "two\nlines",
+        "\u{1b}[31mred\u{1b}[0m\r\t\u{0}",
+        "名前-пóд-ünïcode",
+        "}",
+    ];
+    for (process, value) in snapshot.processes.iter_mut().zip(hostile.iter().cycle()) {
+        process.process = Some((*value).to_string());
+        process.pod = Some(value.repeat(100));
+        process.namespace = Some(format!("{value}{value}"));
+    }
+    let options = RenderOptions {
+        hostname: "host\"with\\quotes".into(),
+        ..RenderOptions::default()
+    };
+    let exposition = export::render(&snapshot, &health(), &mut ExportState::new(), &options);
+    let (ok, printed) = promtool_check(&promtool, &[], &text(&exposition));
+    assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
+}
