@@ -15,6 +15,11 @@ use prometheus::proto;
 
 use super::metrics::{MetricDef, MetricKind};
 
+/// The shortest cut applied to label values, whatever the configuration says: GPU UUIDs
+/// (40 characters) and PCI bus ids must stay whole, or two GPUs' series could collide
+/// and Prometheus would reject the whole scrape as holding duplicates.
+pub const MIN_LABEL_LENGTH: usize = 64;
+
 /// The families of one exposition, in output order.
 #[derive(Debug)]
 pub struct Families {
@@ -32,11 +37,12 @@ pub struct Family {
 }
 
 impl Families {
-    /// An empty exposition whose label values are cut to `max_label_length` characters.
+    /// An empty exposition whose label values are cut to `max_label_length` characters
+    /// (at least [`MIN_LABEL_LENGTH`]).
     pub fn new(max_label_length: usize) -> Families {
         Families {
             families: Vec::new(),
-            max_label_length,
+            max_label_length: max_label_length.max(MIN_LABEL_LENGTH),
         }
     }
 
@@ -198,7 +204,7 @@ mod tests {
 
     #[test]
     fn families_without_samples_are_omitted_and_order_is_kept() {
-        let mut families = Families::new(16);
+        let mut families = Families::new(0);
         families.family(&SOURCE_UP);
         families.family(&GPU_UP).push(&["0", "GPU-a"], 1.0);
         families.family(&BUILD_INFO).push(&["1.0", ""], 1.0);

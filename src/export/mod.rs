@@ -56,7 +56,7 @@ pub struct RenderOptions {
     pub dcgm_hostname_label: HostnameLabel,
     /// Most `gpu_process_*` series per family; the largest memory holders are kept.
     pub max_process_series: usize,
-    /// Longest label value, in characters.
+    /// Longest label value, in characters (never below [`families::MIN_LABEL_LENGTH`]).
     pub max_label_length: usize,
     /// Value of the `hostname` labels; empty means the snapshot's host name.
     pub hostname: String,

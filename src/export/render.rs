@@ -8,6 +8,8 @@
 //! model (`sm, memory, graphics, video`; `corrected/uncorrected × volatile/aggregate`; …).
 
 use super::RenderOptions;
+use std::collections::BTreeSet;
+
 use super::families::{Families, flag};
 use super::metrics::*;
 use super::state::{ExportState, xid_class};
@@ -250,10 +252,16 @@ fn gpm(families: &mut Families, up: &[&GpuLabels]) {
 /// Per-process series, capped at `max_process_series`: the processes holding the most
 /// memory are kept (ties broken by GPU, then PID, so the choice is stable).
 fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptions) {
+    let up: BTreeSet<u32> = snapshot
+        .gpus
+        .iter()
+        .filter(|g| g.up)
+        .map(|g| g.index)
+        .collect();
     let mut candidates: Vec<&ProcessSample> = snapshot
         .processes
         .iter()
-        .filter(|p| snapshot.gpu_by_index(p.gpu).is_some_and(|g| g.up))
+        .filter(|p| up.contains(&p.gpu))
         .collect();
     candidates.sort_by(|a, b| {
         b.used_memory_bytes

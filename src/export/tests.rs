@@ -277,7 +277,7 @@ fn label_values_are_sanitised_cut_and_escaped() {
         ..process(0, 1, 10)
     }];
     let opts = RenderOptions {
-        max_label_length: 12,
+        max_label_length: 100,
         ..options()
     };
     let text = text(&snap, &mut ExportState::new(), &opts);
@@ -290,12 +290,24 @@ fn label_values_are_sanitised_cut_and_escaped() {
         "control characters removed, quote/backslash/newline escaped: {line}"
     );
     assert!(
-        line.contains(&format!("user=\"{}\"", "x".repeat(12))),
+        line.contains(&format!("user=\"{}\"", "x".repeat(100))),
         "{line}"
     );
     assert!(line.contains("pod=\"пóд-名前\""), "{line}");
     // Empty owners are left out rather than rendered as "".
     assert!(!line.contains("container="), "{line}");
+}
+
+#[test]
+fn a_tiny_label_length_never_cuts_gpu_identity() {
+    let mut g = gpu(0);
+    g.uuid = "GPU-4ef22fd1-a3d5-17e2-9eb5-ce3d06dcef79".into();
+    let opts = RenderOptions {
+        max_label_length: 8,
+        ..options()
+    };
+    let text = text(&snapshot(vec![g]), &mut ExportState::new(), &opts);
+    assert!(text.contains(r#"gpu_up{gpu="0",uuid="GPU-4ef22fd1-a3d5-17e2-9eb5-ce3d06dcef79"} 1"#));
 }
 
 #[test]
