@@ -8,3 +8,4 @@ pub mod config;
 pub mod host;
 pub mod model;
 pub mod source;
+pub mod xid;
