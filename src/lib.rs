@@ -7,5 +7,6 @@
 pub mod config;
 pub mod host;
 pub mod model;
+pub mod procinfo;
 pub mod source;
 pub mod xid;
