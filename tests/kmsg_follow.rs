@@ -209,6 +209,14 @@ fn an_unopenable_path_names_itself_and_the_fix() {
     }
 }
 
+#[test]
+fn a_directory_is_refused_at_once() {
+    let dir = TempDir::new("dir");
+    let (tx, _rx) = channel();
+    let err = KmsgFollower::spawn(&dir.0, tx).expect_err("a directory is not a log");
+    assert!(err.to_string().contains("a directory"), "{err}");
+}
+
 /// User + system CPU time of this process (all threads), from /proc/self/stat.
 fn process_cpu_seconds() -> f64 {
     let stat = fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");

@@ -31,6 +31,8 @@ const MAX_REMEMBERED: usize = 4096;
 
 const FELL_OFF_THE_BUS: u32 = 79;
 
+const MAX_SPAN: Duration = Duration::from_secs(24 * 3600);
+
 /// Merges NVML and kernel-log XIDs; see the module documentation for the rules.
 #[derive(Debug)]
 pub struct XidDeduper {
@@ -85,11 +87,13 @@ impl Default for XidDeduper {
 
 impl XidDeduper {
     /// `window`: how far apart twins from the two sources may be. `hold`: how long an NVML
-    /// event waits for its kernel-log twin before it is released alone.
+    /// event waits for its kernel-log twin before it is released alone. Both are capped at
+    /// a day, far beyond any sensible setting.
     pub fn new(window: Duration, hold: Duration) -> Self {
+        let cap = |d: Duration| TimeDelta::from_std(d.min(MAX_SPAN)).unwrap_or(TimeDelta::zero());
         Self {
-            window: TimeDelta::from_std(window).unwrap_or(TimeDelta::MAX),
-            hold: TimeDelta::from_std(hold).unwrap_or(TimeDelta::MAX),
+            window: cap(window),
+            hold: cap(hold),
             held: Vec::new(),
             released: VecDeque::new(),
             ready: Vec::new(),
@@ -110,7 +114,7 @@ impl XidDeduper {
     pub fn drain(&mut self, now: DateTime<Utc>) -> Vec<XidEvent> {
         let mut i = 0;
         while i < self.held.len() {
-            if self.held[i].at + self.hold <= now {
+            if later(self.held[i].at, self.hold) <= now {
                 let e = self.held.remove(i);
                 self.release(e, false);
             } else {
@@ -120,7 +124,7 @@ impl XidDeduper {
         while self
             .released
             .front()
-            .is_some_and(|r| r.at + self.window < now - self.hold)
+            .is_some_and(|r| later(later(r.at, self.window), self.hold) < now)
         {
             self.released.pop_front();
         }
@@ -206,6 +210,11 @@ impl XidDeduper {
         });
         self.ready.push(event);
     }
+}
+
+/// `t + d`, saturating: event times come from outside and may be anything.
+fn later(t: DateTime<Utc>, d: TimeDelta) -> DateTime<Utc> {
+    t.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// Fills an event's `gpu` and `uuid` from the GPU whose PCI bus id it names (kernel-log
@@ -385,6 +394,22 @@ mod tests {
         d.push(n);
         d.push(k);
         assert_eq!(d.drain(ms(5_000)).len(), 1);
+    }
+
+    #[test]
+    fn extreme_times_and_durations_do_not_panic() {
+        let mut d = XidDeduper::new(Duration::MAX, Duration::MAX);
+        let mut e = nvml(0, 0, 13);
+        e.at = DateTime::<Utc>::MAX_UTC;
+        d.push(e.clone());
+        e.at = DateTime::<Utc>::MIN_UTC;
+        d.push(e);
+        d.push(kmsg(0, "0000:3b:00", 13, "x"));
+        assert_eq!(
+            d.drain(DateTime::<Utc>::MAX_UTC).len(),
+            3,
+            "no twins that far apart"
+        );
     }
 
     #[test]

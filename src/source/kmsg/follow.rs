@@ -74,6 +74,12 @@ impl KmsgFollower {
             .open(path)
             .map_err(err)?;
         let meta = file.metadata().map_err(err)?;
+        if meta.is_dir() {
+            return Err(err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "a directory, not a log",
+            )));
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let owned = path.to_path_buf();
@@ -314,8 +320,9 @@ fn event(x: KmsgXid, at: DateTime<Utc>) -> XidEvent {
 /// in a log file).
 pub(crate) fn wall_from_monotonic(monotonic_us: u64, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let mono_now = monotonic_now()?;
-    let boot = now - TimeDelta::from_std(mono_now).ok()?;
-    let at = boot + TimeDelta::microseconds(i64::try_from(monotonic_us).ok()?);
+    let boot = now.checked_sub_signed(TimeDelta::from_std(mono_now).ok()?)?;
+    // Checked: a garbled header can claim any number of microseconds.
+    let at = boot.checked_add_signed(TimeDelta::microseconds(i64::try_from(monotonic_us).ok()?))?;
     (at <= now + TimeDelta::seconds(1)).then_some(at)
 }
 
@@ -327,4 +334,19 @@ fn monotonic_now() -> Option<Duration> {
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_time_maps_to_the_past_and_never_overflows() {
+        let now = Utc::now();
+        let at = wall_from_monotonic(1_000_000, now);
+        assert!(at.is_some_and(|t| t <= now), "{at:?}");
+        // Absurd values from a mangled header are refused, not a panic.
+        assert_eq!(wall_from_monotonic(u64::MAX, now), None);
+        assert_eq!(wall_from_monotonic(i64::MAX as u64, now), None);
+    }
 }

@@ -16,6 +16,7 @@ use chrono::{DateTime, Datelike, Local, NaiveDateTime, TimeZone, Utc};
 pub struct KmsgXid {
     /// Normalised PCI bus id, `0000:3B:00.0` (see [`normalize_pci_bus_id`]).
     pub pci_bus_id: String,
+    /// The XID number (79 for the number-less "fallen off the bus" line).
     pub xid: u32,
     /// The driver's text after the XID number (process and details), trimmed.
     pub message: String,
@@ -111,13 +112,12 @@ fn split_header(line: &str) -> (Option<u64>, &str) {
     (None, line)
 }
 
-/// `1234.567890` (or `1234.5`, `1234`) seconds as microseconds.
+/// `1234.567890` (or `1234.5`) seconds as microseconds. The fraction is required: dmesg
+/// always prints one, and a bare `[1234]` in a prefix is more likely a PID.
 fn seconds_to_us(s: &str) -> Option<u64> {
-    let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
-    if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+    let (secs, frac) = s.split_once('.')?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !digits(secs) || !digits(frac) {
         return None;
     }
     let secs: u64 = secs.parse().ok()?;
@@ -296,6 +296,14 @@ mod tests {
     }
 
     #[test]
+    fn bracketed_numbers_without_a_fraction_are_not_timestamps() {
+        let x = xid("Jan 12 10:00:00 node-3 kernel[0]: NVRM: Xid (PCI:0000:3b:00): 13, x");
+        assert_eq!(x.monotonic_us, None);
+        let x = xid("[    5.000001] NVRM: Xid (PCI:0000:3b:00): 13, x");
+        assert_eq!(x.monotonic_us, Some(5_000_001));
+    }
+
+    #[test]
     fn older_and_newer_driver_forms() {
         // Pre-R450 drivers print no PCI: prefix.
         let x = xid(
@@ -471,6 +479,10 @@ mod tests {
         let t = prefix_wall_time("Jan  2 10:00:00 node kernel: NVRM: Xid", now);
         assert!(t.is_some_and(|t| t <= now + chrono::TimeDelta::days(1)));
         assert_eq!(prefix_wall_time("[ 1234.5] NVRM: Xid", now), None);
+        assert_eq!(
+            prefix_wall_time("Feb 30 10:00:00 node kernel: x", now),
+            None
+        );
         assert_eq!(prefix_wall_time("6,1,2,-;NVRM: Xid", now), None);
         assert_eq!(prefix_wall_time("", now), None);
     }
