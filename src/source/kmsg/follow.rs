@@ -185,7 +185,12 @@ fn wait_readable(file: &File) {
 
 /// A regular file: read it from the start, then follow appends like `tail -F`.
 fn follow_file(file: File, path: &Path, tx: &Sender<XidEvent>, stop: &AtomicBool) {
+    // Returning false ends the read: a stop request is honoured even in the middle of a
+    // long backlog.
     let mut handle = |line: &str| {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
         let Some(x) = parse_line(line) else {
             return true;
         };
@@ -213,7 +218,7 @@ fn follow_file(file: File, path: &Path, tx: &Sender<XidEvent>, stop: &AtomicBool
     }
 }
 
-/// The receiving side is gone.
+/// The receiving side is gone, or the follower was asked to stop.
 struct Disconnected;
 
 /// Line reader over a file that may grow, be truncated, or be replaced.
