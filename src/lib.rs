@@ -8,4 +8,6 @@ pub mod config;
 pub mod export;
 pub mod host;
 pub mod model;
+pub mod procinfo;
 pub mod source;
+pub mod xid;
