@@ -3,6 +3,7 @@
 //! A source is polled from the collection thread, never from the async runtime: NVML
 //! calls are blocking C calls that can take hundreds of milliseconds on a sick GPU.
 
+pub mod nvml;
 pub mod simulate;
 
 use std::collections::BTreeMap;
