@@ -673,3 +673,61 @@ fn processes_named_at_runtime_or_by_environment_are_reported() {
         },
     );
 }
+
+#[test]
+fn a_gpu_leaving_the_device_list_stays_visible_as_down() {
+    const SCENARIO: &str = r#"
+        [simulation]
+        gpus = 4
+        faults = []
+        [[vanish]]
+        gpu = 1
+        after_seconds = 1.0
+    "#;
+    isolated(
+        "a_gpu_leaving_the_device_list_stays_visible_as_down",
+        SCENARIO,
+        |fake| {
+            let began = Instant::now();
+            let mut source = fake.open();
+            let before = source.collect();
+            let uuids: Vec<String> = before
+                .snapshot
+                .gpus
+                .iter()
+                .map(|g| g.uuid.clone())
+                .collect();
+            if let Some(rest) = Duration::from_millis(1300).checked_sub(began.elapsed()) {
+                std::thread::sleep(rest);
+            }
+            for _ in 0..2 {
+                let after = source.collect();
+                // NVML now lists three GPUs, the ones after GPU 1 moved up one index.
+                let up: Vec<(u32, &str)> = after
+                    .snapshot
+                    .gpus
+                    .iter()
+                    .filter(|g| g.up)
+                    .map(|g| (g.index, g.uuid.as_str()))
+                    .collect();
+                assert_eq!(
+                    up,
+                    vec![
+                        (0, uuids[0].as_str()),
+                        (1, uuids[2].as_str()),
+                        (2, uuids[3].as_str())
+                    ]
+                );
+                let down: Vec<&GpuSample> = after.snapshot.gpus.iter().filter(|g| !g.up).collect();
+                assert_eq!(down.len(), 1, "{:?}", after.snapshot.gpus);
+                assert_eq!(
+                    (down[0].index, down[0].uuid.as_str()),
+                    (1, uuids[1].as_str())
+                );
+                assert_eq!(down[0].pci_bus_id, before.snapshot.gpus[1].pci_bus_id);
+                assert!(after.health.source_up);
+                assert!(after.health.families.iter().all(|f| f.success));
+            }
+        },
+    );
+}

@@ -305,24 +305,26 @@ impl NvmlSource {
             }
             if let Some(old) = read.replaced {
                 // A different GPU answers at this index now; keep the old one visible.
+                tracing::warn!(gpu = index, uuid = %old.uuid, "another GPU answers at this GPU's index");
                 self.vanished.push((index, old));
             }
             gpus.push(read.sample);
             processes.extend(read.processes);
         }
-        // GPUs past the current count vanished from NVML: keep them, `up = false`.
+        // GPUs past the current count left NVML's device list. Keep reporting them, `up = 0`,
+        // unless they answer at another index now (NVML re-indexes after a removal).
         for index in count as usize..self.slots.len() {
-            let slot = &mut self.slots[index];
-            if slot.was_up {
-                tracing::warn!(gpu = index, "GPU vanished from NVML's device list");
-                session.gpm.forget(&nvml, index);
+            session.gpm.forget(&nvml, index);
+            if let Some(identity) = self.slots[index].identity.take() {
+                tracing::warn!(gpu = index, uuid = %identity.uuid, "GPU vanished from NVML's device list");
+                self.vanished.push((index as u32, identity));
             }
-            slot.was_up = false;
-            gpus.push(down_sample(index as u32, slot.identity.as_ref()));
         }
-        let seen: HashSet<&str> = gpus.iter().map(|g| g.uuid.as_str()).collect();
+        self.slots.truncate(count as usize);
+        let seen: HashSet<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+        let mut reported = HashSet::new();
         self.vanished
-            .retain(|(_, id)| !seen.contains(id.uuid.as_str()));
+            .retain(|(_, id)| !seen.contains(&id.uuid) && reported.insert(id.uuid.clone()));
         gpus.extend(self.vanished_samples());
         gpus.sort_by_key(|g| g.index);
         Ok((gpus, processes))

@@ -193,6 +193,23 @@ mod tests {
     }
 
     #[test]
+    fn without_a_path_the_search_path_and_common_directories_are_tried() {
+        match open_nvml(None) {
+            // A GPU host (or one with a driver but no GPU): nothing to check here.
+            Ok(_) | Err(NvmlOpenError::DriverNotLoaded { .. }) => {}
+            Err(NvmlOpenError::LibraryNotFound { looked }) => {
+                assert!(looked[0].starts_with("the system library search path"));
+                assert_eq!(looked.len(), 1 + COMMON_NVML_DIRS.len(), "{looked:?}");
+                let text = NvmlOpenError::LibraryNotFound { looked }.to_string();
+                assert!(text.contains("/usr/lib/x86_64-linux-gnu"), "{text}");
+                assert!(text.contains("/usr/local/nvidia/lib64"), "{text}");
+                assert!(text.contains("--nvml-lib") && text.contains("--simulate"));
+            }
+            Err(other) => assert!(!other.to_string().is_empty()),
+        }
+    }
+
+    #[test]
     fn a_file_that_is_not_a_library_is_reported_as_not_loadable() {
         let dir = std::env::temp_dir().join(format!("nvml-open-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -23,6 +23,10 @@
 //! after_seconds = 0.0       # wall seconds since the first nvmlInit_v2
 //! until_seconds = 30.0      # optional end
 //!
+//! [[vanish]]                # GPU 2 leaves the device list: the count shrinks, later
+//! gpu = 2                   # GPUs move up one index (as after a hot removal)
+//! after_seconds = 5.0
+//!
 //! [[process]]               # a host PID the GPU reports holding memory
 //! gpu = 0
 //! pid = 12345
@@ -55,6 +59,18 @@ pub struct Scenario {
     pub faults: Vec<FaultSpec>,
     #[serde(rename = "process")]
     pub processes: Vec<ProcessSpec>,
+    #[serde(rename = "vanish")]
+    pub vanishings: Vec<VanishSpec>,
+}
+
+/// A GPU that leaves NVML's device list: the count shrinks and the GPUs after it move up
+/// one index, as after a hot removal; its old handle answers GPU_IS_LOST.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VanishSpec {
+    pub gpu: u32,
+    #[serde(default)]
+    pub after_seconds: f64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -196,6 +212,11 @@ impl Scenario {
                 return Err(format!("fault #{}: after_seconds must be >= 0", i + 1));
             }
         }
+        for v in &self.vanishings {
+            if v.gpu >= sim.gpus {
+                return Err(format!("vanish: gpu {} is past the fleet", v.gpu));
+            }
+        }
         for p in &self.processes {
             if p.gpu >= sim.gpus {
                 return Err(format!(
@@ -301,6 +322,9 @@ mod tests {
             gpu = 0
             pid = 12345
             used_memory_bytes = 1073741824
+            [[vanish]]
+            gpu = 2
+            after_seconds = 5.0
         "#;
         let s = Scenario::parse(text).unwrap();
         assert_eq!(s.simulation.gpus, 4);
@@ -315,6 +339,7 @@ mod tests {
         assert!(!faults[1].matches("nvmlDeviceGetCount_v2", None, 4.0));
         assert_eq!(faults[2].error, None);
         assert_eq!(s.processes[0].pid, 12345);
+        assert_eq!(s.vanishings[0].gpu, 2);
     }
 
     #[test]

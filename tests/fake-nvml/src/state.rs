@@ -16,7 +16,7 @@ use gpu_sentinel::source::simulate::Fleet;
 use nvml_wrapper_sys::bindings::{nvmlDevice_st, nvmlDevice_t, nvmlReturn_t};
 
 use crate::codes::*;
-use crate::scenario::{ClockMode, Fault, ProcessSpec, Scenario};
+use crate::scenario::{ClockMode, Fault, ProcessSpec, Scenario, VanishSpec};
 
 /// Device handles are these addresses plus 16 × index: opaque to the caller, never
 /// dereferenced, and easy to check.
@@ -51,6 +51,7 @@ pub struct State {
     speed: f64,
     faults: Vec<Fault>,
     pub extra_processes: Vec<ProcessSpec>,
+    vanishings: Vec<VanishSpec>,
     /// The first successful `nvmlInit_v2`: fault times and wall-clock simulation count from it.
     epoch: Instant,
     last_advance: Instant,
@@ -70,6 +71,7 @@ impl State {
             speed: scenario.simulation.speed,
             faults: scenario.compiled_faults(),
             extra_processes: scenario.processes.clone(),
+            vanishings: scenario.vanishings.clone(),
             epoch: now,
             last_advance: now,
             init_refs: 0,
@@ -158,6 +160,21 @@ impl State {
             out.push((extra.pid, extra.used_memory_bytes, extra.sm_utilization));
         }
         out
+    }
+
+    /// Whether GPU `index` (of the simulated fleet) has left the device list by now.
+    pub fn vanished(&self, index: usize) -> bool {
+        let wall = self.wall_seconds();
+        self.vanishings
+            .iter()
+            .any(|v| v.gpu as usize == index && wall >= v.after_seconds)
+    }
+
+    /// The fleet indices NVML lists now, in NVML index order.
+    pub fn visible(&self) -> Vec<usize> {
+        (0..self.fleet.len())
+            .filter(|&i| !self.vanished(i))
+            .collect()
     }
 
     /// The first matching fault's error and the longest matching delay.
@@ -272,6 +289,9 @@ pub fn enter(
             return UNINITIALIZED;
         };
         if let Some(g) = gpu {
+            if state.vanished(g as usize) {
+                return GPU_IS_LOST;
+            }
             match state.sample(g as usize) {
                 Ok(sample) if !sample.up => return GPU_IS_LOST,
                 Ok(_) => {}

@@ -101,13 +101,15 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(device_count: *mut c_uint) -> nvmlReturn_t {
     enter("nvmlDeviceGetCount_v2", None, |state| {
-        let count = c_uint::try_from(state.fleet.len()).unwrap_or(c_uint::MAX);
+        let count = c_uint::try_from(state.visible().len()).unwrap_or(c_uint::MAX);
         // SAFETY: the caller's output contract, passed on.
         unsafe { write(device_count, count) }
     })
 }
 
-/// A lost GPU answers GPU_IS_LOST here already, as a GPU that fell off the bus does.
+/// A lost GPU answers GPU_IS_LOST here already, as a GPU that fell off the bus does. After a
+/// `[[vanish]]`, NVML index `index` names the `index`-th GPU still listed; faults and call
+/// counts keep following the simulated GPU (its index in the fleet).
 ///
 /// # Safety
 /// `device` is null or valid for one write.
@@ -116,8 +118,16 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     index: c_uint,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    enter("nvmlDeviceGetHandleByIndex_v2", Some(index), |_| {
+    const NAME: &str = "nvmlDeviceGetHandleByIndex_v2";
+    let listed = state::lock()
+        .as_ref()
+        .and_then(|s| s.visible().get(index as usize).copied());
+    let Some(gpu) = listed else {
+        // Past the end of the list (or uninitialised, which the common path answers).
+        return enter(NAME, None, |_| Err(INVALID_ARGUMENT));
+    };
+    enter(NAME, u32::try_from(gpu).ok(), |_| {
         // SAFETY: the caller's output contract, passed on.
-        unsafe { write(device, device_handle(index as usize)) }
+        unsafe { write(device, device_handle(gpu)) }
     })
 }
