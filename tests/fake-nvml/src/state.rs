@@ -164,17 +164,35 @@ impl State {
 
     /// Whether GPU `index` (of the simulated fleet) has left the device list by now.
     pub fn vanished(&self, index: usize) -> bool {
-        let wall = self.wall_seconds();
+        !self.vanishings.is_empty() && self.vanished_at(index, self.wall_seconds())
+    }
+
+    fn vanished_at(&self, index: usize, wall: f64) -> bool {
         self.vanishings
             .iter()
             .any(|v| v.gpu as usize == index && wall >= v.after_seconds)
     }
 
-    /// The fleet indices NVML lists now, in NVML index order.
-    pub fn visible(&self) -> Vec<usize> {
+    /// How many GPUs NVML lists now.
+    pub fn listed_count(&self) -> usize {
+        if self.vanishings.is_empty() {
+            return self.fleet.len();
+        }
+        let wall = self.wall_seconds();
         (0..self.fleet.len())
-            .filter(|&i| !self.vanished(i))
-            .collect()
+            .filter(|&i| !self.vanished_at(i, wall))
+            .count()
+    }
+
+    /// The fleet index of the GPU NVML lists at `nvml_index` now.
+    pub fn listed(&self, nvml_index: usize) -> Option<usize> {
+        if self.vanishings.is_empty() {
+            return (nvml_index < self.fleet.len()).then_some(nvml_index);
+        }
+        let wall = self.wall_seconds();
+        (0..self.fleet.len())
+            .filter(|&i| !self.vanished_at(i, wall))
+            .nth(nvml_index)
     }
 
     /// The first matching fault's error and the longest matching delay.

@@ -101,7 +101,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(device_count: *mut c_uint) -> nvmlReturn_t {
     enter("nvmlDeviceGetCount_v2", None, |state| {
-        let count = c_uint::try_from(state.visible().len()).unwrap_or(c_uint::MAX);
+        let count = c_uint::try_from(state.listed_count()).unwrap_or(c_uint::MAX);
         // SAFETY: the caller's output contract, passed on.
         unsafe { write(device_count, count) }
     })
@@ -121,7 +121,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     const NAME: &str = "nvmlDeviceGetHandleByIndex_v2";
     let listed = state::lock()
         .as_ref()
-        .and_then(|s| s.visible().get(index as usize).copied());
+        .and_then(|s| s.listed(index as usize));
     let Some(gpu) = listed else {
         // Past the end of the list (or uninitialised, which the common path answers).
         return enter(NAME, None, |_| Err(INVALID_ARGUMENT));
