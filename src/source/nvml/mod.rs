@@ -25,6 +25,7 @@
 mod calls;
 mod events;
 mod gpm;
+mod gpu;
 mod open;
 mod processes;
 mod read;
@@ -41,9 +42,10 @@ pub use calls::FAMILY_NAMES;
 pub use open::{COMMON_NVML_DIRS, NVML_LIB_NAME, NvmlOpenError};
 pub use read::PCIE_THROUGHPUT_UNIT_BYTES;
 
-use calls::{CallKey, Calls, Families, Family};
+use calls::{Families, Family};
 use events::{EventMessage, XidWatcher};
 use gpm::GpmSamples;
+use gpu::{Identity, Slot, down_sample, read_gpu};
 
 use super::{CollectHealth, Collection, Source};
 use crate::config::CollectConfig;
@@ -114,28 +116,6 @@ impl Drop for Session {
         self.watcher.take();
         self.gpm.release(&self.nvml);
     }
-}
-
-/// A GPU's static identity.
-#[derive(Debug, Clone, PartialEq)]
-struct Identity {
-    uuid: String,
-    name: String,
-    pci_bus_id: String,
-    serial: Option<String>,
-}
-
-/// What we remember about the GPU at one NVML index.
-#[derive(Default)]
-struct Slot {
-    identity: Option<Identity>,
-    /// Calls this GPU does not support (or that we may not make), never asked again.
-    unavailable: HashSet<CallKey>,
-    /// NVML's timestamp of the newest per-process utilization sample consumed.
-    process_last_seen: u64,
-    /// Whether the GPU answered last tick, and ever, to log transitions once.
-    was_up: bool,
-    ever_up: bool,
 }
 
 /// Re-initialisation schedule while NVML is gone.
@@ -408,173 +388,6 @@ impl Source for NvmlSource {
             ),
             None => format!("nvml (unavailable, retrying; {})", self.lib_path.display()),
         }
-    }
-}
-
-/// What reading one GPU produced.
-struct GpuRead {
-    sample: GpuSample,
-    processes: Vec<ProcessSample>,
-    /// The identity that sat at this index before a different GPU took it.
-    replaced: Option<Identity>,
-    /// NVML itself went away during the read.
-    gone: Option<String>,
-}
-
-fn down_sample(index: u32, identity: Option<&Identity>) -> GpuSample {
-    let mut sample = GpuSample {
-        index,
-        up: false,
-        ..GpuSample::default()
-    };
-    if let Some(id) = identity {
-        sample.uuid = id.uuid.clone();
-        sample.name = id.name.clone();
-        sample.pci_bus_id = id.pci_bus_id.clone();
-        sample.serial = id.serial.clone();
-    }
-    sample
-}
-
-fn read_gpu(
-    nvml: &Nvml,
-    index: u32,
-    slot: &mut Slot,
-    gpm: &mut GpmSamples,
-    errors_by_call: &mut BTreeMap<String, u64>,
-    families: &mut Families,
-    with_processes: bool,
-) -> GpuRead {
-    let began = Instant::now();
-    let mut calls = Calls::new(index, &mut slot.unavailable, errors_by_call);
-    let mut sample = GpuSample {
-        index,
-        ..GpuSample::default()
-    };
-    let mut replaced = None;
-    let mut processes = Vec::new();
-
-    let device = families
-        .run(Family::Identity, &mut calls, |c| {
-            let device = c.settle(
-                "nvmlDeviceGetHandleByIndex_v2",
-                "",
-                nvml.device_by_index(index),
-            )?;
-            let uuid = c.call("nvmlDeviceGetUUID", "", || device.uuid());
-            if let Some(uuid) = uuid
-                && slot.identity.as_ref().map(|id| id.uuid.as_str()) != Some(uuid.as_str())
-            {
-                // First sight of this GPU, or a different GPU at this index (after a driver
-                // reload): read the static identity once, and start its memory afresh.
-                if slot.identity.is_some() {
-                    c.forget_unavailable();
-                    slot.process_last_seen = 0;
-                    gpm.forget(nvml, index as usize);
-                }
-                let pci = c.call("nvmlDeviceGetPciInfo_v3", "", || device.pci_info());
-                let identity = Identity {
-                    uuid,
-                    name: c
-                        .call("nvmlDeviceGetName", "", || device.name())
-                        .unwrap_or_default(),
-                    pci_bus_id: pci.map(|p| p.bus_id).unwrap_or_default(),
-                    serial: c.call("nvmlDeviceGetSerial", "", || device.serial()),
-                };
-                replaced = slot.identity.replace(identity);
-            }
-            sample.mig_enabled = c
-                .call("nvmlDeviceGetMigMode", "", || device.mig_mode())
-                .map(|m| m.current == 1);
-            Some(device)
-        })
-        .flatten();
-
-    if let Some(dev) = &device {
-        families.run(Family::Utilization, &mut calls, |c| {
-            read::utilization(dev, c, &mut sample)
-        });
-        families.run(Family::Memory, &mut calls, |c| {
-            read::memory(dev, c, &mut sample)
-        });
-        families.run(Family::Thermal, &mut calls, |c| {
-            read::thermal(dev, c, &mut sample)
-        });
-        families.run(Family::Power, &mut calls, |c| {
-            read::power(dev, c, &mut sample)
-        });
-        families.run(Family::Clocks, &mut calls, |c| {
-            read::clocks(dev, c, &mut sample)
-        });
-        families.run(Family::ClockEvents, &mut calls, |c| {
-            read::clock_events(dev, c, &mut sample)
-        });
-        families.run(Family::Ecc, &mut calls, |c| read::ecc(dev, c, &mut sample));
-        families.run(Family::RetiredPages, &mut calls, |c| {
-            read::retired_pages(dev, c, &mut sample)
-        });
-        families.run(Family::RemappedRows, &mut calls, |c| {
-            read::remapped_rows(dev, c, &mut sample)
-        });
-        families.run(Family::Pcie, &mut calls, |c| {
-            read::pcie(dev, c, &mut sample)
-        });
-        families.run(Family::NvLink, &mut calls, |c| {
-            read::nvlink(dev, c, &mut sample)
-        });
-        sample.gpm = families
-            .run(Family::Gpm, &mut calls, |c| {
-                gpm.read(nvml, dev, index as usize, c)
-            })
-            .flatten();
-        if with_processes {
-            let uuid = slot
-                .identity
-                .as_ref()
-                .map(|id| id.uuid.clone())
-                .unwrap_or_default();
-            let last_seen = &mut slot.process_last_seen;
-            processes = families
-                .run(Family::Processes, &mut calls, |c| {
-                    processes::read(dev, c, index, &uuid, last_seen)
-                })
-                .unwrap_or_default();
-        }
-    }
-
-    let up = device.is_some() && !calls.lost;
-    let failed = calls.failed;
-    let gone = calls.gone.take();
-    drop(calls);
-    if !up {
-        // A lost GPU's data is empty; it keeps its last identity so its series stay put.
-        sample = down_sample(index, slot.identity.as_ref());
-        processes.clear();
-        gpm.forget(nvml, index as usize);
-        if slot.was_up && gone.is_none() {
-            tracing::warn!(gpu = index, "GPU is lost or unreachable (reported up = 0)");
-        }
-    } else {
-        if let Some(id) = &slot.identity {
-            sample.uuid = id.uuid.clone();
-            sample.name = id.name.clone();
-            sample.pci_bus_id = id.pci_bus_id.clone();
-            sample.serial = id.serial.clone();
-        }
-        sample.up = true;
-        if !slot.was_up && slot.ever_up {
-            tracing::info!(gpu = index, "GPU answers again");
-        }
-    }
-    slot.was_up = up;
-    slot.ever_up |= up;
-    sample.failed_calls = failed;
-    sample.collect_seconds = began.elapsed().as_secs_f64();
-    GpuRead {
-        sample,
-        processes,
-        replaced,
-        gone,
     }
 }
 
