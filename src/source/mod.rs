@@ -4,6 +4,7 @@
 //! calls are blocking C calls that can take hundreds of milliseconds on a sick GPU.
 
 pub mod kmsg;
+pub mod nvml;
 pub mod simulate;
 
 use std::collections::BTreeMap;

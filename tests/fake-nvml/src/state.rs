@@ -1,0 +1,346 @@
+//! The fake's process-wide state and the common path of every exported call: count it, check
+//! that NVML is initialised, move the simulated clock, apply the scenario's faults, and only
+//! then answer from the simulated fleet.
+//!
+//! One `Mutex` guards everything; it is never held while sleeping (injected delays, event
+//! waits), so a slow call on one thread does not stall the others, as with the real library.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use gpu_sentinel::model::{Gpm, GpuSample};
+use gpu_sentinel::source::simulate::Fleet;
+use nvml_wrapper_sys::bindings::{nvmlDevice_st, nvmlDevice_t, nvmlReturn_t};
+
+use crate::codes::*;
+use crate::scenario::{ClockMode, Fault, ProcessSpec, Scenario, VanishSpec};
+
+/// Device handles are these addresses plus 16 × index: opaque to the caller, never
+/// dereferenced, and easy to check.
+const DEVICE_HANDLE_BASE: usize = 0x6e76_6d6c_0000;
+const HANDLE_STRIDE: usize = 16;
+/// In wall-clock mode the fleet moves at most every 10 ms, so the calls of one collection
+/// see one consistent state (and the per-GPU sample cache stays useful).
+const MIN_ADVANCE: Duration = Duration::from_millis(10);
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+static CALLS: Mutex<BTreeMap<(&'static str, Option<u32>), u64>> = Mutex::new(BTreeMap::new());
+
+/// A registered event set: which devices it watches and the events waiting for a wait.
+#[derive(Debug, Default)]
+pub struct EventSet {
+    pub devices: HashMap<usize, u64>,
+    /// (GPU index, XID) in arrival order. NVML keeps only the last XID per device between
+    /// waits; the fake does the same, so readers that must not miss XIDs get tested.
+    pub pending: VecDeque<(usize, u64)>,
+}
+
+/// A GPM sample: the GPU it was taken on and that GPU's GPM state at the time.
+#[derive(Debug, Clone, Copy)]
+pub struct GpmSnapshot {
+    pub gpu: usize,
+    pub gpm: Gpm,
+}
+
+pub struct State {
+    pub fleet: Fleet,
+    clock: ClockMode,
+    speed: f64,
+    faults: Vec<Fault>,
+    pub extra_processes: Vec<ProcessSpec>,
+    vanishings: Vec<VanishSpec>,
+    /// The first successful `nvmlInit_v2`: fault times and wall-clock simulation count from it.
+    epoch: Instant,
+    last_advance: Instant,
+    pub init_refs: u32,
+    samples: Vec<Option<GpuSample>>,
+    pub event_sets: HashMap<usize, EventSet>,
+    pub gpm_samples: HashMap<usize, Option<GpmSnapshot>>,
+    next_handle: usize,
+}
+
+impl State {
+    pub fn new(scenario: Scenario) -> State {
+        let now = Instant::now();
+        State {
+            fleet: Fleet::new(&scenario.simulation, Utc::now()),
+            clock: scenario.clock.mode,
+            speed: scenario.simulation.speed,
+            faults: scenario.compiled_faults(),
+            extra_processes: scenario.processes.clone(),
+            vanishings: scenario.vanishings.clone(),
+            epoch: now,
+            last_advance: now,
+            init_refs: 0,
+            samples: vec![None; scenario.simulation.gpus as usize],
+            event_sets: HashMap::new(),
+            gpm_samples: HashMap::new(),
+            next_handle: 0x5e7_0000,
+        }
+    }
+
+    pub fn wall_seconds(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    /// Brings simulated time to "now" in wall-clock mode.
+    pub fn tick(&mut self) {
+        if self.clock == ClockMode::Manual {
+            return;
+        }
+        let now = Instant::now();
+        if now.duration_since(self.last_advance) < MIN_ADVANCE {
+            return;
+        }
+        self.last_advance = now;
+        let target = now.duration_since(self.epoch).as_secs_f64() * self.speed;
+        let step = target - self.fleet.elapsed_seconds();
+        if step > 0.0 {
+            self.advance(step);
+        }
+    }
+
+    /// Moves simulated time forward and delivers the XIDs raised meanwhile.
+    pub fn advance(&mut self, seconds: f64) {
+        self.fleet.advance(seconds);
+        self.samples.iter_mut().for_each(|s| *s = None);
+        for event in self.fleet.take_events() {
+            let Some(gpu) = event.gpu.map(|g| g as usize) else {
+                continue;
+            };
+            for set in self.event_sets.values_mut() {
+                let wanted = set.devices.get(&gpu).copied().unwrap_or(0);
+                if wanted & u64::from(nvml_wrapper_sys::bindings::nvmlEventTypeXidCriticalError)
+                    == 0
+                {
+                    continue;
+                }
+                let xid = u64::from(event.xid);
+                match set.pending.iter_mut().find(|(g, _)| *g == gpu) {
+                    Some(entry) => entry.1 = xid,
+                    None => set.pending.push_back((gpu, xid)),
+                }
+            }
+        }
+    }
+
+    /// What NVML would report for GPU `index` now (cached until the clock moves).
+    pub fn sample(&mut self, index: usize) -> Result<&GpuSample, nvmlReturn_t> {
+        let fleet = &self.fleet;
+        let slot = self.samples.get_mut(index).ok_or(INVALID_ARGUMENT)?;
+        if slot.is_none() {
+            *slot = fleet.sample(index);
+        }
+        slot.as_ref().ok_or(INVALID_ARGUMENT)
+    }
+
+    /// `(pid, used bytes, SM share 0–1)` of every process on GPU `index`.
+    pub fn processes(&self, index: usize) -> Vec<(u32, u64, f64)> {
+        let mut out: Vec<(u32, u64, f64)> = self
+            .fleet
+            .processes(index)
+            .into_iter()
+            .map(|p| {
+                (
+                    p.pid,
+                    p.used_memory_bytes.unwrap_or(0),
+                    p.sm_utilization.unwrap_or(0.0),
+                )
+            })
+            .collect();
+        for extra in self
+            .extra_processes
+            .iter()
+            .filter(|p| p.gpu as usize == index)
+        {
+            out.retain(|(pid, _, _)| *pid != extra.pid);
+            out.push((extra.pid, extra.used_memory_bytes, extra.sm_utilization));
+        }
+        out
+    }
+
+    /// Whether GPU `index` (of the simulated fleet) has left the device list by now.
+    pub fn vanished(&self, index: usize) -> bool {
+        !self.vanishings.is_empty() && self.vanished_at(index, self.wall_seconds())
+    }
+
+    fn vanished_at(&self, index: usize, wall: f64) -> bool {
+        self.vanishings
+            .iter()
+            .any(|v| v.gpu as usize == index && wall >= v.after_seconds)
+    }
+
+    /// How many GPUs NVML lists now.
+    pub fn listed_count(&self) -> usize {
+        if self.vanishings.is_empty() {
+            return self.fleet.len();
+        }
+        let wall = self.wall_seconds();
+        (0..self.fleet.len())
+            .filter(|&i| !self.vanished_at(i, wall))
+            .count()
+    }
+
+    /// The fleet index of the GPU NVML lists at `nvml_index` now.
+    pub fn listed(&self, nvml_index: usize) -> Option<usize> {
+        if self.vanishings.is_empty() {
+            return (nvml_index < self.fleet.len()).then_some(nvml_index);
+        }
+        let wall = self.wall_seconds();
+        (0..self.fleet.len())
+            .filter(|&i| !self.vanished_at(i, wall))
+            .nth(nvml_index)
+    }
+
+    /// The first matching fault's error and the longest matching delay.
+    fn fault(&self, function: &str, gpu: Option<u32>) -> (Option<nvmlReturn_t>, Duration) {
+        let wall = self.wall_seconds();
+        let mut error = None;
+        let mut delay = 0;
+        for fault in self
+            .faults
+            .iter()
+            .filter(|f| f.matches(function, gpu, wall))
+        {
+            error = error.or(fault.error);
+            delay = delay.max(fault.delay_ms);
+        }
+        (error, Duration::from_millis(delay))
+    }
+
+    /// A fresh opaque handle for an event set or GPM sample.
+    pub fn new_handle(&mut self) -> usize {
+        self.next_handle += HANDLE_STRIDE;
+        self.next_handle
+    }
+}
+
+pub fn lock() -> MutexGuard<'static, Option<State>> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The handle of GPU `index`.
+pub fn device_handle(index: usize) -> nvmlDevice_t {
+    std::ptr::without_provenance_mut::<nvmlDevice_st>(DEVICE_HANDLE_BASE + index * HANDLE_STRIDE)
+}
+
+/// The GPU index a handle stands for, if it is one of ours.
+pub fn device_index(handle: nvmlDevice_t) -> Option<usize> {
+    let offset = handle.addr().checked_sub(DEVICE_HANDLE_BASE)?;
+    (offset % HANDLE_STRIDE == 0).then_some(offset / HANDLE_STRIDE)
+}
+
+/// Counts a call of `function` (on `gpu`, where it names one).
+pub fn record_call(function: &'static str, gpu: Option<u32>) {
+    let mut calls = CALLS.lock().unwrap_or_else(PoisonError::into_inner);
+    *calls.entry((function, None)).or_insert(0) += 1;
+    if gpu.is_some() {
+        *calls.entry((function, gpu)).or_insert(0) += 1;
+    }
+}
+
+/// Calls of `function` so far: all of them, or those naming `gpu`.
+pub fn call_count(function: &str, gpu: Option<u32>) -> u64 {
+    let calls = CALLS.lock().unwrap_or_else(PoisonError::into_inner);
+    calls
+        .iter()
+        .filter(|((f, g), _)| *f == function && *g == gpu)
+        .map(|(_, n)| *n)
+        .sum()
+}
+
+pub fn reset_call_counts() {
+    CALLS.lock().unwrap_or_else(PoisonError::into_inner).clear();
+}
+
+/// Runs `body` so that a panic becomes `NVML_ERROR_UNKNOWN` instead of unwinding into C.
+pub fn guarded(function: &str, body: impl FnOnce() -> nvmlReturn_t) -> nvmlReturn_t {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(code) => code,
+        Err(_) => {
+            eprintln!("fake-nvml: {function} panicked; answering NVML_ERROR_UNKNOWN");
+            UNKNOWN
+        }
+    }
+}
+
+/// Runs a test-only export's `body`; a panic answers `T::default()` instead of unwinding.
+pub fn guarded_value<T: Default>(body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|_| {
+        eprintln!("fake-nvml: a test-only export panicked");
+        T::default()
+    })
+}
+
+/// The common path of an exported call. `gpu` is the GPU the call names, if any. Answers
+/// UNINITIALIZED before `nvmlInit_v2`, the injected error or delay when a fault matches,
+/// GPU_IS_LOST for a GPU the simulator lost, and otherwise whatever `body` says.
+pub fn enter(
+    function: &'static str,
+    gpu: Option<u32>,
+    body: impl FnOnce(&mut State) -> Result<(), nvmlReturn_t>,
+) -> nvmlReturn_t {
+    guarded(function, || {
+        record_call(function, gpu);
+        let (error, delay) = {
+            let mut guard = lock();
+            let Some(state) = guard.as_mut().filter(|s| s.init_refs > 0) else {
+                return UNINITIALIZED;
+            };
+            state.tick();
+            if gpu.is_some_and(|g| g as usize >= state.fleet.len()) {
+                return INVALID_ARGUMENT;
+            }
+            state.fault(function, gpu)
+        };
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        if let Some(code) = error {
+            return code;
+        }
+        let mut guard = lock();
+        let Some(state) = guard.as_mut().filter(|s| s.init_refs > 0) else {
+            return UNINITIALIZED;
+        };
+        if let Some(g) = gpu {
+            if state.vanished(g as usize) {
+                return GPU_IS_LOST;
+            }
+            match state.sample(g as usize) {
+                Ok(sample) if !sample.up => return GPU_IS_LOST,
+                Ok(_) => {}
+                Err(code) => return code,
+            }
+        }
+        match body(state) {
+            Ok(()) => SUCCESS,
+            Err(code) => code,
+        }
+    })
+}
+
+/// [`enter`] for a call on a device handle; `body` gets the GPU index.
+pub fn enter_device(
+    function: &'static str,
+    device: nvmlDevice_t,
+    body: impl FnOnce(&mut State, usize) -> Result<(), nvmlReturn_t>,
+) -> nvmlReturn_t {
+    let Some(index) = device_index(device) else {
+        return guarded(function, || {
+            record_call(function, None);
+            INVALID_ARGUMENT
+        });
+    };
+    enter(function, u32::try_from(index).ok(), |state| {
+        body(state, index)
+    })
+}
+
+/// Checks the scenario's faults for `nvmlInit_v2` (which runs before any state exists).
+pub fn init_fault(state: &State) -> (Option<nvmlReturn_t>, Duration) {
+    state.fault("nvmlInit_v2", None)
+}
