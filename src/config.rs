@@ -41,6 +41,9 @@ pub struct CollectConfig {
     pub kmsg: String,
     /// Read the processes on each GPU and their owners from `/proc`.
     pub processes: bool,
+    /// Keep the arguments of process command lines. Off by default: command lines often
+    /// carry tokens and passwords, and they end up in labels, logs and alerts.
+    pub show_arguments: bool,
 }
 
 impl Default for CollectConfig {
@@ -50,6 +53,7 @@ impl Default for CollectConfig {
             nvml_lib: None,
             kmsg: "/dev/kmsg".into(),
             processes: true,
+            show_arguments: false,
         }
     }
 }
@@ -220,10 +224,11 @@ impl Config {
                 ),
             ));
         }
-        if self.export.max_label_length < 8 {
+        let min_label = crate::export::families::MIN_LABEL_LENGTH;
+        if self.export.max_label_length < min_label {
             out.push((
                 "export.max_label_length",
-                "must be at least 8 characters".to_string(),
+                format!("must be at least {min_label} characters, so GPU UUIDs stay whole"),
             ));
         }
         if self.simulation.gpus == 0 || self.simulation.gpus > 4096 {

@@ -316,6 +316,9 @@ pub struct ProcessSample {
     /// Short command name (`/proc/PID/comm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<String>,
+    /// Command line, truncated, arguments hidden unless `[collect] show_arguments`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

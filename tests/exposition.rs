@@ -3,12 +3,12 @@
 //!
 //! Regenerate the golden files after an intended change with
 //! `UPDATE_GOLDEN=1 cargo test --test exposition`, and review the diff.
-//! `GPU_SENTINEL_REQUIRE_PROMTOOL=1` turns a missing promtool from a skip into a failure
-//! (CI sets it; `scripts/test.sh` installs promtool).
+//! `GPU_SENTINEL_REQUIRE_TOOLS=1` turns a missing promtool from a skip into a failure
+//! (`scripts/test.sh` sets it and installs promtool).
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
+mod common;
 
 use chrono::{DateTime, Utc};
 use gpu_sentinel::config::SimulationConfig;
@@ -175,53 +175,6 @@ fn golden_run_shows_every_family_the_simulator_can_produce() {
     assert!(text.contains(",xid=\"79\",class=\"hardware\"} 1\n"));
 }
 
-/// Where promtool is, if installed. With `GPU_SENTINEL_REQUIRE_PROMTOOL=1` its absence is
-/// a failure; otherwise the caller skips with a note.
-fn promtool() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .chain([PathBuf::from("/usr/bin")])
-        .map(|dir| dir.join("promtool"))
-        .find(|path| path.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var("GPU_SENTINEL_REQUIRE_PROMTOOL").as_deref() != Ok("1"),
-            "promtool not found and GPU_SENTINEL_REQUIRE_PROMTOOL=1: install the `prometheus` \
-             Debian package (apt-get install -y prometheus)"
-        );
-        eprintln!("note: promtool not found; skipping the `promtool check metrics` test");
-    }
-    found
-}
-
-/// Runs `promtool check metrics` (plus `extra` flags) on `text`; returns its exit status
-/// and everything it printed.
-fn promtool_check(promtool: &Path, extra: &[&str], text: &str) -> (bool, String) {
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", promtool.display()));
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(text.as_bytes())
-            .unwrap_or_else(|e| panic!("cannot feed promtool: {e}"));
-    }
-    let output = child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("promtool did not finish: {e}"));
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), printed)
-}
-
 fn read_golden(name: &str) -> String {
     let path = golden_path(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
@@ -229,8 +182,10 @@ fn read_golden(name: &str) -> String {
 
 #[test]
 fn promtool_accepts_the_native_exposition_without_lint_findings() {
-    let Some(promtool) = promtool() else { return };
-    let (ok, printed) = promtool_check(&promtool, &[], &read_golden("native.prom"));
+    let Some(promtool) = common::tool("promtool") else {
+        return;
+    };
+    let (ok, printed) = common::promtool_check(&promtool, &[], &read_golden("native.prom"));
     assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
 }
 
@@ -242,14 +197,16 @@ fn promtool_accepts_the_native_exposition_without_lint_findings() {
 /// finding must concern a `DCGM_FI_*` family, so our own names stay lint-clean here too.
 #[test]
 fn promtool_parses_the_dcgm_compatible_exposition() {
-    let Some(promtool) = promtool() else { return };
+    let Some(promtool) = common::tool("promtool") else {
+        return;
+    };
     let text = read_golden("dcgm.prom");
     if promtool_has_lint_flag(&promtool) {
-        let (ok, printed) = promtool_check(&promtool, &["--lint=none"], &text);
+        let (ok, printed) = common::promtool_check(&promtool, &["--lint=none"], &text);
         assert!(ok, "promtool:\n{printed}");
         return;
     }
-    let (_, printed) = promtool_check(&promtool, &[], &text);
+    let (_, printed) = common::promtool_check(&promtool, &[], &text);
     let not_dcgm: Vec<&str> = printed
         .lines()
         .filter(|line| !line.starts_with("DCGM_FI_"))
@@ -258,7 +215,7 @@ fn promtool_parses_the_dcgm_compatible_exposition() {
 }
 
 fn promtool_has_lint_flag(promtool: &Path) -> bool {
-    Command::new(promtool)
+    std::process::Command::new(promtool)
         .args(["check", "metrics", "--help"])
         .output()
         .map(|o| {
@@ -273,7 +230,9 @@ fn promtool_has_lint_flag(promtool: &Path) -> bool {
 /// Prometheus parses.
 #[test]
 fn promtool_accepts_hostile_label_values() {
-    let Some(promtool) = promtool() else { return };
+    let Some(promtool) = common::tool("promtool") else {
+        return;
+    };
     let mut fleet = Fleet::new(&SimulationConfig::default(), start());
     fleet.advance(3600.0);
     let mut snapshot = fleet.snapshot();
@@ -295,6 +254,6 @@ fn promtool_accepts_hostile_label_values() {
         ..RenderOptions::default()
     };
     let exposition = export::render(&snapshot, &health(), &mut ExportState::new(), &options);
-    let (ok, printed) = promtool_check(&promtool, &[], &text(&exposition));
+    let (ok, printed) = common::promtool_check(&promtool, &[], &text(&exposition));
     assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
 }

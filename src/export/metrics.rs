@@ -241,7 +241,7 @@ pub const NVLINK_ERRORS: MetricDef = counter(
 pub const XID_ERRORS: MetricDef = counter(
     "gpu_xid_errors_total",
     &["gpu", "uuid", "xid", "class"],
-    "XID errors seen since gpu-sentinel started; class is hardware, application or unknown.",
+    "XID errors seen since gpu-sentinel started; class from the XID catalog: application, memory, nvlink, hardware, firmware, driver or unknown.",
 );
 pub const SM_ACTIVE: MetricDef = gauge(
     "gpu_sm_active_ratio",

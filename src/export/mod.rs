@@ -73,8 +73,7 @@ impl Default for RenderOptions {
 
 impl RenderOptions {
     /// Options from `[export]`, with the hostname already resolved (config value, or the
-    /// host's name when that is empty) and this build's version. The revision is left
-    /// empty; the binary fills it in where it knows one.
+    /// host's name when that is empty) and this build's version and source revision.
     pub fn new(config: &ExportConfig, resolved_hostname: String) -> RenderOptions {
         RenderOptions {
             dcgm_compat: config.dcgm_compat,
@@ -83,7 +82,7 @@ impl RenderOptions {
             max_label_length: config.max_label_length,
             hostname: resolved_hostname,
             version: env!("CARGO_PKG_VERSION").to_string(),
-            revision: String::new(),
+            revision: env!("GPU_SENTINEL_REVISION").to_string(),
         }
     }
 

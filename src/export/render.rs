@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use super::families::{Families, flag};
 use super::metrics::*;
-use super::state::{ExportState, xid_class};
+use super::state::ExportState;
 use crate::model::{ClockEvents, GpuSample, ProcessSample, Snapshot};
 use crate::source::CollectHealth;
 
@@ -230,7 +230,15 @@ fn xids(families: &mut Families, state: &ExportState) {
     for (key, count) in state.xid_totals() {
         let gpu = key.gpu.map(|i| i.to_string()).unwrap_or_default();
         let xid = key.xid.to_string();
-        family.push(&[&gpu, &key.uuid, &xid, xid_class(key.xid)], count as f64);
+        family.push(
+            &[
+                &gpu,
+                &key.uuid,
+                &xid,
+                crate::xid::classify(key.xid).as_str(),
+            ],
+            count as f64,
+        );
     }
 }
 

@@ -98,19 +98,6 @@ fn resolve_gpu(snapshot: &Snapshot, event: &XidEvent) -> (Option<u32>, String) {
     }
 }
 
-/// The class label of an XID.
-///
-/// TEMPORARY stand-in: replace with `crate::xid::classify(xid).as_str()` when `src/xid.rs`
-/// (the XID catalog, with the source of each classification) is merged. The sets below are
-/// DESIGN.md's domain notes.
-pub(super) fn xid_class(xid: u32) -> &'static str {
-    match xid {
-        48 | 62 | 63 | 64 | 74 | 79 | 92 | 94 | 95 | 119 | 120 | 140 => "hardware",
-        13 | 31 | 43 | 45 | 68 | 109 => "application",
-        _ => "unknown",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,12 +140,5 @@ mod tests {
             .collect();
         assert_eq!(totals, [(None, "", 13, 1), (Some(3), "GPU-c", 79, 2)]);
         assert_eq!(state.last_xid("GPU-c"), Some(79));
-    }
-
-    #[test]
-    fn stand_in_classes() {
-        assert_eq!(xid_class(79), "hardware");
-        assert_eq!(xid_class(13), "application");
-        assert_eq!(xid_class(1), "unknown");
     }
 }

@@ -114,8 +114,9 @@ fn identity_and_health_render() {
     assert!(text.contains("gpu_sentinel_collector_success{collector=\"memory\"} 0\n"));
     assert!(text.contains("gpu_sentinel_collector_duration_seconds{collector=\"memory\"} 0.25\n"));
     assert!(text.contains(&format!(
-        "gpu_sentinel_build_info{{version=\"{}\"}} 1\n",
-        env!("CARGO_PKG_VERSION")
+        "gpu_sentinel_build_info{{version=\"{}\",revision=\"{}\"}} 1\n",
+        env!("CARGO_PKG_VERSION"),
+        env!("GPU_SENTINEL_REVISION")
     )));
 }
 
@@ -205,7 +206,7 @@ fn xid_counters_accumulate_across_ticks() {
         samples(&text, "gpu_xid_errors_total"),
         [
             r#"gpu_xid_errors_total{gpu="0",uuid="GPU-0",xid="13",class="application"} 3"#,
-            r#"gpu_xid_errors_total{gpu="0",uuid="GPU-0",xid="48",class="hardware"} 1"#,
+            r#"gpu_xid_errors_total{gpu="0",uuid="GPU-0",xid="48",class="memory"} 1"#,
         ]
     );
     let dcgm = samples(&text, "DCGM_FI_DEV_XID_ERRORS");

@@ -66,6 +66,7 @@ pub fn enrich(table: &dyn ProcessTable, processes: &mut [ProcessSample]) {
             sample.liveness = info.liveness;
         }
         fill(&mut sample.process, &info.process);
+        fill(&mut sample.command, &info.command);
         fill(&mut sample.user, &info.user);
         fill(&mut sample.container, &info.container);
         fill(&mut sample.pod, &info.pod);

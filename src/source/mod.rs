@@ -3,6 +3,7 @@
 //! A source is polled from the collection thread, never from the async runtime: NVML
 //! calls are blocking C calls that can take hundreds of milliseconds on a sick GPU.
 
+pub mod host;
 pub mod kmsg;
 pub mod nvml;
 pub mod simulate;
@@ -51,4 +52,17 @@ pub struct FamilyHealth {
     pub seconds: f64,
     /// False when any call of the family failed on any GPU this tick.
     pub success: bool,
+}
+
+/// The source the configuration and command line ask for. Never falls back to simulated
+/// data: without `--simulate`, a host without NVML is an error that says how to proceed.
+pub fn open(config: &crate::config::Config, simulate: bool) -> anyhow::Result<Box<dyn Source>> {
+    if simulate {
+        return Ok(Box::new(simulate::SimulatedSource::new(&config.simulation)));
+    }
+    let nvml = nvml::NvmlSource::from_config(&config.collect)?;
+    Ok(Box::new(host::HostSource::new(
+        Box::new(nvml),
+        &config.collect,
+    )))
 }

@@ -113,7 +113,13 @@ impl Fleet {
                 };
                 let workload = workload::Workload::new(plan.workload, turn_at, &mut rng);
                 let fault = plan.fault.map(|kind| fault::Fault::new(kind, horizon));
-                SimGpu::new(i as u32, model, workload, fault, plan.hot_aisle, rng)
+                let mut gpu = SimGpu::new(i as u32, model, workload, fault, plan.hot_aisle, rng);
+                // Ten minutes of warm-up at time zero, so the first reading is of a fleet
+                // that was already running: temperatures settled under their load.
+                for _ in 0..5 {
+                    gpu.step(0.0, 120.0);
+                }
+                gpu
             })
             .collect();
         Fleet {
@@ -204,6 +210,7 @@ impl Fleet {
                 sm_utilization: Some((p.sm_share * 100.0).round() / 100.0),
                 memory_utilization: None,
                 process: Some(p.command.to_string()),
+                command: Some(p.command.to_string()),
                 user: Some(p.user.to_string()),
                 container: p.container.clone(),
                 pod: p.pod.clone(),

@@ -87,6 +87,7 @@ impl Workload {
                     p.command = "tritonserver";
                     p.user = "svc-inference";
                     p.namespace = Some("inference");
+                    p.pod = p.pod.as_ref().map(|pod| pod.replacen("train", "triton", 1));
                 });
                 w.switch_at = f64::INFINITY;
             }
@@ -96,6 +97,7 @@ impl Workload {
                 w.job_mut_set(|p| {
                     p.command = "jupyter-lab";
                     p.namespace = Some("notebooks");
+                    p.pod = Some(format!("jupyter-{}", p.user));
                 });
                 w.switch_at = f64::INFINITY;
             }

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The test command: the README names it and .ci/run calls it. It installs what the tests
+# need (real Prometheus tools, never mocks), then runs formatting, lints, the build of every
+# workspace member (the fake NVML library included) and every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+# Debian packages whose programs the tests run for real.
+declare -A needs=(
+  [promtool]=prometheus
+  [prometheus]=prometheus
+)
+missing=()
+for tool in "${!needs[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${needs[$tool]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+  log "installing $pkgs"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+fi
+
+# Tests that need these tools fail, rather than skip, when this is set.
+export GPU_SENTINEL_REQUIRE_TOOLS=1
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+log "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+log "cargo build (workspace, fake NVML library included)"
+cargo build --workspace --locked
+log "cargo test"
+cargo test --workspace --locked
+log "all tests passed"

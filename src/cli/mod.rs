@@ -1,0 +1,159 @@
+//! The command line: `run` (the default), `check-config`, `snapshot`.
+//!
+//! Parsing lives here; each subcommand's work lives in its own file and returns
+//! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
+
+mod run;
+mod snapshot;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Config;
+
+/// Per-host NVIDIA GPU agent: Prometheus exporter, failure-risk and idle analysis, alerting.
+#[derive(Debug, Parser)]
+#[command(name = "gpu-sentinel", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Options of `run`, which is what a bare `gpu-sentinel` does.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Collect, analyse and serve /metrics and the API (the default).
+    Run(RunArgs),
+    /// Validate a configuration file; every problem is printed with its key and line.
+    CheckConfig {
+        /// The configuration file to check.
+        path: PathBuf,
+    },
+    /// Collect once and print every GPU as a table, or as JSON.
+    Snapshot(SnapshotArgs),
+}
+
+/// Where GPU data comes from: real NVML or the simulator.
+#[derive(Debug, Clone, Args, Default)]
+pub struct SourceArgs {
+    /// Configuration file (every option and its default: config.toml in the repository).
+    #[arg(long, env = "GPU_SENTINEL_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Use the built-in simulated fleet instead of NVML.
+    #[arg(long)]
+    pub simulate: bool,
+    /// Number of simulated GPUs (overrides [simulation] gpus).
+    #[arg(long, value_name = "N")]
+    pub sim_gpus: Option<u32>,
+    /// Simulated seconds per wall-clock second (overrides [simulation] speed).
+    #[arg(long, value_name = "X")]
+    pub sim_speed: Option<f64>,
+    /// Path of libnvidia-ml.so.1 (overrides [collect] nvml_lib).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args, Default)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Address to serve on (overrides [export] listen; default 0.0.0.0:10400).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Print JSON (the snapshot model) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl SourceArgs {
+    /// The configuration file's contents (or the defaults) with the command line applied.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        if let Some(n) = self.sim_gpus {
+            anyhow::ensure!((1..=4096).contains(&n), "--sim-gpus {n} is outside 1..4096");
+            config.simulation.gpus = n;
+        }
+        if let Some(x) = self.sim_speed {
+            anyhow::ensure!(
+                x.is_finite() && x > 0.0,
+                "--sim-speed {x} must be a positive number"
+            );
+            config.simulation.speed = x;
+        }
+        if let Some(path) = &self.nvml_lib {
+            config.collect.nvml_lib = Some(path.clone());
+        }
+        Ok(config)
+    }
+}
+
+/// Runs the parsed command line.
+pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        None => run::run(&cli.run),
+        Some(Command::Run(args)) => run::run(&args),
+        Some(Command::CheckConfig { path }) => check_config(&path),
+        Some(Command::Snapshot(args)) => snapshot::snapshot(&args),
+    }
+}
+
+fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
+    Config::load(path)?;
+    println!("{}: ok", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_invocation_is_run_with_its_flags() {
+        let cli = Cli::try_parse_from(["gpu-sentinel", "--simulate", "--sim-gpus", "4"]).unwrap();
+        assert!(cli.command.is_none());
+        assert!(cli.run.source.simulate);
+        assert_eq!(cli.run.source.sim_gpus, Some(4));
+    }
+
+    #[test]
+    fn flags_override_the_config() {
+        let cli = Cli::try_parse_from([
+            "gpu-sentinel",
+            "run",
+            "--simulate",
+            "--sim-speed",
+            "600",
+            "--listen",
+            "127.0.0.1:9",
+        ])
+        .unwrap();
+        let Some(Command::Run(args)) = cli.command else {
+            panic!("expected run");
+        };
+        let config = args.source.config().unwrap();
+        assert_eq!(config.simulation.speed, 600.0);
+        assert_eq!(args.listen, Some("127.0.0.1:9".parse().unwrap()));
+    }
+
+    #[test]
+    fn bad_overrides_are_refused() {
+        let args = SourceArgs {
+            sim_gpus: Some(0),
+            ..Default::default()
+        };
+        assert!(args.config().is_err());
+    }
+}

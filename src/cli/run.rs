@@ -1,0 +1,89 @@
+//! `gpu-sentinel run`: collect on a thread, serve on a small async runtime, stop cleanly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::RunArgs;
+use crate::agent::{Collector, Latest};
+use crate::server::{self, ServerState};
+
+/// Worker threads of the HTTP runtime. Serving pre-rendered bytes needs little; more
+/// threads would only add memory on hosts whose cores belong to the GPUs' jobs.
+const HTTP_WORKERS: usize = 2;
+
+pub fn run(args: &RunArgs) -> anyhow::Result<()> {
+    let config = args.source.config()?;
+    let listen = args.listen.unwrap_or(config.export.listen);
+    // Open the source first: without NVML there is nothing to serve, and the operator
+    // should hear so within seconds, not after the server is up.
+    let source = crate::source::open(&config, args.source.simulate)?;
+    let options = crate::export::RenderOptions::from_config(&config.export);
+    let latest = Arc::new(Latest::default());
+    let collector = Collector::new(source, options, latest.clone());
+    let state = Arc::new(ServerState {
+        latest,
+        source: collector.describe(),
+        version: env!("CARGO_PKG_VERSION"),
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(HTTP_WORKERS)
+        .enable_all()
+        .thread_name("http")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = server::bind(listen).await?;
+        tracing::info!(
+            "serving http://{} from {}",
+            listener.local_addr().unwrap_or(listen),
+            state.source
+        );
+        let (stop_collector, stop_rx) = std::sync::mpsc::channel();
+        let collector = collector
+            .spawn(config.collect.interval, stop_rx)
+            .context("cannot start the collector thread")?;
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(server::serve(listener, state, shutdown_rx));
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        let _ = shutdown_tx.send(true);
+        drop(stop_collector);
+        let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        // A collection stuck in a driver call cannot be interrupted; don't wait on it forever.
+        let joined = tokio::task::spawn_blocking(move || collector.join());
+        if tokio::time::timeout(Duration::from_secs(5), joined)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the collector is stuck in a call; exiting without it");
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM (what Kubernetes and systemd send).
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

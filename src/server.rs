@@ -1,0 +1,206 @@
+//! The HTTP server: `/`, `/metrics`, `/healthz`, `/readyz`, `/api/v1/*`.
+//!
+//! Handlers only copy bytes rendered by the collector ([`crate::agent::Latest`]); none of
+//! them touches NVML or computes anything proportional to the fleet. Before the first
+//! collection `/metrics` and `/readyz` answer 503 — never an empty 200, which Prometheus
+//! would record as a healthy target with no GPUs.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::agent::Latest;
+use crate::export::CONTENT_TYPE as METRICS_CONTENT_TYPE;
+
+/// What the server needs to answer.
+#[derive(Debug)]
+pub struct ServerState {
+    pub latest: Arc<Latest>,
+    /// Shown on the landing page, e.g. "simulator (8 GPUs, 1x speed)".
+    pub source: String,
+    pub version: &'static str,
+}
+
+/// Serves until `shutdown` changes; returns the bound address through `bound` first.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<ServerState>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // Slow or stuck clients must not hold connections open forever.
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10));
+    let http = Arc::new(http);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Running out of file descriptors is transient; don't spin on it.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let http = http.clone();
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(route(&state, &req)) }
+            });
+            let conn = http.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                }
+                _ = shutdown.changed() => conn.as_mut().graceful_shutdown(),
+            }
+        });
+    }
+}
+
+/// Binds the listen address with a message that names it when that fails.
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {addr}: {e} (choose another with --listen or [export] listen)"
+        )
+    })
+}
+
+fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return resp;
+    }
+    let latest = state.latest.get();
+    let resp = match req.uri().path() {
+        "/" => landing(state),
+        "/metrics" => match latest {
+            Some(p) if accepts_gzip(req) && !p.metrics.gzip.is_empty() => {
+                let mut resp = bytes(StatusCode::OK, METRICS_CONTENT_TYPE, p.metrics.gzip.clone());
+                resp.headers_mut()
+                    .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                resp
+            }
+            Some(p) => bytes(StatusCode::OK, METRICS_CONTENT_TYPE, p.metrics.text.clone()),
+            None => not_ready(),
+        },
+        "/healthz" => match latest {
+            Some(p) => text(
+                StatusCode::OK,
+                &format!(
+                    "ok: last collection {:.1}s ago\n",
+                    p.published.elapsed().as_secs_f64()
+                ),
+            ),
+            None => text(StatusCode::OK, "ok: first collection running\n"),
+        },
+        "/readyz" => match latest {
+            Some(_) => text(StatusCode::OK, "ready\n"),
+            None => not_ready(),
+        },
+        "/api/v1/gpus" => match latest {
+            Some(p) => bytes(StatusCode::OK, "application/json", p.gpus_json.clone()),
+            None => not_ready(),
+        },
+        _ => text(StatusCode::NOT_FOUND, "not found; see /\n"),
+    };
+    if req.method() == Method::HEAD {
+        let (parts, _) = resp.into_parts();
+        return Response::from_parts(parts, Full::new(Bytes::new()));
+    }
+    resp
+}
+
+fn not_ready() -> Response<Full<Bytes>> {
+    let mut resp = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no collection has completed yet\n",
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
+/// True when the client accepts gzip (`Accept-Encoding: gzip`, not `gzip;q=0`).
+fn accepts_gzip(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+        })
+}
+
+fn landing(state: &ServerState) -> Response<Full<Bytes>> {
+    let page = format!(
+        "<!doctype html>\n<html><head><title>gpu-sentinel</title></head><body>\n\
+         <h1>gpu-sentinel {version}</h1>\n<p>Source: {source}</p>\n<ul>\n\
+         <li><a href=\"/metrics\">/metrics</a> Prometheus exposition</li>\n\
+         <li><a href=\"/api/v1/gpus\">/api/v1/gpus</a> each GPU's latest sample</li>\n\
+         <li><a href=\"/healthz\">/healthz</a> liveness</li>\n\
+         <li><a href=\"/readyz\">/readyz</a> readiness (after the first collection)</li>\n\
+         </ul>\n</body></html>\n",
+        version = state.version,
+        source = html_escape(&state.source),
+    );
+    bytes(
+        StatusCode::OK,
+        "text/html; charset=utf-8",
+        Bytes::from(page),
+    )
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    bytes(
+        status,
+        "text/plain; charset=utf-8",
+        Bytes::from(body.to_string()),
+    )
+}
+
+fn bytes(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(body));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}

@@ -1,0 +1,138 @@
+//! What the host adds to a GPU source: process owners from `/proc`, and the kernel log's
+//! XIDs merged with NVML's.
+//!
+//! [`HostSource`] wraps the NVML source. NVML knows which PIDs hold memory; only `/proc`
+//! knows whose they are and whether they still live (the raw material of ghost detection).
+//! NVML's XID event reports only the last of several XIDs; the kernel log has all of them,
+//! so both streams go through one [`XidDeduper`] and each error counts once.
+
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+
+use super::kmsg::{KmsgFollower, XidDeduper, resolve_gpu};
+use super::{Collection, FamilyHealth, Source};
+use crate::config::CollectConfig;
+use crate::model::XidEvent;
+use crate::procinfo::{self, ProcFs};
+
+/// A GPU source with the host's view added.
+pub struct HostSource {
+    inner: Box<dyn Source>,
+    procfs: Option<ProcFs>,
+    kmsg: Option<(KmsgFollower, Receiver<XidEvent>)>,
+    /// Why the kernel log is not followed, when it should be; reported as failed health.
+    kmsg_problem: Option<String>,
+    dedup: XidDeduper,
+    started: DateTime<Utc>,
+    /// Kernel-log XIDs from before this start seen so far (logged, not counted).
+    backlog_seen: usize,
+}
+
+/// Backlog XIDs logged one by one before the rest are only counted.
+const BACKLOG_LOGGED: usize = 20;
+
+impl HostSource {
+    pub fn new(inner: Box<dyn Source>, config: &CollectConfig) -> HostSource {
+        let procfs = config
+            .processes
+            .then(|| ProcFs::host().hide_arguments(!config.show_arguments));
+        let (kmsg, kmsg_problem) = match config.kmsg_path() {
+            None => (None, None),
+            Some(path) => {
+                let (tx, rx) = channel();
+                match KmsgFollower::spawn(path, tx) {
+                    Ok(follower) => (Some((follower, rx)), None),
+                    Err(e) => {
+                        // Not fatal: NVML's own XID events still arrive, and an agent that
+                        // refuses to start in a container without CAP_SYSLOG helps nobody.
+                        tracing::warn!("XIDs from the kernel log are off: {e}");
+                        (None, Some(e.to_string()))
+                    }
+                }
+            }
+        };
+        HostSource {
+            inner,
+            procfs,
+            kmsg,
+            kmsg_problem,
+            dedup: XidDeduper::default(),
+            started: Utc::now(),
+            backlog_seen: 0,
+        }
+    }
+
+    /// Kernel-log XIDs since the last tick. The backlog from before this start is logged
+    /// (an operator should hear of yesterday's XID 79) but not passed on: a restart must
+    /// not count, or alert on, the same errors again.
+    fn kernel_events(&mut self) -> Vec<XidEvent> {
+        let Some((_, rx)) = &self.kmsg else {
+            return Vec::new();
+        };
+        let mut fresh = Vec::new();
+        for event in rx.try_iter() {
+            if event.at >= self.started {
+                fresh.push(event);
+                continue;
+            }
+            self.backlog_seen += 1;
+            if self.backlog_seen <= BACKLOG_LOGGED {
+                tracing::warn!(
+                    "kernel log before start: XID {} ({}) on {} at {}",
+                    event.xid,
+                    crate::xid::description(event.xid),
+                    event.pci_bus_id.as_deref().unwrap_or("an unknown GPU"),
+                    event.at
+                );
+            } else if self.backlog_seen == BACKLOG_LOGGED + 1 {
+                tracing::warn!("kernel log before start: more XIDs, not logged one by one");
+            }
+        }
+        fresh
+    }
+}
+
+impl Source for HostSource {
+    fn collect(&mut self) -> Collection {
+        let mut collection = self.inner.collect();
+        let snapshot = &mut collection.snapshot;
+
+        let began = Instant::now();
+        if let Some(procfs) = &self.procfs {
+            procinfo::enrich(procfs, &mut snapshot.processes);
+        }
+        collection.health.families.push(FamilyHealth {
+            name: "procfs",
+            seconds: began.elapsed().as_secs_f64(),
+            success: true,
+        });
+
+        let began = Instant::now();
+        for event in std::mem::take(&mut snapshot.events) {
+            self.dedup.push(event);
+        }
+        for event in self.kernel_events() {
+            self.dedup.push(event);
+        }
+        snapshot.events = self.dedup.drain(snapshot.at);
+        for event in &mut snapshot.events {
+            resolve_gpu(event, &snapshot.gpus);
+        }
+        collection.health.families.push(FamilyHealth {
+            name: "kmsg",
+            seconds: began.elapsed().as_secs_f64(),
+            success: self.kmsg_problem.is_none(),
+        });
+        collection
+    }
+
+    fn describe(&self) -> String {
+        let kmsg = match &self.kmsg {
+            Some((follower, _)) => format!("XIDs also from {}", follower.path().display()),
+            None => "kernel log off".to_string(),
+        };
+        format!("{}; {kmsg}", self.inner.describe())
+    }
+}

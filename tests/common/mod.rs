@@ -1,0 +1,332 @@
+//! Runs the real `gpu-sentinel` binary for integration tests and talks HTTP to it.
+#![allow(dead_code)] // each test binary uses a different part of this harness
+
+use std::io::{Read, Write as _};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test, built by cargo for integration tests.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpu-sentinel"))
+}
+
+/// Runs the binary to completion with `args`.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the gpu-sentinel binary runs")
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A running `gpu-sentinel run`, killed when dropped.
+pub struct Agent {
+    pub child: Child,
+    pub base: String,
+    http: ureq::Agent,
+}
+
+/// A reply: status, headers we look at, body bytes.
+pub struct Reply {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+impl Agent {
+    /// Starts `gpu-sentinel run ARGS --listen 127.0.0.1:PORT` with extra environment.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Agent {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(binary());
+        cmd.arg("run")
+            .args(args)
+            .args(["--listen", &listen])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("the gpu-sentinel binary starts");
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        let agent = Agent {
+            child,
+            base: format!("http://{listen}"),
+            http,
+        };
+        agent.wait_until(Duration::from_secs(20), |a| a.try_get("/healthz").is_some());
+        agent
+    }
+
+    fn try_get(&self, path: &str) -> Option<Reply> {
+        self.request(path, &[])
+    }
+
+    /// GET with extra headers; None when the server is not reachable.
+    pub fn request(&self, path: &str, headers: &[(&str, &str)]) -> Option<Reply> {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let mut resp = req.call().ok()?;
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let content_type = header("content-type");
+        let content_encoding = header("content-encoding");
+        let status = resp.status().as_u16();
+        let mut body = Vec::new();
+        resp.body_mut().as_reader().read_to_end(&mut body).ok()?;
+        Some(Reply {
+            status,
+            content_type,
+            content_encoding,
+            body,
+        })
+    }
+
+    /// GET that must reach the server.
+    pub fn get(&self, path: &str) -> Reply {
+        self.request(path, &[])
+            .unwrap_or_else(|| panic!("GET {path}: server unreachable"))
+    }
+
+    /// Polls `ready` until it holds, panicking with the agent's stderr after `limit`.
+    pub fn wait_until(&self, limit: Duration, mut ready: impl FnMut(&Agent) -> bool) {
+        let began = Instant::now();
+        while began.elapsed() < limit {
+            if ready(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("condition not met within {limit:?}");
+    }
+
+    /// `/metrics` once the first collection is in.
+    pub fn metrics(&self) -> String {
+        self.wait_until(Duration::from_secs(20), |a| a.get("/readyz").status == 200);
+        self.get("/metrics").text()
+    }
+
+    /// Sends SIGTERM and returns the exit status and stderr.
+    pub fn stop(mut self) -> (std::process::ExitStatus, String) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let status = self.child.wait().expect("the agent exits");
+        let mut stderr = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = err.read_to_string(&mut stderr);
+        }
+        (status, stderr)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes `text` to a fresh file in a per-test temporary directory.
+pub fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "gpu-sentinel-test-{}-{}",
+        std::process::id(),
+        name.replace(['/', '.'], "_")
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("temp file");
+    path
+}
+
+/// The repository root (for config.toml and fixtures).
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `/metrics` samples of a family: `(labels, value)` for lines starting with `name{` or `name `.
+pub fn samples<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (labels, value) = if let Some(r) = rest.strip_prefix('{') {
+                let end = r.rfind('}')?;
+                (&r[..end], r[end + 1..].trim())
+            } else if rest.starts_with(' ') {
+                ("", rest.trim())
+            } else {
+                return None;
+            };
+            Some((labels, value.split(' ').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The path of an external tool the tests run for real (promtool, prometheus, …), or None
+/// to skip. With `GPU_SENTINEL_REQUIRE_TOOLS=1` (scripts/test.sh sets it) a missing tool
+/// fails the test instead: CI must never pass by skipping.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    });
+    if found.is_none() {
+        if std::env::var("GPU_SENTINEL_REQUIRE_TOOLS").as_deref() == Ok("1") {
+            panic!(
+                "{name} is required (GPU_SENTINEL_REQUIRE_TOOLS=1) but not on PATH; scripts/test.sh installs it"
+            );
+        }
+        eprintln!("skipping: {name} not on PATH (scripts/test.sh installs it)");
+    }
+    found
+}
+
+/// A real Prometheus server scraping `targets` every second, killed when dropped.
+pub struct Prometheus {
+    child: Child,
+    pub base: String,
+    http: ureq::Agent,
+    _dir: PathBuf,
+}
+
+impl Prometheus {
+    pub fn start(binary: &Path, targets: &[&str]) -> Prometheus {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("gpu-sentinel-prom-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("prometheus dir");
+        let list = targets
+            .iter()
+            .map(|t| format!("'{t}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gpu\n    static_configs:\n      - targets: [{list}]\n"
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus config");
+        let child = Command::new(binary)
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus starts");
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        Prometheus {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            http,
+            _dir: dir,
+        }
+    }
+
+    /// Result vector of an instant query (empty when Prometheus is not answering yet).
+    pub fn query(&self, expr: &str) -> Vec<serde_json::Value> {
+        let Ok(mut resp) = self
+            .http
+            .get(format!("{}/api/v1/query", self.base))
+            .query("query", expr)
+            .call()
+        else {
+            return Vec::new();
+        };
+        let Ok(body) = resp.body_mut().read_to_string() else {
+            return Vec::new();
+        };
+        let doc: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        assert_ne!(doc["status"], "error", "query {expr:?} failed: {body}");
+        doc["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Waits until every target has been scraped successfully.
+    pub fn wait_for_scrapes(&self, targets: usize) {
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(60) {
+            let up = self.query("up == 1");
+            if up.len() == targets {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        panic!("Prometheus did not scrape {targets} target(s) within 60s");
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}
+
+/// Runs `promtool check metrics` (plus `extra` flags) on `text`; returns its exit status
+/// and everything it printed.
+pub fn promtool_check(promtool: &Path, extra: &[&str], text: &str) -> (bool, String) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", promtool.display()));
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(text.as_bytes())
+            .unwrap_or_else(|e| panic!("cannot feed promtool: {e}"));
+    }
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("promtool did not finish: {e}"));
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), printed)
+}

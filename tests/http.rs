@@ -1,0 +1,105 @@
+//! The HTTP surface of `gpu-sentinel run --simulate`, through the real binary.
+
+mod common;
+
+use std::io::Read;
+
+use common::Agent;
+
+#[test]
+fn serves_metrics_plain_and_gzip() {
+    let agent = Agent::start(&["--simulate"], &[]);
+    let text = agent.metrics();
+    let plain = agent.get("/metrics");
+    assert_eq!(plain.status, 200);
+    assert_eq!(
+        plain.content_type.as_deref(),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(text.contains("gpu_up"), "{text}");
+
+    let zipped = agent
+        .request("/metrics", &[("Accept-Encoding", "gzip, deflate")])
+        .unwrap();
+    assert_eq!(zipped.content_encoding.as_deref(), Some("gzip"));
+    let mut unzipped = String::new();
+    flate2::read::GzDecoder::new(&zipped.body[..])
+        .read_to_string(&mut unzipped)
+        .expect("valid gzip");
+    assert!(unzipped.contains("gpu_up"));
+
+    let refused = agent
+        .request("/metrics", &[("Accept-Encoding", "gzip;q=0")])
+        .unwrap();
+    assert_eq!(refused.content_encoding, None);
+}
+
+#[test]
+fn api_gpus_lists_every_gpu_with_its_processes() {
+    let agent = Agent::start(&["--simulate", "--sim-gpus", "4"], &[]);
+    agent.metrics();
+    let reply = agent.get("/api/v1/gpus");
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.content_type.as_deref(), Some("application/json"));
+    let doc: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    let gpus = doc["gpus"].as_array().expect("gpus array");
+    assert_eq!(gpus.len(), 4);
+    assert!(gpus[0]["uuid"].as_str().unwrap().starts_with("GPU-"));
+    assert!(gpus[0]["processes"].is_array());
+}
+
+#[test]
+fn health_landing_and_errors() {
+    let agent = Agent::start(&["--simulate", "--sim-gpus", "1"], &[]);
+    agent.metrics();
+    assert_eq!(agent.get("/healthz").status, 200);
+    assert_eq!(agent.get("/readyz").status, 200);
+    let landing = agent.get("/");
+    assert_eq!(landing.status, 200);
+    assert!(landing.text().contains("href=\"/metrics\""));
+    assert_eq!(agent.get("/nope").status, 404);
+}
+
+#[test]
+fn stops_cleanly_on_sigterm() {
+    let agent = Agent::start(&["--simulate", "--sim-gpus", "2"], &[]);
+    agent.metrics();
+    let (status, stderr) = agent.stop();
+    assert!(status.success(), "exit {status:?}: {stderr}");
+}
+
+#[test]
+fn live_exposition_passes_promtool_and_has_every_simulated_family() {
+    let agent = Agent::start(&["--simulate"], &[]);
+    let text = agent.metrics();
+    if let Some(promtool) = common::tool("promtool") {
+        let (ok, printed) = common::promtool_check(&promtool, &[], &text);
+        assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
+    }
+    for family in [
+        "gpu_info",
+        "gpu_up",
+        "gpu_utilization_ratio",
+        "gpu_memory_used_bytes",
+        "gpu_temperature_celsius",
+        "gpu_memory_temperature_celsius",
+        "gpu_power_watts",
+        "gpu_energy_joules_total",
+        "gpu_clock_hertz",
+        "gpu_clock_event_active",
+        "gpu_ecc_errors_total",
+        "gpu_remapped_rows_total",
+        "gpu_pcie_replays_total",
+        "gpu_nvlink_errors_total",
+        "gpu_sm_active_ratio",
+        "gpu_process_memory_bytes",
+        "gpu_sentinel_build_info",
+        "gpu_sentinel_collect_duration_seconds",
+    ] {
+        assert!(
+            !common::samples(&text, family).is_empty(),
+            "{family} missing from /metrics"
+        );
+    }
+    assert_eq!(common::samples(&text, "gpu_up").len(), 8);
+}
