@@ -7,6 +7,8 @@
 //! checks the child's result. The library must be built first (`cargo build --workspace`,
 //! which scripts/test.sh runs); `FAKE_NVML_LIB` overrides where it is looked for.
 
+mod common;
+
 use std::ffi::CString;
 use std::os::raw::c_char;
 use std::path::{Path, PathBuf};
@@ -22,29 +24,6 @@ use gpu_sentinel::source::{Collection, Source};
 
 const CHILD_ENV: &str = "NVML_SOURCE_TEST_CHILD";
 
-/// Where the fake library is: `FAKE_NVML_LIB`, or next to this test binary's `deps/` folder
-/// (`target/debug/libfake_nvml.so`).
-fn fake_lib() -> PathBuf {
-    let path = match std::env::var_os("FAKE_NVML_LIB") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let exe = std::env::current_exe().expect("the test binary knows its path");
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("test binaries live in target/<profile>/deps");
-            profile_dir.join("libfake_nvml.so")
-        }
-    };
-    assert!(
-        path.is_file(),
-        "the fake NVML library is not built: {} does not exist.\n\
-         Build it with `cargo build --workspace` (scripts/test.sh does this before the tests), \
-         or point FAKE_NVML_LIB at libfake_nvml.so.",
-        path.display()
-    );
-    path
-}
 
 /// The fake library, loaded into this process to reach its test-only controls. dlopen of the
 /// same path returns the same instance nvml-wrapper uses, so both see one state.
@@ -55,7 +34,7 @@ struct Fake {
 
 impl Fake {
     fn load() -> Fake {
-        let path = fake_lib();
+        let path = common::fake_nvml_lib();
         // SAFETY: the fake's initialisers are Rust statics only; loading it runs no code.
         let lib = unsafe { libloading::Library::new(&path) }.expect("the fake library loads");
         Fake { lib, path }
@@ -132,7 +111,7 @@ fn isolated_with_env(name: &str, scenario: &str, env: &[(&str, &str)], body: imp
         body(&Fake::load());
         return;
     }
-    let lib = fake_lib();
+    let lib = common::fake_nvml_lib();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nvml_source");
     std::fs::create_dir_all(&dir).expect("the test scratch directory can be created");
     let path = dir.join(format!("{name}.toml"));

@@ -330,3 +330,27 @@ pub fn promtool_check(promtool: &Path, extra: &[&str], text: &str) -> (bool, Str
     );
     (output.status.success(), printed)
 }
+
+/// Where the fake library is: `FAKE_NVML_LIB`, or next to this test binary's `deps/` folder
+/// (`target/debug/libfake_nvml.so`).
+pub fn fake_nvml_lib() -> PathBuf {
+    let path = match std::env::var_os("FAKE_NVML_LIB") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().expect("the test binary knows its path");
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("test binaries live in target/<profile>/deps");
+            profile_dir.join("libfake_nvml.so")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "the fake NVML library is not built: {} does not exist.\n\
+         Build it with `cargo build --workspace` (scripts/test.sh does this before the tests), \
+         or point FAKE_NVML_LIB at libfake_nvml.so.",
+        path.display()
+    );
+    path
+}

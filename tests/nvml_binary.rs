@@ -1,0 +1,139 @@
+//! The real binary on the real NVML code path, through the fake NVML library: what an
+//! operator sees on `/metrics` when NVML is missing, slow, failing, or loses a GPU.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Agent, fake_nvml_lib, run, samples, temp_file};
+
+/// Starts `run --nvml-lib <fake>` with a scenario and the kernel log off (the host's
+/// /dev/kmsg has nothing to do with the simulated GPUs).
+fn start(name: &str, scenario: &str) -> Agent {
+    let lib = fake_nvml_lib();
+    let scenario = temp_file(&format!("{name}.toml"), scenario);
+    let config = temp_file(
+        &format!("{name}-config.toml"),
+        "[collect]\ninterval = \"500ms\"\nkmsg = \"off\"\n",
+    );
+    Agent::start(
+        &[
+            "--nvml-lib",
+            lib.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &[("FAKE_NVML_SCENARIO", scenario.to_str().unwrap())],
+    )
+}
+
+fn value(text: &str, family: &str, labels_contain: &str) -> Option<f64> {
+    samples(text, family)
+        .into_iter()
+        .find(|(labels, _)| labels.contains(labels_contain))
+        .map(|(_, v)| v)
+}
+
+#[test]
+fn without_nvml_run_exits_quickly_and_says_how_to_proceed() {
+    let began = Instant::now();
+    let out = run(&["run", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"]);
+    assert!(!out.status.success());
+    assert!(began.elapsed() < Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in ["NVML", "/nonexistent/libnvidia-ml.so.1", "--nvml-lib", "--simulate"] {
+        assert!(err.contains(needle), "{needle:?} missing from:\n{err}");
+    }
+}
+
+#[test]
+fn serves_every_gpu_through_the_nvml_path() {
+    let agent = start("plain", "[simulation]\ngpus = 4\n");
+    let text = agent.metrics();
+    assert_eq!(samples(&text, "gpu_up").len(), 4);
+    assert!(samples(&text, "gpu_up").iter().all(|(_, v)| *v == 1.0));
+    assert_eq!(value(&text, "gpu_sentinel_source_up", ""), Some(1.0));
+    assert!(!samples(&text, "gpu_memory_temperature_celsius").is_empty());
+    assert!(!samples(&text, "gpu_remapped_rows_total").is_empty());
+    // The simulated H100 has no fan: asked once, then left out, without failing anything.
+    assert!(samples(&text, "gpu_fan_speed_ratio").is_empty());
+    assert!(samples(&text, "gpu_sentinel_collector_success").iter().all(|(_, v)| *v == 1.0));
+}
+
+#[test]
+fn metrics_answer_503_until_the_first_collection_completes() {
+    let agent = start(
+        "slow",
+        "[simulation]\ngpus = 2\n[[fault]]\nfunction = \"nvmlDeviceGetPowerUsage\"\ndelay_ms = 3000\nuntil_seconds = 3.0\n",
+    );
+    let early = agent.get("/metrics");
+    assert_eq!(early.status, 503, "{}", early.text());
+    assert_eq!(agent.get("/readyz").status, 503);
+    assert_eq!(agent.get("/healthz").status, 200);
+    let text = agent.metrics();
+    assert_eq!(samples(&text, "gpu_up").len(), 2);
+}
+
+#[test]
+fn a_failing_call_degrades_one_family_and_is_counted() {
+    let agent = start(
+        "failing",
+        "[simulation]\ngpus = 2\n[[fault]]\ngpu = 1\nfunction = \"nvmlDeviceGetTotalEccErrors\"\nerror = \"UNKNOWN\"\n",
+    );
+    let text = agent.metrics();
+    assert_eq!(
+        value(&text, "gpu_sentinel_collector_success", "collector=\"ecc\""),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&text, "gpu_sentinel_collector_success", "collector=\"memory\""),
+        Some(1.0)
+    );
+    assert!(
+        value(&text, "gpu_sentinel_collect_errors_total", "nvmlDeviceGetTotalEccErrors")
+            .is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
+    // GPU 0 still has its ECC counters; GPU 1 has none; both are up.
+    assert!(value(&text, "gpu_ecc_errors_total", "gpu=\"0\"").is_some());
+    assert!(value(&text, "gpu_ecc_errors_total", "gpu=\"1\"").is_none());
+    assert!(samples(&text, "gpu_up").iter().all(|(_, v)| *v == 1.0));
+}
+
+#[test]
+fn a_gpu_lost_mid_run_is_down_and_the_others_keep_reporting() {
+    let agent = start(
+        "lost",
+        "[simulation]\ngpus = 3\n[[fault]]\ngpu = 2\nfunction = \"*\"\nerror = \"GPU_IS_LOST\"\nafter_seconds = 2.0\n",
+    );
+    let before = agent.metrics();
+    assert_eq!(value(&before, "gpu_up", "gpu=\"2\""), Some(1.0));
+    agent.wait_until(Duration::from_secs(20), |a| {
+        value(&a.get("/metrics").text(), "gpu_up", "gpu=\"2\"") == Some(0.0)
+    });
+    let after = agent.get("/metrics").text();
+    assert_eq!(value(&after, "gpu_up", "gpu=\"0\""), Some(1.0));
+    assert_eq!(value(&after, "gpu_up", "gpu=\"1\""), Some(1.0));
+    // The lost GPU keeps its identity on gpu_info, and loses its readings.
+    assert!(value(&after, "gpu_info", "gpu=\"2\"").is_some());
+    assert!(value(&after, "gpu_temperature_celsius", "gpu=\"2\"").is_none());
+    assert!(value(&after, "gpu_temperature_celsius", "gpu=\"1\"").is_some());
+}
+
+#[test]
+fn nvml_vanishing_marks_the_source_down_and_serving_goes_on() {
+    let agent = start(
+        "vanish",
+        "[simulation]\ngpus = 2\n[[fault]]\nfunction = \"*\"\nerror = \"UNINITIALIZED\"\nafter_seconds = 2.0\nuntil_seconds = 6.0\n",
+    );
+    agent.metrics();
+    agent.wait_until(Duration::from_secs(20), |a| {
+        value(&a.get("/metrics").text(), "gpu_sentinel_source_up", "") == Some(0.0)
+    });
+    assert_eq!(agent.get("/healthz").status, 200);
+    agent.wait_until(Duration::from_secs(30), |a| {
+        let text = a.get("/metrics").text();
+        value(&text, "gpu_sentinel_source_up", "") == Some(1.0)
+            && value(&text, "gpu_up", "gpu=\"1\"") == Some(1.0)
+    });
+}
