@@ -11,7 +11,9 @@ use gpu_sentinel::source::nvml::NvmlSource;
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let lib = args.next().ok_or_else(|| anyhow::anyhow!("usage: collect-cost LIB TICKS"))?;
+    let lib = args
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("usage: collect-cost LIB TICKS"))?;
     let ticks: u32 = args.next().unwrap_or_else(|| "20".into()).parse()?;
     let mut source = NvmlSource::open(Some(Path::new(&lib)))?;
     // The first tick reads identity and sets GPM and process baselines; time the steady state.

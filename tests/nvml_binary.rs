@@ -41,7 +41,12 @@ fn without_nvml_run_exits_quickly_and_says_how_to_proceed() {
     assert!(!out.status.success());
     assert!(began.elapsed() < Duration::from_secs(10));
     let err = String::from_utf8_lossy(&out.stderr);
-    for needle in ["NVML", "/nonexistent/libnvidia-ml.so.1", "--nvml-lib", "--simulate"] {
+    for needle in [
+        "NVML",
+        "/nonexistent/libnvidia-ml.so.1",
+        "--nvml-lib",
+        "--simulate",
+    ] {
         assert!(err.contains(needle), "{needle:?} missing from:\n{err}");
     }
 }
@@ -57,7 +62,11 @@ fn serves_every_gpu_through_the_nvml_path() {
     assert!(!samples(&text, "gpu_remapped_rows_total").is_empty());
     // The simulated H100 has no fan: asked once, then left out, without failing anything.
     assert!(samples(&text, "gpu_fan_speed_ratio").is_empty());
-    assert!(samples(&text, "gpu_sentinel_collector_success").iter().all(|(_, v)| *v == 1.0));
+    assert!(
+        samples(&text, "gpu_sentinel_collector_success")
+            .iter()
+            .all(|(_, v)| *v == 1.0)
+    );
 }
 
 #[test]
@@ -86,12 +95,20 @@ fn a_failing_call_degrades_one_family_and_is_counted() {
         Some(0.0)
     );
     assert_eq!(
-        value(&text, "gpu_sentinel_collector_success", "collector=\"memory\""),
+        value(
+            &text,
+            "gpu_sentinel_collector_success",
+            "collector=\"memory\""
+        ),
         Some(1.0)
     );
     assert!(
-        value(&text, "gpu_sentinel_collect_errors_total", "nvmlDeviceGetTotalEccErrors")
-            .is_some_and(|n| n >= 1.0),
+        value(
+            &text,
+            "gpu_sentinel_collect_errors_total",
+            "nvmlDeviceGetTotalEccErrors"
+        )
+        .is_some_and(|n| n >= 1.0),
         "{text}"
     );
     // GPU 0 still has its ECC counters; GPU 1 has none; both are up.

@@ -24,7 +24,6 @@ use gpu_sentinel::source::{Collection, Source};
 
 const CHILD_ENV: &str = "NVML_SOURCE_TEST_CHILD";
 
-
 /// The fake library, loaded into this process to reach its test-only controls. dlopen of the
 /// same path returns the same instance nvml-wrapper uses, so both see one state.
 struct Fake {
