@@ -6,6 +6,7 @@
 //! default). Secrets never live in the file: options ending in `_env` name an environment
 //! variable instead.
 
+mod analysis;
 mod locate;
 
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+pub use analysis::{CapacityConfig, CostConfig, IdleConfig, OWNER_KINDS, RiskConfig};
 pub use locate::Problem;
 
 /// The whole configuration file.
@@ -24,6 +26,10 @@ pub struct Config {
     pub export: ExportConfig,
     pub state: StateConfig,
     pub simulation: SimulationConfig,
+    pub risk: RiskConfig,
+    pub idle: IdleConfig,
+    pub cost: CostConfig,
+    pub capacity: CapacityConfig,
 }
 
 /// `[collect]`: how and how often GPUs are read.
@@ -260,6 +266,12 @@ impl Config {
                 ));
             }
         }
+        out.extend(analysis::problems(
+            &self.risk,
+            &self.idle,
+            &self.cost,
+            &self.capacity,
+        ));
         out
     }
 }

@@ -1,0 +1,304 @@
+//! Scaling and placement advice for this node.
+//!
+//! Scaling follows the rule operators use: when more than `busy_share` of the GPUs average
+//! above `busy_utilization` over the window, advise scaling out; when more than `idle_share`
+//! average below `idle_utilization`, advise scaling in. New advice must hold for `hold`
+//! before it replaces the current one, so it does not flap with the load. The recommended
+//! count is the demand (the GPUs' summed mean utilization, in whole-GPU equivalents) times
+//! the buffer, rounded up.
+//!
+//! Placement answers what a scheduler asks before sending a job here: how many GPUs are
+//! free, the largest free memory, how much free memory is stranded on partly used GPUs,
+//! and whether an N-GPU job needing M bytes per GPU fits now (best fit: the smallest
+//! sufficient holes are used, keeping large ones for large jobs).
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CapacityConfig, IdleConfig};
+use crate::model::Snapshot;
+
+/// Direction of scaling advice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Out,
+    In,
+    #[default]
+    Hold,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Out => "out",
+            Direction::In => "in",
+            Direction::Hold => "hold",
+        }
+    }
+
+    pub const ALL: [Direction; 3] = [Direction::Out, Direction::In, Direction::Hold];
+}
+
+/// What scaling advice remembers between steps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapacityState {
+    pub current: Direction,
+    /// Unix seconds since which `current` holds.
+    pub since: Option<i64>,
+    /// A different direction the load points at, and since when.
+    pub candidate: Option<(Direction, i64)>,
+}
+
+/// Scaling advice at one step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Advice {
+    pub direction: Direction,
+    /// GPUs answering and measured over the window.
+    pub gpus: usize,
+    /// Share of them averaging above the busy threshold.
+    pub busy_share: f64,
+    /// Share of them averaging below the idle threshold.
+    pub idle_share: f64,
+    /// Summed mean utilization: the work, in whole GPUs.
+    pub demand_gpus: f64,
+    /// GPUs the demand needs with the buffer.
+    pub recommended_gpus: usize,
+    /// Why, in one sentence.
+    pub reason: String,
+}
+
+/// Advice from each answering GPU's mean utilization over the window (None: no data).
+pub fn advise(
+    state: &mut CapacityState,
+    now: i64,
+    utilization: &[Option<f64>],
+    config: &CapacityConfig,
+) -> Advice {
+    let means: Vec<f64> = utilization.iter().flatten().copied().collect();
+    let n = means.len();
+    let share = |pred: &dyn Fn(f64) -> bool| {
+        if n == 0 {
+            0.0
+        } else {
+            means.iter().filter(|&&u| pred(u)).count() as f64 / n as f64
+        }
+    };
+    let busy_share = share(&|u| u > config.busy_utilization);
+    let idle_share = share(&|u| u < config.idle_utilization);
+    let demand: f64 = means.iter().sum();
+    let raw = if n == 0 {
+        Direction::Hold
+    } else if busy_share > config.busy_share {
+        Direction::Out
+    } else if idle_share > config.idle_share {
+        Direction::In
+    } else {
+        Direction::Hold
+    };
+
+    if raw == state.current {
+        state.candidate = None;
+    } else {
+        let since = match state.candidate {
+            Some((dir, since)) if dir == raw => since,
+            _ => now,
+        };
+        state.candidate = Some((raw, since));
+        if now - since >= config.hold.as_secs() as i64 {
+            state.current = raw;
+            state.since = Some(now);
+            state.candidate = None;
+        }
+    }
+    if state.since.is_none() {
+        state.since = Some(now);
+    }
+
+    let needed = ((demand * config.buffer).ceil() as usize).max(1);
+    let recommended_gpus = match state.current {
+        Direction::Out => needed.max(n + 1),
+        Direction::In => needed.min(n.saturating_sub(1)).max(1),
+        Direction::Hold => n,
+    };
+    let reason = match state.current {
+        Direction::Out => format!(
+            "{:.0}% of {n} GPUs averaged above {:.0}% utilization; demand {demand:.1} GPUs × {:.1} buffer",
+            busy_share * 100.0,
+            config.busy_utilization * 100.0,
+            config.buffer
+        ),
+        Direction::In => format!(
+            "{:.0}% of {n} GPUs averaged below {:.0}% utilization; demand {demand:.1} GPUs × {:.1} buffer",
+            idle_share * 100.0,
+            config.idle_utilization * 100.0,
+            config.buffer
+        ),
+        Direction::Hold => format!("load within bounds on {n} GPUs; demand {demand:.1} GPUs"),
+    };
+    Advice {
+        direction: state.current,
+        gpus: n,
+        busy_share,
+        idle_share,
+        demand_gpus: demand,
+        recommended_gpus,
+        reason,
+    }
+}
+
+/// One GPU as placement sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Slot {
+    pub index: u32,
+    pub free_bytes: u64,
+    /// Held by a process or memory above the floor.
+    pub allocated: bool,
+}
+
+/// What a job could get on this node now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Placement {
+    /// GPUs answering with nothing allocated.
+    pub free_gpus: usize,
+    pub largest_free_memory_bytes: u64,
+    /// Share of free memory that sits on partly used GPUs (0 = none stranded).
+    pub fragmentation_ratio: f64,
+    pub slots: Vec<Slot>,
+}
+
+impl Placement {
+    /// The answering GPUs of a snapshot.
+    pub fn of(snapshot: &Snapshot, idle: &IdleConfig) -> Placement {
+        let floor = idle.memory_floor_mib << 20;
+        let slots: Vec<Slot> = snapshot
+            .gpus
+            .iter()
+            .filter(|g| g.up)
+            .filter_map(|g| {
+                let free_bytes = g.memory.free_bytes?;
+                let has_process = snapshot
+                    .processes
+                    .iter()
+                    .any(|p| p.uuid == g.uuid || (p.uuid.is_empty() && p.gpu == g.index));
+                let allocated = has_process || g.memory.used_bytes.is_some_and(|u| u > floor);
+                Some(Slot {
+                    index: g.index,
+                    free_bytes,
+                    allocated,
+                })
+            })
+            .collect();
+        let total_free: u64 = slots.iter().map(|s| s.free_bytes).sum();
+        let stranded: u64 = slots
+            .iter()
+            .filter(|s| s.allocated)
+            .map(|s| s.free_bytes)
+            .sum();
+        Placement {
+            free_gpus: slots.iter().filter(|s| !s.allocated).count(),
+            largest_free_memory_bytes: slots.iter().map(|s| s.free_bytes).max().unwrap_or(0),
+            fragmentation_ratio: if total_free == 0 {
+                0.0
+            } else {
+                stranded as f64 / total_free as f64
+            },
+            slots,
+        }
+    }
+
+    /// GPUs for a job of `gpus` GPUs needing `memory_bytes` each, best fit; None if it
+    /// does not fit now. `exclusive` jobs take only unallocated GPUs.
+    pub fn fit(&self, gpus: usize, memory_bytes: u64, exclusive: bool) -> Option<Vec<u32>> {
+        let mut candidates: Vec<&Slot> = self
+            .slots
+            .iter()
+            .filter(|s| s.free_bytes >= memory_bytes && !(exclusive && s.allocated))
+            .collect();
+        if gpus == 0 || candidates.len() < gpus {
+            return None;
+        }
+        candidates.sort_by_key(|s| (s.free_bytes, s.index));
+        let mut chosen: Vec<u32> = candidates[..gpus].iter().map(|s| s.index).collect();
+        chosen.sort_unstable();
+        Some(chosen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{GpuSample, Memory, ProcessSample};
+
+    fn config() -> CapacityConfig {
+        CapacityConfig::default()
+    }
+
+    #[test]
+    fn busy_fleet_advises_out_only_after_the_hold() {
+        let mut state = CapacityState::default();
+        let busy = vec![Some(0.95); 8];
+        let first = advise(&mut state, 0, &busy, &config());
+        assert_eq!(first.direction, Direction::Hold, "not before the hold");
+        let later = advise(&mut state, 31 * 60, &busy, &config());
+        assert_eq!(later.direction, Direction::Out);
+        // 8 × 0.95 = 7.6 GPUs of work × 1.3 = 9.88 → 10.
+        assert_eq!(later.recommended_gpus, 10);
+    }
+
+    #[test]
+    fn advice_does_not_flap_with_short_swings() {
+        let mut state = CapacityState::default();
+        advise(&mut state, 0, &[Some(0.05); 8], &config());
+        let in_ = advise(&mut state, 1800, &[Some(0.05); 8], &config());
+        assert_eq!(in_.direction, Direction::In);
+        assert_eq!(in_.recommended_gpus, 1);
+        // Twenty busy minutes are not enough to leave "in".
+        advise(&mut state, 1900, &[Some(0.5); 8], &config());
+        let still = advise(&mut state, 1900 + 20 * 60, &[Some(0.5); 8], &config());
+        assert_eq!(still.direction, Direction::In);
+        let back = advise(&mut state, 1900 + 31 * 60, &[Some(0.5); 8], &config());
+        assert_eq!(back.direction, Direction::Hold);
+    }
+
+    fn snapshot() -> Snapshot {
+        let gib = 1u64 << 30;
+        let gpu = |i: u32, free: u64, used: u64| GpuSample {
+            index: i,
+            uuid: format!("GPU-{i}"),
+            up: true,
+            memory: Memory {
+                free_bytes: Some(free * gib),
+                used_bytes: Some(used * gib),
+                ..Memory::default()
+            },
+            ..GpuSample::default()
+        };
+        Snapshot {
+            gpus: vec![gpu(0, 80, 0), gpu(1, 20, 60), gpu(2, 80, 0), gpu(3, 40, 40)],
+            processes: vec![ProcessSample {
+                gpu: 1,
+                uuid: "GPU-1".into(),
+                ..ProcessSample::default()
+            }],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn placement_counts_free_gpus_and_stranded_memory() {
+        let p = Placement::of(&snapshot(), &IdleConfig::default());
+        assert_eq!(p.free_gpus, 2);
+        assert_eq!(p.largest_free_memory_bytes, 80 << 30);
+        // 60 GiB of 220 GiB free sits on partly used GPUs.
+        assert!((p.fragmentation_ratio - 60.0 / 220.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn best_fit_keeps_large_holes_for_large_jobs() {
+        let p = Placement::of(&snapshot(), &IdleConfig::default());
+        let gib = 1u64 << 30;
+        assert_eq!(p.fit(1, 30 * gib, false), Some(vec![3]));
+        assert_eq!(p.fit(2, 30 * gib, true), Some(vec![0, 2]));
+        assert_eq!(p.fit(3, 50 * gib, false), None);
+    }
+}

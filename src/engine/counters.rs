@@ -1,0 +1,103 @@
+//! Turning cumulative hardware counters into per-sample deltas.
+//!
+//! NVML's counters are cumulative, but they reset: volatile ECC counts and the PCIe replay
+//! counter start again from zero when the driver reloads or the GPU resets, and a GPU
+//! that was lost may come back with fresh counters. A counter that goes down is taken as
+//! a reset, and its new value as the increase since then (what Prometheus's `rate()` does).
+
+use serde::{Deserialize, Serialize};
+
+use super::window::Deltas;
+use crate::model::GpuSample;
+
+/// The last value seen of each counter the engine differentiates.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    corrected: Option<u64>,
+    uncorrected: Option<u64>,
+    pcie_replays: Option<u64>,
+    nvlink_errors: Option<u64>,
+}
+
+impl Counters {
+    /// Deltas since the previous sample; XIDs and failed calls are not counters and are
+    /// filled by the caller.
+    pub fn update(&mut self, sample: &GpuSample) -> Deltas {
+        // Volatile counts when present (they move with the driver); aggregate otherwise,
+        // e.g. in nvidia-smi logs that only carry the aggregate column.
+        let corrected = sample
+            .ecc
+            .corrected_volatile
+            .or(sample.ecc.corrected_aggregate);
+        let uncorrected = sample
+            .ecc
+            .uncorrected_volatile
+            .or(sample.ecc.uncorrected_aggregate);
+        let nvlink = (!sample.nvlink.is_empty()).then(|| {
+            sample
+                .nvlink
+                .iter()
+                .map(|l| l.replay + l.recovery + l.crc_flit + l.crc_data)
+                .sum()
+        });
+        Deltas {
+            ecc_corrected: delta(&mut self.corrected, corrected),
+            ecc_uncorrected: delta(&mut self.uncorrected, uncorrected),
+            pcie_replays: delta(&mut self.pcie_replays, sample.pcie.replay_counter),
+            nvlink_errors: delta(&mut self.nvlink_errors, nvlink),
+            ..Deltas::default()
+        }
+    }
+}
+
+/// Increase from `last` to `now`, remembering `now`. The first value, and a missing one,
+/// add nothing: only change observed by this agent counts.
+fn delta(last: &mut Option<u64>, now: Option<u64>) -> f64 {
+    let Some(now) = now else {
+        return 0.0;
+    };
+    let increase = match *last {
+        None => 0,
+        Some(prev) if now >= prev => now - prev,
+        // Went down: a reset; everything counted since then is new.
+        Some(_) => now,
+    };
+    *last = Some(now);
+    increase as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(corrected: u64, replays: Option<u64>) -> GpuSample {
+        let mut s = GpuSample::default();
+        s.ecc.corrected_volatile = Some(corrected);
+        s.pcie.replay_counter = replays;
+        s
+    }
+
+    #[test]
+    fn first_sample_sets_the_baseline() {
+        let mut c = Counters::default();
+        assert_eq!(c.update(&sample(500, Some(7))).ecc_corrected, 0.0);
+        let d = c.update(&sample(503, Some(9)));
+        assert_eq!((d.ecc_corrected, d.pcie_replays), (3.0, 2.0));
+    }
+
+    #[test]
+    fn a_reset_counts_the_new_value() {
+        let mut c = Counters::default();
+        c.update(&sample(500, None));
+        assert_eq!(c.update(&sample(4, None)).ecc_corrected, 4.0);
+        assert_eq!(c.update(&sample(6, None)).ecc_corrected, 2.0);
+    }
+
+    #[test]
+    fn a_missing_value_keeps_the_baseline() {
+        let mut c = Counters::default();
+        c.update(&sample(1, Some(10)));
+        assert_eq!(c.update(&sample(1, None)).pcie_replays, 0.0);
+        assert_eq!(c.update(&sample(1, Some(12))).pcie_replays, 2.0);
+    }
+}

@@ -1,0 +1,338 @@
+//! Idle time, allocated-but-idle GPUs, ghost and long-running processes.
+//!
+//! The rules follow what peers use in the field. A GPU is *allocated but idle* when its
+//! memory is held while every sample of the window stays under the threshold (dstack's
+//! "every sample" rule, not an average that one burst can satisfy); a GPU with nothing
+//! held is *unused*: free capacity, not wasted allocation. A *ghost* is a process that
+//! holds memory with 0% SM for the whole window while its PID is gone, a zombie, or an
+//! orphan. Where no process list exists (nvidia-smi logs), memory in use above a floor
+//! stands for an allocation.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::IdleConfig;
+use crate::model::{GpuSample, Liveness, ProcessSample};
+
+/// What idle tracking remembers about one GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IdleState {
+    /// Start (unix seconds) of the current run of idle samples.
+    idle_since: Option<i64>,
+    /// Start of the current run of idle samples while memory was held.
+    allocated_idle_since: Option<i64>,
+    /// Per PID: start of its current run of 0% SM while holding memory.
+    zero_sm_since: BTreeMap<u32, i64>,
+}
+
+/// A process worth an operator's attention, with its owner.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ProcessFinding {
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub liveness: Liveness,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_seconds: Option<f64>,
+    /// How long it has held memory with 0% SM.
+    pub idle_seconds: f64,
+}
+
+impl ProcessFinding {
+    fn of(p: &ProcessSample, idle_seconds: f64) -> ProcessFinding {
+        ProcessFinding {
+            pid: p.pid,
+            memory_bytes: p.used_memory_bytes,
+            user: p.user.clone(),
+            process: p.process.clone(),
+            command: p.command.clone(),
+            container: p.container.clone(),
+            pod: p.pod.clone(),
+            namespace: p.namespace.clone(),
+            liveness: p.liveness,
+            runtime_seconds: p.runtime_seconds,
+            idle_seconds,
+        }
+    }
+
+    /// Who to talk to about it: `namespace/pod`, else the user, else the PID.
+    pub fn owner(&self) -> String {
+        match (&self.namespace, &self.pod, &self.user) {
+            (Some(ns), Some(pod), _) => format!("{ns}/{pod}"),
+            (None, Some(pod), _) => format!("pod {pod}"),
+            (_, _, Some(user)) => user.clone(),
+            _ => format!("pid {}", self.pid),
+        }
+    }
+}
+
+/// Idle findings of one GPU at one step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct IdleFindings {
+    /// This sample is under the idle threshold.
+    pub idle_now: bool,
+    /// Consecutive idle time, seconds.
+    pub idle_seconds: f64,
+    /// Someone holds memory on the GPU now.
+    pub allocated: bool,
+    /// Memory held while every sample of the window was idle.
+    pub allocated_idle: bool,
+    /// Consecutive idle time while memory was held, seconds.
+    pub allocated_idle_seconds: f64,
+    /// Nothing held and idle: free capacity.
+    pub unused: bool,
+    pub ghosts: Vec<ProcessFinding>,
+    pub long_running: Vec<ProcessFinding>,
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Updates `state` with one sample and returns what holds now.
+pub fn update(
+    state: &mut IdleState,
+    now: i64,
+    sample: &GpuSample,
+    processes: &[&ProcessSample],
+    config: &IdleConfig,
+) -> IdleFindings {
+    if !sample.up {
+        // A GPU that does not answer is neither idle nor busy; start over when it returns.
+        *state = IdleState::default();
+        return IdleFindings::default();
+    }
+    let window = config.window.as_secs() as i64;
+    let idle_now = sample.utilization.gpu.is_some_and(|u| u < config.threshold);
+    let held_by_processes = processes
+        .iter()
+        .any(|p| p.used_memory_bytes.is_none_or(|b| b > 0));
+    let held_memory = sample
+        .memory
+        .used_bytes
+        .is_some_and(|used| used > config.memory_floor_mib * MIB);
+    let allocated = held_by_processes || held_memory;
+
+    state.idle_since = if idle_now {
+        Some(state.idle_since.unwrap_or(now))
+    } else {
+        None
+    };
+    state.allocated_idle_since = if idle_now && allocated {
+        Some(state.allocated_idle_since.unwrap_or(now))
+    } else {
+        None
+    };
+    let idle_seconds = state.idle_since.map_or(0.0, |s| (now - s) as f64);
+    let allocated_idle_seconds = state.allocated_idle_since.map_or(0.0, |s| (now - s) as f64);
+
+    let mut ghosts = Vec::new();
+    let mut long_running = Vec::new();
+    let mut zero_sm = BTreeMap::new();
+    for p in processes {
+        let holds = p.used_memory_bytes.is_none_or(|b| b > 0);
+        // NVML reports utilization only for processes that ran since the last sample.
+        let computing = p.sm_utilization.is_some_and(|u| u > 0.0);
+        if holds && !computing {
+            let since = state.zero_sm_since.get(&p.pid).copied().unwrap_or(now);
+            zero_sm.insert(p.pid, since);
+            let dead = matches!(
+                p.liveness,
+                Liveness::Gone | Liveness::Zombie | Liveness::Orphaned
+            );
+            if dead && now - since >= window {
+                ghosts.push(ProcessFinding::of(p, (now - since) as f64));
+            }
+        }
+        if p.runtime_seconds
+            .is_some_and(|r| r >= config.long_running.as_secs_f64())
+        {
+            let idle = zero_sm.get(&p.pid).map_or(0.0, |s| (now - s) as f64);
+            long_running.push(ProcessFinding::of(p, idle));
+        }
+    }
+    // PIDs that left the GPU are forgotten, so the map stays as small as the process list.
+    state.zero_sm_since = zero_sm;
+
+    IdleFindings {
+        idle_now,
+        idle_seconds,
+        allocated,
+        allocated_idle: allocated && allocated_idle_seconds >= window as f64,
+        allocated_idle_seconds,
+        unused: idle_now && !allocated,
+        ghosts,
+        long_running,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn gpu(util: f64, used: u64) -> GpuSample {
+        let mut s = GpuSample {
+            up: true,
+            ..GpuSample::default()
+        };
+        s.utilization.gpu = Some(util);
+        s.memory.used_bytes = Some(used);
+        s
+    }
+
+    fn process(pid: u32, sm: Option<f64>, liveness: Liveness) -> ProcessSample {
+        ProcessSample {
+            pid,
+            used_memory_bytes: Some(20 * GIB),
+            sm_utilization: sm,
+            user: Some("alice".into()),
+            liveness,
+            runtime_seconds: Some(3600.0),
+            ..ProcessSample::default()
+        }
+    }
+
+    fn config() -> IdleConfig {
+        IdleConfig::default()
+    }
+
+    #[test]
+    fn allocated_idle_needs_every_sample_of_the_window() {
+        let mut state = IdleState::default();
+        let p = process(10, Some(0.0), Liveness::Running);
+        let mut last = IdleFindings::default();
+        for minute in 0..=30 {
+            // One busy sample at minute 10 restarts the window.
+            let util = if minute == 10 { 0.5 } else { 0.01 };
+            last = update(
+                &mut state,
+                minute * 60,
+                &gpu(util, 21 * GIB),
+                &[&p],
+                &config(),
+            );
+        }
+        assert!(
+            !last.allocated_idle,
+            "only 20 idle minutes since the busy sample"
+        );
+        for minute in 31..=41 {
+            last = update(
+                &mut state,
+                minute * 60,
+                &gpu(0.01, 21 * GIB),
+                &[&p],
+                &config(),
+            );
+        }
+        assert!(last.allocated_idle);
+        assert_eq!(last.allocated_idle_seconds, 30.0 * 60.0);
+        assert!(!last.unused);
+    }
+
+    #[test]
+    fn a_gpu_with_nothing_held_is_unused_not_wasted() {
+        let mut state = IdleState::default();
+        let mut last = IdleFindings::default();
+        for minute in 0..=60 {
+            last = update(&mut state, minute * 60, &gpu(0.0, 0), &[], &config());
+        }
+        assert!(last.unused && !last.allocated && !last.allocated_idle);
+        assert_eq!(last.idle_seconds, 3600.0);
+    }
+
+    #[test]
+    fn memory_above_the_floor_stands_for_an_allocation_without_a_process_list() {
+        let mut state = IdleState::default();
+        let mut last = IdleFindings::default();
+        for minute in 0..=30 {
+            last = update(&mut state, minute * 60, &gpu(0.0, 30 * GIB), &[], &config());
+        }
+        assert!(last.allocated_idle);
+    }
+
+    #[test]
+    fn a_dead_process_holding_memory_becomes_a_ghost_after_the_window() {
+        let mut state = IdleState::default();
+        let alive = process(10, None, Liveness::Running);
+        let ghost = process(11, None, Liveness::Gone);
+        let mut last = IdleFindings::default();
+        for minute in 0..=30 {
+            last = update(
+                &mut state,
+                minute * 60,
+                &gpu(0.0, 41 * GIB),
+                &[&alive, &ghost],
+                &config(),
+            );
+            if minute < 30 {
+                assert!(
+                    last.ghosts.is_empty(),
+                    "not before the window at minute {minute}"
+                );
+            }
+        }
+        assert_eq!(last.ghosts.len(), 1);
+        assert_eq!(last.ghosts[0].pid, 11);
+        assert_eq!(last.ghosts[0].owner(), "alice");
+    }
+
+    #[test]
+    fn computing_resets_a_ghost_candidate() {
+        let mut state = IdleState::default();
+        let orphan_idle = process(12, Some(0.0), Liveness::Orphaned);
+        let orphan_busy = process(12, Some(0.3), Liveness::Orphaned);
+        for minute in 0..20 {
+            update(
+                &mut state,
+                minute * 60,
+                &gpu(0.0, 21 * GIB),
+                &[&orphan_idle],
+                &config(),
+            );
+        }
+        update(
+            &mut state,
+            20 * 60,
+            &gpu(0.3, 21 * GIB),
+            &[&orphan_busy],
+            &config(),
+        );
+        let mut last = IdleFindings::default();
+        for minute in 21..45 {
+            last = update(
+                &mut state,
+                minute * 60,
+                &gpu(0.0, 21 * GIB),
+                &[&orphan_idle],
+                &config(),
+            );
+        }
+        assert!(
+            last.ghosts.is_empty(),
+            "24 idle minutes since it last computed"
+        );
+    }
+
+    #[test]
+    fn long_running_processes_are_listed() {
+        let mut state = IdleState::default();
+        let mut p = process(13, Some(0.9), Liveness::Running);
+        p.runtime_seconds = Some(25.0 * 3600.0);
+        let f = update(&mut state, 0, &gpu(0.9, 21 * GIB), &[&p], &config());
+        assert_eq!(f.long_running.len(), 1);
+    }
+}

@@ -1,0 +1,425 @@
+//! The analysis engine: a pure step from (state, snapshot) to (state, findings).
+//!
+//! No I/O and no clock reads happen here: time comes from the snapshot, so a replay of a
+//! recording gives exactly the findings the live agent gave, as fast as the CPU allows.
+//! State is bounded (rolling windows of downsampled aggregates per GPU, see [`window`])
+//! and serialisable, so the agent persists it in the state directory ([`store`]) and a
+//! restart does not forget a week of evidence.
+//!
+//! - [`risk`]: failure-risk features and the logistic model, with rules for known-bad states;
+//! - [`idle`]: idle time, allocated-but-idle GPUs, ghost and long-running processes;
+//! - [`cost`]: what busy and idle time cost, and GPU-seconds per owner;
+//! - [`capacity`]: scaling advice with hysteresis, and placement on this node.
+
+pub mod capacity;
+pub mod cost;
+mod counters;
+pub mod idle;
+pub mod risk;
+pub mod store;
+pub mod window;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CapacityConfig, CostConfig, IdleConfig};
+use crate::model::{ClockEvents, GpuSample, ProcessSample, Snapshot};
+use counters::Counters;
+use window::{Deltas, Point, Windows};
+
+/// Longest gap between two samples of a GPU that still counts as observed time. Beyond
+/// it (the agent was down, the log has a hole) the time is not attributed to anything.
+const MAX_GAP_SECONDS: f64 = 600.0;
+
+/// How long a GPU may be missing from snapshots before it counts as lost.
+const VANISHED_AFTER_SECONDS: i64 = 120;
+
+/// Hardware XIDs remembered per GPU for reasons and rules.
+const RECENT_XIDS: usize = 64;
+
+/// Everything the engine needs besides the snapshots.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub risk_model: risk::RiskModel,
+    pub risk_threshold: f64,
+    pub idle: IdleConfig,
+    pub cost: CostConfig,
+    pub capacity: CapacityConfig,
+}
+
+impl EngineConfig {
+    /// The engine settings of a configuration file; loads the risk model it names.
+    pub fn from_config(config: &crate::config::Config) -> anyhow::Result<EngineConfig> {
+        let risk_model = match &config.risk.model {
+            Some(path) => risk::RiskModel::load(path)?,
+            None => risk::RiskModel::shipped(),
+        };
+        Ok(EngineConfig {
+            risk_model,
+            risk_threshold: config.risk.threshold,
+            idle: config.idle.clone(),
+            cost: config.cost.clone(),
+            capacity: config.capacity.clone(),
+        })
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            risk_model: risk::RiskModel::shipped(),
+            risk_threshold: 0.7,
+            idle: IdleConfig::default(),
+            cost: CostConfig::default(),
+            capacity: CapacityConfig::default(),
+        }
+    }
+}
+
+/// What the engine remembers about one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuState {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub pci_bus_id: String,
+    /// Unix seconds of the last sample of this GPU, up or not.
+    pub last_seen: i64,
+    /// Unix seconds of the last sample in which the GPU answered.
+    pub last_up: Option<i64>,
+    pub windows: Windows,
+    counters: Counters,
+    pub idle: idle::IdleState,
+    pub cost: cost::CostState,
+    /// Hardware-fault XIDs with their unix time, newest last.
+    pub recent_xids: VecDeque<(i64, u32)>,
+    /// The GPU answered at some point and then stopped answering or vanished.
+    pub lost: bool,
+}
+
+impl GpuState {
+    fn new(sample: &GpuSample, at: i64) -> GpuState {
+        GpuState {
+            index: sample.index,
+            uuid: sample.uuid.clone(),
+            name: sample.name.clone(),
+            pci_bus_id: sample.pci_bus_id.clone(),
+            last_seen: at,
+            last_up: None,
+            windows: Windows::default(),
+            counters: Counters::default(),
+            idle: idle::IdleState::default(),
+            cost: cost::CostState::default(),
+            recent_xids: VecDeque::new(),
+            lost: false,
+        }
+    }
+}
+
+/// The engine's whole memory: what [`store`] persists.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineState {
+    /// Format version of the persisted state.
+    pub version: u32,
+    /// By GPU UUID.
+    pub gpus: BTreeMap<String, GpuState>,
+    pub capacity: capacity::CapacityState,
+    /// Unix seconds of the last snapshot.
+    pub last_at: Option<i64>,
+}
+
+/// Current format of [`EngineState`]; state of another version is discarded with a warning.
+pub const STATE_VERSION: u32 = 1;
+
+/// What one step found, GPU by GPU and for the node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Findings {
+    pub at: DateTime<Utc>,
+    pub gpus: Vec<GpuFindings>,
+    pub capacity: capacity::Advice,
+    pub placement: capacity::Placement,
+}
+
+/// What one step found about one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuFindings {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub up: bool,
+    /// Answered before, and now does not (`GPU_IS_LOST`, vanished from NVML, rows stopped).
+    pub lost: bool,
+    pub risk: risk::Assessment,
+    pub idle: idle::IdleFindings,
+    /// Thermal slowdown active in this sample.
+    pub thermal_slowdown: bool,
+    /// Hardware-fault XIDs raised in this step.
+    pub new_hardware_xids: Vec<u32>,
+    /// Distinct hardware-fault XIDs of the last 24 hours.
+    pub hardware_xids_24h: Vec<u32>,
+    /// Row remapping failed: NVIDIA's RMA signal.
+    pub row_remap_failure: bool,
+    /// Uncorrectable ECC errors counted in the last 24 hours.
+    pub uncorrectable_ecc_24h: f64,
+    pub cost: cost::CostView,
+}
+
+impl GpuFindings {
+    /// Findings for a GPU the engine knows but the snapshot does not list.
+    fn missing(state: &GpuState, now: i64) -> GpuFindings {
+        GpuFindings {
+            index: state.index,
+            uuid: state.uuid.clone(),
+            name: state.name.clone(),
+            up: false,
+            lost: state.lost,
+            risk: risk::Assessment::default(),
+            idle: idle::IdleFindings::default(),
+            thermal_slowdown: false,
+            new_hardware_xids: Vec::new(),
+            hardware_xids_24h: recent_distinct(&state.recent_xids, now),
+            row_remap_failure: false,
+            uncorrectable_ecc_24h: state.windows.last_day(now).deltas.ecc_uncorrected,
+            cost: state.cost.view(),
+        }
+    }
+
+    /// Names of the findings that hold, as the replay report and the API list them.
+    pub fn kinds(&self, risk_threshold: f64) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.risk.score >= risk_threshold {
+            out.push("failure_risk");
+        }
+        if self.lost {
+            out.push("lost");
+        }
+        if !self.hardware_xids_24h.is_empty() {
+            out.push("hardware_xid");
+        }
+        if self.row_remap_failure {
+            out.push("row_remap_failure");
+        }
+        if self.uncorrectable_ecc_24h > 0.0 {
+            out.push("uncorrectable_ecc");
+        }
+        if self.thermal_slowdown {
+            out.push("thermal_slowdown");
+        }
+        if self.idle.allocated_idle {
+            out.push("allocated_idle");
+        }
+        if !self.idle.ghosts.is_empty() {
+            out.push("ghost_process");
+        }
+        if !self.idle.long_running.is_empty() {
+            out.push("long_running_process");
+        }
+        out
+    }
+}
+
+/// The analysis engine.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub config: EngineConfig,
+    pub state: EngineState,
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Engine {
+        Engine::with_state(config, EngineState::default())
+    }
+
+    /// An engine that resumes from persisted state.
+    pub fn with_state(config: EngineConfig, mut state: EngineState) -> Engine {
+        state.version = STATE_VERSION;
+        Engine { config, state }
+    }
+
+    /// Folds one snapshot into the state and returns what holds now.
+    pub fn step(&mut self, snapshot: &Snapshot) -> Findings {
+        let now = snapshot.at.timestamp();
+        let mut gpus = Vec::with_capacity(snapshot.gpus.len());
+        let mut seen = Vec::with_capacity(snapshot.gpus.len());
+        for sample in &snapshot.gpus {
+            let processes: Vec<&ProcessSample> = snapshot
+                .processes
+                .iter()
+                .filter(|p| p.uuid == sample.uuid || (p.uuid.is_empty() && p.gpu == sample.index))
+                .collect();
+            let xids: Vec<u32> = snapshot
+                .events
+                .iter()
+                .filter(|e| {
+                    e.uuid.as_deref() == Some(sample.uuid.as_str())
+                        || (e.uuid.is_none() && e.gpu == Some(sample.index))
+                })
+                .map(|e| e.xid)
+                .collect();
+            seen.push(sample.uuid.clone());
+            gpus.push(self.step_gpu(now, sample, &processes, &xids));
+        }
+        // GPUs the engine knew that this snapshot no longer lists: gone from NVML, or
+        // their rows stopped in a log. They stay in the findings, lost once the gap is long.
+        for state in self.state.gpus.values_mut() {
+            if seen.contains(&state.uuid) {
+                continue;
+            }
+            if state.last_up.is_some() && now - state.last_seen > VANISHED_AFTER_SECONDS {
+                state.lost = true;
+            }
+            gpus.push(GpuFindings::missing(state, now));
+        }
+        self.assess_risk(now, snapshot, &mut gpus);
+        let utilization: Vec<Option<f64>> = gpus
+            .iter()
+            .filter(|g| g.up)
+            .map(|g| {
+                self.state.gpus.get(&g.uuid).and_then(|s| {
+                    let span = self.config.capacity.window.as_secs() as i64;
+                    s.windows.last(now, span).utilization.mean()
+                })
+            })
+            .collect();
+        let advice = capacity::advise(
+            &mut self.state.capacity,
+            now,
+            &utilization,
+            &self.config.capacity,
+        );
+        let placement = capacity::Placement::of(snapshot, &self.config.idle);
+        self.state.last_at = Some(now);
+        Findings {
+            at: snapshot.at,
+            gpus,
+            capacity: advice,
+            placement,
+        }
+    }
+
+    fn step_gpu(
+        &mut self,
+        now: i64,
+        sample: &GpuSample,
+        processes: &[&ProcessSample],
+        xids: &[u32],
+    ) -> GpuFindings {
+        let state = self
+            .state
+            .gpus
+            .entry(sample.uuid.clone())
+            .or_insert_with(|| GpuState::new(sample, now));
+        let seconds = ((now - state.last_seen) as f64).clamp(0.0, MAX_GAP_SECONDS);
+        state.last_seen = now;
+        state.index = sample.index;
+        if !sample.name.is_empty() {
+            state.name.clone_from(&sample.name);
+        }
+        if sample.up {
+            state.last_up = Some(now);
+            state.lost = false;
+        } else if state.last_up.is_some() {
+            state.lost = true;
+        }
+
+        let mut deltas = if sample.up {
+            state.counters.update(sample)
+        } else {
+            Deltas::default()
+        };
+        let mut new_hardware_xids = Vec::new();
+        for &xid in xids {
+            if crate::xid::is_hardware_fault(xid) {
+                deltas.xid_hardware += 1.0;
+                new_hardware_xids.push(xid);
+                state.recent_xids.push_back((now, xid));
+                while state.recent_xids.len() > RECENT_XIDS {
+                    state.recent_xids.pop_front();
+                }
+            } else {
+                deltas.xid_other += 1.0;
+            }
+        }
+        deltas.failed_calls = f64::from(sample.failed_calls);
+        let events = sample.clock_events.unwrap_or_default();
+        state.windows.add(&Point {
+            at: now,
+            seconds,
+            up: sample.up,
+            utilization: sample.utilization.gpu,
+            temperature: sample.temperature_celsius,
+            memory_temperature: sample.memory_temperature_celsius,
+            power: sample.power_watts,
+            thermal_slowdown: events.thermal(),
+            power_slowdown: events
+                .contains(ClockEvents::HW_POWER_BRAKE_SLOWDOWN | ClockEvents::SW_POWER_CAP),
+            collect_seconds: sample.up.then_some(sample.collect_seconds),
+            deltas,
+        });
+
+        let idle = idle::update(&mut state.idle, now, sample, processes, &self.config.idle);
+        let busy = !idle.idle_now;
+        let cost = cost::update(
+            &mut state.cost,
+            now,
+            seconds,
+            sample,
+            processes,
+            busy,
+            &self.config.cost,
+        );
+        let hardware_xids_24h = recent_distinct(&state.recent_xids, now);
+        GpuFindings {
+            index: sample.index,
+            uuid: sample.uuid.clone(),
+            name: state.name.clone(),
+            up: sample.up,
+            lost: state.lost,
+            risk: risk::Assessment::default(),
+            idle,
+            thermal_slowdown: events.thermal(),
+            new_hardware_xids,
+            hardware_xids_24h,
+            row_remap_failure: sample.remapped_rows.is_some_and(|r| r.failure),
+            uncorrectable_ecc_24h: state.windows.last_day(now).deltas.ecc_uncorrected,
+            cost,
+        }
+    }
+
+    /// Risk needs every GPU's windows updated first: PCIe replays are compared with the
+    /// node's other GPUs.
+    fn assess_risk(&self, now: i64, snapshot: &Snapshot, gpus: &mut [GpuFindings]) {
+        let peers = risk::Peers::of(self.state.gpus.values(), now);
+        for finding in gpus.iter_mut() {
+            let Some(state) = self.state.gpus.get(&finding.uuid) else {
+                continue;
+            };
+            finding.risk = risk::assess(
+                &self.config.risk_model,
+                &risk::RiskInput {
+                    now,
+                    state,
+                    sample: snapshot.gpu_by_uuid(&finding.uuid),
+                    peers: &peers,
+                },
+            );
+        }
+    }
+}
+
+/// Distinct hardware XIDs of the last day, ascending.
+fn recent_distinct(recent: &VecDeque<(i64, u32)>, now: i64) -> Vec<u32> {
+    let mut xids: Vec<u32> = recent
+        .iter()
+        .filter(|(at, _)| now - at < window::DAY)
+        .map(|&(_, xid)| xid)
+        .collect();
+    xids.sort_unstable();
+    xids.dedup();
+    xids
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,108 @@
+//! The engine over the default simulated fleet: every fault family ends up in the findings.
+
+use chrono::{DateTime, Utc};
+
+use super::*;
+use crate::config::SimulationConfig;
+use crate::source::simulate::Fleet;
+
+fn start() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-03-01T00:00:00Z")
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_default()
+}
+
+/// Runs the default fleet for `hours` at `step` seconds; returns every step's findings.
+fn run(hours: f64, step: f64) -> (Engine, Vec<Findings>) {
+    let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut all = Vec::new();
+    let mut t = 0.0;
+    while t < hours * 3600.0 {
+        t += step;
+        fleet.advance(step);
+        all.push(engine.step(&fleet.snapshot()));
+    }
+    (engine, all)
+}
+
+fn first_step(all: &[Findings], gpu: usize, kind: &str) -> Option<usize> {
+    all.iter()
+        .position(|f| f.gpus[gpu].kinds(0.7).contains(&kind))
+}
+
+#[test]
+fn default_fleet_findings() {
+    let (_, all) = run(12.0, 60.0);
+    let last = all.last().unwrap();
+    // GPU 1, memory wear: at risk well before its first uncorrectable error.
+    let warned = first_step(&all, 1, "failure_risk").expect("memory wear is warned");
+    let failed = all
+        .iter()
+        .position(|f| f.gpus[1].new_hardware_xids.contains(&48))
+        .expect("memory wear fails at its horizon");
+    assert!(
+        warned < failed,
+        "warned at step {warned}, failed at {failed}"
+    );
+    // By hour 12 its row remapping has failed too: a known-bad state.
+    assert_eq!(last.gpus[1].risk.rule.as_deref(), Some("row_remap_failure"));
+    assert!(
+        all.iter()
+            .any(|f| f.gpus[1].risk.rule.as_deref() == Some("uncorrectable_memory_error"))
+    );
+    let top = last.gpus[1]
+        .risk
+        .top(3)
+        .map(|c| c.feature.as_str())
+        .collect::<Vec<_>>();
+    assert!(top.contains(&"ecc_corrected_per_day"), "{top:?}");
+    // GPU 4 fell off the bus: lost, with its rule.
+    assert!(last.gpus[4].lost);
+    assert!(last.gpus[4].risk.score >= 0.9);
+    assert_eq!(last.gpus[4].risk.rule.as_deref(), Some("fell_off_bus"));
+    // GPU 5 allocated but idle; GPU 6 holds a ghost, with its owner.
+    assert!(last.gpus[5].idle.allocated_idle);
+    assert_eq!(last.gpus[6].idle.ghosts.len(), 1);
+    assert!(last.gpus[6].idle.ghosts[0].user.is_some());
+    // GPU 0 healthy throughout.
+    assert!(all.iter().all(|f| f.gpus[0].risk.score < 0.5));
+    assert!(all.iter().all(|f| !f.gpus[0].lost));
+}
+
+#[test]
+fn state_survives_a_round_trip_through_json() {
+    let (engine, _) = run(2.0, 60.0);
+    let json = serde_json::to_string(&engine.state).unwrap();
+    let back: EngineState = serde_json::from_str(&json).unwrap();
+    // Compare as JSON: a failing assert_eq on the state would print megabytes.
+    assert!(
+        serde_json::to_string(&back).unwrap() == json,
+        "state changed in a round trip"
+    );
+}
+
+#[test]
+fn a_restarted_engine_continues_where_it_stopped() {
+    let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+    let mut engine = Engine::new(EngineConfig::default());
+    for _ in 0..120 {
+        fleet.advance(60.0);
+        engine.step(&fleet.snapshot());
+    }
+    let mut resumed = Engine::with_state(EngineConfig::default(), engine.state.clone());
+    fleet.advance(60.0);
+    let snap = fleet.snapshot();
+    assert!(
+        resumed.step(&snap) == engine.step(&snap),
+        "a resumed engine finds the same"
+    );
+}
+
+#[test]
+fn the_state_stays_small() {
+    let (engine, _) = run(24.0 * 7.0, 300.0);
+    let bytes = serde_json::to_vec(&engine.state).unwrap().len();
+    // Eight GPUs, a full week of windows.
+    assert!(bytes < 4 << 20, "{bytes} bytes");
+}

@@ -1,0 +1,396 @@
+//! Rolling windows of one GPU's history, kept as downsampled aggregates.
+//!
+//! Three rings of buckets cover the last hour (1-minute buckets), day (15-minute buckets)
+//! and week (2-hour buckets). Each sample is folded into the current bucket of every ring,
+//! so memory is fixed — 240 buckets of ~250 bytes, about 60 KiB per GPU, whatever the
+//! collection interval — and a window summary merges at most 96 buckets. Counters enter as
+//! deltas (see [`Deltas`]), gauges as running statistics, durations as seconds.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+/// Running statistics of a gauge: count, sum, sum of squares, extremes (0 while empty,
+/// so the state stays plain JSON numbers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stat {
+    pub n: u32,
+    pub sum: f64,
+    pub sumsq: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stat {
+    pub fn add(&mut self, value: f64) {
+        if !value.is_finite() {
+            return;
+        }
+        if self.n == 0 {
+            self.min = value;
+            self.max = value;
+        } else {
+            self.min = self.min.min(value);
+            self.max = self.max.max(value);
+        }
+        self.n += 1;
+        self.sum += value;
+        self.sumsq += value * value;
+    }
+
+    pub fn add_opt(&mut self, value: Option<f64>) {
+        if let Some(v) = value {
+            self.add(v);
+        }
+    }
+
+    pub fn merge(&mut self, other: &Stat) {
+        if other.n == 0 {
+            return;
+        }
+        if self.n == 0 {
+            *self = *other;
+            return;
+        }
+        self.n += other.n;
+        self.sum += other.sum;
+        self.sumsq += other.sumsq;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+
+    pub fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / f64::from(self.n))
+    }
+
+    /// Population standard deviation.
+    pub fn std_dev(&self) -> Option<f64> {
+        let mean = self.mean()?;
+        Some(
+            (self.sumsq / f64::from(self.n) - mean * mean)
+                .max(0.0)
+                .sqrt(),
+        )
+    }
+
+    pub fn max(&self) -> Option<f64> {
+        (self.n > 0).then_some(self.max)
+    }
+}
+
+/// What one sample adds to the counters, already turned into non-negative deltas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Deltas {
+    pub ecc_corrected: f64,
+    pub ecc_uncorrected: f64,
+    pub pcie_replays: f64,
+    pub nvlink_errors: f64,
+    pub xid_hardware: f64,
+    pub xid_other: f64,
+    pub failed_calls: f64,
+}
+
+/// One sample as the windows see it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Point {
+    /// Unix seconds.
+    pub at: i64,
+    /// Seconds this sample stands for (time since the previous one, capped).
+    pub seconds: f64,
+    pub up: bool,
+    pub utilization: Option<f64>,
+    pub temperature: Option<f64>,
+    pub memory_temperature: Option<f64>,
+    pub power: Option<f64>,
+    pub thermal_slowdown: bool,
+    pub power_slowdown: bool,
+    pub collect_seconds: Option<f64>,
+    pub deltas: Deltas,
+}
+
+/// The aggregate of every sample in a span of time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// Unix seconds at which the bucket starts (a multiple of its width).
+    pub start: i64,
+    pub samples: u32,
+    /// Seconds covered by samples, up or not.
+    pub seconds: f64,
+    /// Seconds covered by samples of a GPU that answered.
+    pub up_seconds: f64,
+    pub utilization: Stat,
+    pub temperature: Stat,
+    pub memory_temperature: Stat,
+    /// Memory minus GPU temperature, where both are known.
+    pub memory_gap: Stat,
+    pub power: Stat,
+    pub collect_seconds: Stat,
+    pub thermal_slowdown_seconds: f64,
+    pub power_slowdown_seconds: f64,
+    pub deltas: Deltas,
+}
+
+impl Bucket {
+    fn add(&mut self, p: &Point) {
+        self.samples += 1;
+        self.seconds += p.seconds;
+        if p.up {
+            self.up_seconds += p.seconds;
+        }
+        self.utilization.add_opt(p.utilization);
+        self.temperature.add_opt(p.temperature);
+        self.memory_temperature.add_opt(p.memory_temperature);
+        if let (Some(m), Some(g)) = (p.memory_temperature, p.temperature) {
+            self.memory_gap.add(m - g);
+        }
+        self.power.add_opt(p.power);
+        self.collect_seconds.add_opt(p.collect_seconds);
+        if p.thermal_slowdown {
+            self.thermal_slowdown_seconds += p.seconds;
+        }
+        if p.power_slowdown {
+            self.power_slowdown_seconds += p.seconds;
+        }
+        let d = &mut self.deltas;
+        d.ecc_corrected += p.deltas.ecc_corrected;
+        d.ecc_uncorrected += p.deltas.ecc_uncorrected;
+        d.pcie_replays += p.deltas.pcie_replays;
+        d.nvlink_errors += p.deltas.nvlink_errors;
+        d.xid_hardware += p.deltas.xid_hardware;
+        d.xid_other += p.deltas.xid_other;
+        d.failed_calls += p.deltas.failed_calls;
+    }
+
+    /// Folds `other` into `self` (the start of `self` is kept).
+    pub fn merge(&mut self, other: &Bucket) {
+        self.samples += other.samples;
+        self.seconds += other.seconds;
+        self.up_seconds += other.up_seconds;
+        self.utilization.merge(&other.utilization);
+        self.temperature.merge(&other.temperature);
+        self.memory_temperature.merge(&other.memory_temperature);
+        self.memory_gap.merge(&other.memory_gap);
+        self.power.merge(&other.power);
+        self.collect_seconds.merge(&other.collect_seconds);
+        self.thermal_slowdown_seconds += other.thermal_slowdown_seconds;
+        self.power_slowdown_seconds += other.power_slowdown_seconds;
+        let (d, o) = (&mut self.deltas, &other.deltas);
+        d.ecc_corrected += o.ecc_corrected;
+        d.ecc_uncorrected += o.ecc_uncorrected;
+        d.pcie_replays += o.pcie_replays;
+        d.nvlink_errors += o.nvlink_errors;
+        d.xid_hardware += o.xid_hardware;
+        d.xid_other += o.xid_other;
+        d.failed_calls += o.failed_calls;
+    }
+
+    /// Events per day at this bucket's rate, from the seconds it covers.
+    pub fn per_day(&self, count: f64) -> f64 {
+        if self.seconds <= 0.0 {
+            0.0
+        } else {
+            count * 86_400.0 / self.seconds
+        }
+    }
+}
+
+/// A ring of equal-width buckets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ring {
+    width: i64,
+    capacity: usize,
+    buckets: VecDeque<Bucket>,
+}
+
+impl Ring {
+    pub fn new(width_seconds: i64, capacity: usize) -> Ring {
+        Ring {
+            width: width_seconds.max(1),
+            capacity: capacity.max(1),
+            buckets: VecDeque::with_capacity(capacity),
+        }
+    }
+
+    /// Span the ring covers, seconds.
+    pub fn span(&self) -> i64 {
+        self.width * self.capacity as i64
+    }
+
+    fn add(&mut self, p: &Point) {
+        let start = p.at.div_euclid(self.width) * self.width;
+        match self.buckets.back_mut() {
+            Some(last) if last.start == start => last.add(p),
+            // A sample older than the newest bucket (clock stepped back, out-of-order input)
+            // is folded into the newest bucket rather than rewriting history.
+            Some(last) if start < last.start => last.add(p),
+            _ => {
+                let mut bucket = Bucket {
+                    start,
+                    ..Bucket::default()
+                };
+                bucket.add(p);
+                self.buckets.push_back(bucket);
+                while self.buckets.len() > self.capacity {
+                    self.buckets.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Everything from the buckets that start within `span` seconds before `now`.
+    pub fn summary(&self, now: i64, span: i64) -> Bucket {
+        let since = now - span;
+        let mut out = Bucket {
+            start: since,
+            ..Bucket::default()
+        };
+        for b in self.buckets.iter().rev() {
+            if b.start + self.width <= since {
+                break;
+            }
+            out.merge(b);
+        }
+        out
+    }
+
+    pub fn buckets(&self) -> impl Iterator<Item = &Bucket> {
+        self.buckets.iter()
+    }
+}
+
+/// The three windows of one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Windows {
+    pub hour: Ring,
+    pub day: Ring,
+    pub week: Ring,
+}
+
+pub const HOUR: i64 = 3600;
+pub const DAY: i64 = 86_400;
+pub const WEEK: i64 = 7 * DAY;
+
+impl Default for Windows {
+    fn default() -> Self {
+        Windows {
+            hour: Ring::new(60, 60),
+            day: Ring::new(15 * 60, 96),
+            week: Ring::new(2 * HOUR, 84),
+        }
+    }
+}
+
+impl Windows {
+    pub fn add(&mut self, p: &Point) {
+        self.hour.add(p);
+        self.day.add(p);
+        self.week.add(p);
+    }
+
+    /// The last hour, from 1-minute buckets.
+    pub fn last_hour(&self, now: i64) -> Bucket {
+        self.hour.summary(now, HOUR)
+    }
+
+    /// The last day, from 15-minute buckets.
+    pub fn last_day(&self, now: i64) -> Bucket {
+        self.day.summary(now, DAY)
+    }
+
+    /// The last week, from 2-hour buckets.
+    pub fn last_week(&self, now: i64) -> Bucket {
+        self.week.summary(now, WEEK)
+    }
+
+    /// The last `span` seconds, from the finest ring that covers them.
+    pub fn last(&self, now: i64, span: i64) -> Bucket {
+        if span <= self.hour.span() {
+            self.hour.summary(now, span)
+        } else if span <= self.day.span() {
+            self.day.summary(now, span)
+        } else {
+            self.week.summary(now, span)
+        }
+    }
+
+    /// The week before the last day: the baseline a GPU's recent behaviour is compared to.
+    pub fn baseline(&self, now: i64) -> Bucket {
+        let mut out = Bucket::default();
+        for b in self.week.buckets() {
+            if b.start + 2 * HOUR <= now - DAY && b.start > now - WEEK {
+                out.merge(b);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(at: i64, util: f64, corrected: f64) -> Point {
+        Point {
+            at,
+            seconds: 60.0,
+            up: true,
+            utilization: Some(util),
+            temperature: Some(60.0),
+            memory_temperature: Some(70.0),
+            deltas: Deltas {
+                ecc_corrected: corrected,
+                ..Deltas::default()
+            },
+            ..Point::default()
+        }
+    }
+
+    #[test]
+    fn windows_forget_what_falls_out_of_them() {
+        let mut w = Windows::default();
+        let start = 1_700_000_000 / DAY * DAY;
+        for i in 0..(2 * 24 * 60) {
+            let corrected = if i < 24 * 60 { 1.0 } else { 0.0 };
+            w.add(&point(start + i * 60, 0.5, corrected));
+        }
+        let now = start + 2 * DAY;
+        assert_eq!(w.last_hour(now).deltas.ecc_corrected, 0.0);
+        assert_eq!(w.last_day(now).deltas.ecc_corrected, 0.0);
+        assert_eq!(w.last_week(now).deltas.ecc_corrected, 1440.0);
+        assert_eq!(w.last_hour(now).samples, 60);
+        assert!((w.last_day(now).seconds - 86_400.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn memory_is_bounded_whatever_the_interval() {
+        let mut w = Windows::default();
+        for i in 0..(30 * 24 * 720) {
+            w.add(&point(i * 5, 0.9, 0.0));
+        }
+        assert_eq!(w.hour.buckets().count(), 60);
+        assert_eq!(w.day.buckets().count(), 96);
+        assert_eq!(w.week.buckets().count(), 84);
+    }
+
+    #[test]
+    fn stats_and_rates() {
+        let mut w = Windows::default();
+        for i in 0..60 {
+            w.add(&point(i * 60, if i % 2 == 0 { 0.0 } else { 1.0 }, 0.5));
+        }
+        let h = w.last_hour(3600);
+        assert_eq!(h.utilization.mean(), Some(0.5));
+        assert_eq!(h.utilization.std_dev(), Some(0.5));
+        assert_eq!(h.memory_gap.mean(), Some(10.0));
+        assert!((h.per_day(h.deltas.ecc_corrected) - 720.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn out_of_order_samples_do_not_rewrite_history() {
+        let mut w = Windows::default();
+        w.add(&point(10_000, 0.5, 1.0));
+        w.add(&point(5_000, 0.5, 1.0));
+        assert_eq!(w.hour.buckets().count(), 1);
+        assert_eq!(w.last_hour(10_000).deltas.ecc_corrected, 2.0);
+    }
+}
