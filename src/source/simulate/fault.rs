@@ -44,6 +44,10 @@ pub struct Fault {
     passed: u32,
     /// Corrected errors not yet turned into a row remap.
     remap_budget: u64,
+    /// Progress at the end of the last step.
+    progress: f64,
+    /// The failure point was passed and not yet reported.
+    failure_due: bool,
 }
 
 impl Fault {
@@ -53,6 +57,8 @@ impl Fault {
             horizon,
             passed: 0,
             remap_budget: 0,
+            progress: 0.0,
+            failure_due: false,
         }
     }
 
@@ -80,6 +86,10 @@ impl Fault {
     /// Advances the fault over `dt` seconds ending at `t`; returns the XIDs it raised.
     pub fn step(&mut self, t: f64, dt: f64, wear: &mut Wear, rng: &mut SmallRng) -> Vec<u32> {
         let p = self.progress(t);
+        if self.progress < 1.0 && p >= 1.0 {
+            self.failure_due = true;
+        }
+        self.progress = p;
         let hours = dt / 3600.0;
         let mut xids = Vec::new();
         match self.kind {
@@ -140,6 +150,11 @@ impl Fault {
             }
         }
         xids
+    }
+
+    /// The kind, once, after the failure point is passed.
+    pub fn take_failure(&mut self) -> Option<FaultKind> {
+        std::mem::take(&mut self.failure_due).then_some(self.kind)
     }
 
     /// True exactly once: the first time `condition` holds for milestone `bit`.

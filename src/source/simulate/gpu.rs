@@ -6,7 +6,7 @@
 use rand::Rng;
 use rand::rngs::SmallRng;
 
-use super::fault::{Fault, Wear, poisson};
+use super::fault::{Fault, FaultKind, Wear, poisson};
 use super::workload::{SimProcess, Workload};
 use crate::model::{
     ClockEvents, Clocks, Ecc, Gpm, GpuSample, Memory, NvLinkErrors, Pcie, RemappedRows, Utilization,
@@ -126,6 +126,13 @@ impl SimGpu {
 
     pub fn lost(&self) -> bool {
         self.wear.lost
+    }
+
+    /// The fault family, when the fault reached its failure point during the last step.
+    /// True once per GPU: it is the label a recording gives the failure.
+    pub fn take_failure(&mut self) -> Option<FaultKind> {
+        let fault = self.fault.as_mut()?;
+        fault.take_failure()
     }
 
     /// Advances the GPU `dt` seconds to time `t`; returns the XIDs raised meanwhile.

@@ -16,6 +16,7 @@ use std::time::Instant;
 use chrono::{DateTime, TimeDelta, Utc};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
+use serde::{Deserialize, Serialize};
 
 pub use fault::FaultKind;
 pub use gpu::SimGpu;
@@ -56,7 +57,30 @@ pub struct Fleet {
     /// Simulated seconds since `start`.
     elapsed: f64,
     pending_events: Vec<XidEvent>,
+    pending_failures: Vec<Failure>,
     host: HostInfo,
+}
+
+/// A simulated GPU reaching its fault's failure point: the ground truth that labels a
+/// recording for training and detection-quality measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    pub uuid: String,
+    pub at: DateTime<Utc>,
+    /// Fault family, as written in `[simulation] faults`.
+    pub family: String,
+}
+
+impl FaultKind {
+    /// The family name used in configuration and labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::MemoryWear => "memory_wear",
+            FaultKind::PcieLink => "pcie_link",
+            FaultKind::Thermal => "thermal",
+            FaultKind::FellOffBus => "fell_off_bus",
+        }
+    }
 }
 
 /// Healthy workloads cycle in this order over GPUs without a fault.
@@ -127,6 +151,7 @@ impl Fleet {
             start,
             elapsed: 0.0,
             pending_events: Vec::new(),
+            pending_failures: Vec::new(),
             host: HostInfo {
                 hostname: crate::host::hostname(),
                 driver_version: Some("570.124.06".into()),
@@ -182,7 +207,19 @@ impl Fleet {
                     message: None,
                 });
             }
+            if let Some(kind) = gpu.take_failure() {
+                self.pending_failures.push(Failure {
+                    uuid: gpu.uuid.clone(),
+                    at,
+                    family: kind.name().to_string(),
+                });
+            }
         }
+    }
+
+    /// Failures reached since the last call.
+    pub fn take_failures(&mut self) -> Vec<Failure> {
+        std::mem::take(&mut self.pending_failures)
     }
 
     /// The simulated GPU itself (the fake NVML reads identity and state from it).
@@ -337,7 +374,7 @@ mod tests {
     #[test]
     fn default_mix_shows_every_fault_family_within_ten_simulated_hours() {
         // --sim-speed 600 turns a minute of wall time into ten simulated hours.
-        let (_, snaps) = run(&SimulationConfig::default(), 10.0, 5.0 * 600.0 / 60.0);
+        let (mut fleet, snaps) = run(&SimulationConfig::default(), 10.0, 5.0 * 600.0 / 60.0);
         let last = snaps.last().unwrap();
         let xids: Vec<(u32, u32)> = snaps
             .iter()
@@ -368,6 +405,17 @@ mod tests {
         // fell_off_bus on GPU 4
         assert!(!g(4).up);
         assert!(xids.contains(&(4, 79)));
+        // Each hardware fault reached its failure point once (8 h of the 10 simulated).
+        let mut failed: Vec<String> = fleet
+            .take_failures()
+            .into_iter()
+            .map(|f| f.family)
+            .collect();
+        failed.sort();
+        assert_eq!(
+            failed,
+            ["fell_off_bus", "memory_wear", "pcie_link", "thermal"]
+        );
         // allocated_idle on GPU 5: memory held, no compute
         assert!(g(5).memory.used_bytes.unwrap() > 50 << 30);
         assert!(g(5).utilization.gpu.unwrap() <= 0.02);
