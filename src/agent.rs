@@ -6,27 +6,42 @@
 //! gzip, `/api/v1/gpus` JSON) is rendered once and swapped in behind an atomic pointer, so
 //! a scrape is a reference-count increment and a copy of bytes already made.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::borrow::Cow;
+
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::engine::capacity::{Advice, Placement};
+use crate::engine::cost::CostView;
+use crate::engine::idle::IdleFindings;
+use crate::engine::risk::Assessment;
+use crate::engine::{Engine, Findings, store};
 use crate::export::{ExportState, Exposition, RenderOptions};
 use crate::model::{GpuSample, ProcessSample, Snapshot, XidEvent};
 use crate::source::{CollectHealth, Source};
+
+/// How often the engine's state is written to the state directory (and at shutdown).
+const SAVE_EVERY: Duration = Duration::from_secs(300);
 
 /// Everything served about one collection, rendered once.
 #[derive(Debug)]
 pub struct Published {
     pub snapshot: Snapshot,
     pub health: CollectHealth,
+    pub findings: Findings,
     pub metrics: Exposition,
     /// `/api/v1/gpus` body.
     pub gpus_json: Bytes,
+    /// `/api/v1/recommendations` body (without a job to fit).
+    pub recommendations_json: Bytes,
     /// Monotonic time of publication, for the age shown by `/healthz`.
     pub published: Instant,
 }
@@ -45,21 +60,54 @@ impl Latest {
     }
 }
 
-/// Reads the source and publishes what it saw.
+/// Reads the source, analyses what it saw, and publishes both.
 pub struct Collector {
     source: Box<dyn Source>,
+    engine: Engine,
+    /// Where the engine's state is persisted; None for simulated runs.
+    state_path: Option<PathBuf>,
+    last_save: Instant,
     export_state: ExportState,
     options: RenderOptions,
     latest: Arc<Latest>,
 }
 
 impl Collector {
-    pub fn new(source: Box<dyn Source>, options: RenderOptions, latest: Arc<Latest>) -> Collector {
+    /// A collector whose engine resumes from `state_path` when given.
+    pub fn new(
+        source: Box<dyn Source>,
+        mut engine: Engine,
+        state_path: Option<PathBuf>,
+        options: RenderOptions,
+        latest: Arc<Latest>,
+    ) -> Collector {
+        if let Some(path) = &state_path {
+            engine.state = store::load(path);
+            engine.state.version = crate::engine::STATE_VERSION;
+            tracing::info!(
+                "engine state at {}: {} GPUs remembered",
+                path.display(),
+                engine.state.gpus.len()
+            );
+        }
         Collector {
             source,
+            engine,
+            state_path,
+            last_save: Instant::now(),
             export_state: ExportState::default(),
             options,
             latest,
+        }
+    }
+
+    /// Writes the engine's state; a failure is logged, never fatal.
+    fn save(&mut self) {
+        self.last_save = Instant::now();
+        if let Some(path) = &self.state_path {
+            if let Err(e) = store::save(path, &self.engine.state) {
+                tracing::warn!("cannot save engine state to {}: {e}", path.display());
+            }
         }
     }
 
@@ -73,9 +121,17 @@ impl Collector {
         let render_began = Instant::now();
         let health = collection.health;
         let snapshot = collection.snapshot;
-        let metrics =
-            crate::export::render(&snapshot, &health, &mut self.export_state, &self.options);
-        let gpus_json = gpus_document(&snapshot);
+        let findings = self.engine.step(&snapshot);
+        let metrics = crate::export::render(
+            &snapshot,
+            &health,
+            Some(&findings),
+            &mut self.export_state,
+            &self.options,
+        );
+        let threshold = self.engine.config.risk_threshold;
+        let gpus_json = gpus_document(&snapshot, &findings, threshold);
+        let recommendations_json = to_json(&Recommendations::new(&findings, None));
         // Reported in the next exposition: rendering never reads a clock itself.
         self.export_state
             .set_last_render_seconds(render_began.elapsed().as_secs_f64());
@@ -89,10 +145,15 @@ impl Collector {
         self.latest.set(Published {
             snapshot,
             health,
+            findings,
             metrics,
             gpus_json,
+            recommendations_json,
             published: Instant::now(),
         });
+        if self.last_save.elapsed() >= SAVE_EVERY {
+            self.save();
+        }
     }
 
     /// Runs [`Collector::tick`] every `interval` on a dedicated thread until `stop` fires
@@ -119,51 +180,127 @@ impl Collector {
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
+                self.save();
             })
     }
 }
 
-/// One GPU as `/api/v1/gpus` shows it.
+/// One GPU as `/api/v1/gpus` shows it: its sample, processes and XIDs, and what the
+/// engine found.
 #[derive(Serialize)]
 struct GpuView<'a> {
     #[serde(flatten)]
-    sample: &'a GpuSample,
+    sample: Cow<'a, GpuSample>,
     processes: Vec<&'a ProcessSample>,
     xids: Vec<&'a XidEvent>,
+    lost: bool,
+    risk: &'a Assessment,
+    findings: Vec<&'static str>,
+    hardware_xids_24h: &'a [u32],
+    idle: &'a IdleFindings,
+    cost: &'a CostView,
 }
 
 #[derive(Serialize)]
 struct GpusDocument<'a> {
-    at: chrono::DateTime<chrono::Utc>,
+    at: DateTime<Utc>,
     hostname: &'a str,
+    risk_threshold: f64,
     gpus: Vec<GpuView<'a>>,
 }
 
-fn gpus_document(snapshot: &Snapshot) -> Bytes {
-    let doc = GpusDocument {
-        at: snapshot.at,
-        hostname: &snapshot.host.hostname,
-        gpus: snapshot
-            .gpus
-            .iter()
-            .map(|g| GpuView {
-                sample: g,
+/// `/api/v1/gpus`: every GPU the engine knows, those missing from the snapshot included.
+fn gpus_document(snapshot: &Snapshot, findings: &Findings, threshold: f64) -> Bytes {
+    let gpus = findings
+        .gpus
+        .iter()
+        .map(|f| {
+            let sample = match snapshot.gpu_by_uuid(&f.uuid) {
+                Some(sample) => Cow::Borrowed(sample),
+                None => Cow::Owned(GpuSample {
+                    index: f.index,
+                    uuid: f.uuid.clone(),
+                    name: f.name.clone(),
+                    up: false,
+                    ..GpuSample::default()
+                }),
+            };
+            GpuView {
+                sample,
                 processes: snapshot
                     .processes
                     .iter()
-                    .filter(|p| p.gpu == g.index)
+                    .filter(|p| p.uuid == f.uuid)
                     .collect(),
                 xids: snapshot
                     .events
                     .iter()
-                    .filter(|e| e.gpu == Some(g.index))
+                    .filter(|e| e.uuid.as_deref() == Some(f.uuid.as_str()))
                     .collect(),
-            })
-            .collect(),
-    };
-    match serde_json::to_vec_pretty(&doc) {
+                lost: f.lost,
+                risk: &f.risk,
+                findings: f.kinds(threshold),
+                hardware_xids_24h: &f.hardware_xids_24h,
+                idle: &f.idle,
+                cost: &f.cost,
+            }
+        })
+        .collect();
+    to_json(&GpusDocument {
+        at: snapshot.at,
+        hostname: &snapshot.host.hostname,
+        risk_threshold: threshold,
+        gpus,
+    })
+}
+
+/// `/api/v1/recommendations`: scaling advice, placement, and whether a job fits now.
+#[derive(Serialize)]
+pub struct Recommendations<'a> {
+    pub at: DateTime<Utc>,
+    pub scaling: &'a Advice,
+    pub placement: &'a Placement,
+    /// The job asked about (`?gpus=N&memory_gib=M&exclusive=true`) and the GPUs it would get.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobFit>,
+}
+
+/// Whether a job of `gpus` GPUs needing `memory_bytes` each can start now.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobFit {
+    pub gpus: usize,
+    pub memory_bytes: u64,
+    pub exclusive: bool,
+    pub fits: bool,
+    /// The GPUs best fit would use.
+    pub placement: Vec<u32>,
+}
+
+impl<'a> Recommendations<'a> {
+    pub fn new(findings: &'a Findings, job: Option<(usize, u64, bool)>) -> Recommendations<'a> {
+        Recommendations {
+            at: findings.at,
+            scaling: &findings.capacity,
+            placement: &findings.placement,
+            job: job.map(|(gpus, memory_bytes, exclusive)| {
+                let chosen = findings.placement.fit(gpus, memory_bytes, exclusive);
+                JobFit {
+                    gpus,
+                    memory_bytes,
+                    exclusive,
+                    fits: chosen.is_some(),
+                    placement: chosen.unwrap_or_default(),
+                }
+            }),
+        }
+    }
+}
+
+/// Pretty JSON of plain data (serialising it cannot fail; an error body beats a dead
+/// collector should that ever change).
+pub fn to_json<T: Serialize>(value: &T) -> Bytes {
+    match serde_json::to_vec_pretty(value) {
         Ok(body) => Bytes::from(body),
-        // Serialising plain data cannot fail; an empty document beats a dead collector.
         Err(e) => Bytes::from(format!("{{\"error\":\"{e}\"}}")),
     }
 }

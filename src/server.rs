@@ -20,7 +20,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::agent::Latest;
+use crate::agent::{Latest, Recommendations, to_json};
 use crate::export::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 
 /// What the server needs to answer.
@@ -126,6 +126,21 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
             Some(p) => bytes(StatusCode::OK, "application/json", p.gpus_json.clone()),
             None => not_ready(),
         },
+        "/api/v1/recommendations" => match (latest, job_query(req.uri().query())) {
+            (_, Err(message)) => text(StatusCode::BAD_REQUEST, &message),
+            (None, _) => not_ready(),
+            (Some(p), Ok(None)) => bytes(
+                StatusCode::OK,
+                "application/json",
+                p.recommendations_json.clone(),
+            ),
+            // Fitting a job reads only the published placement: cheap, no driver call.
+            (Some(p), Ok(Some(job))) => bytes(
+                StatusCode::OK,
+                "application/json",
+                to_json(&Recommendations::new(&p.findings, Some(job))),
+            ),
+        },
         _ => text(StatusCode::NOT_FOUND, "not found; see /\n"),
     };
     if req.method() == Method::HEAD {
@@ -133,6 +148,58 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
         return Response::from_parts(parts, Full::new(Bytes::new()));
     }
     resp
+}
+
+/// The job of `?gpus=N&memory_gib=M[&exclusive=true]`, None without `gpus`.
+fn job_query(query: Option<&str>) -> Result<Option<(usize, u64, bool)>, String> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    let (mut gpus, mut memory_gib, mut exclusive) = (None, 0.0_f64, false);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "gpus" => {
+                gpus = Some(
+                    value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| {
+                            format!("gpus={value:?}: expected a whole number above 0\n")
+                        })?,
+                )
+            }
+            "memory_gib" => {
+                memory_gib = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|m| m.is_finite() && *m >= 0.0)
+                    .ok_or_else(|| format!("memory_gib={value:?}: expected a number of GiB\n"))?
+            }
+            "exclusive" => {
+                exclusive = match value {
+                    "true" | "1" | "" => true,
+                    "false" | "0" => false,
+                    _ => return Err(format!("exclusive={value:?}: expected true or false\n")),
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "unknown parameter {key:?}; use gpus, memory_gib, exclusive\n"
+                ));
+            }
+        }
+    }
+    match gpus {
+        Some(n) => Ok(Some((
+            n,
+            (memory_gib * (1u64 << 30) as f64) as u64,
+            exclusive,
+        ))),
+        None if memory_gib > 0.0 || exclusive => Err("gpus=N is needed to fit a job\n".into()),
+        None => Ok(None),
+    }
 }
 
 fn not_ready() -> Response<Full<Bytes>> {
@@ -169,7 +236,9 @@ fn landing(state: &ServerState) -> Response<Full<Bytes>> {
         "<!doctype html>\n<html><head><title>gpu-sentinel</title></head><body>\n\
          <h1>gpu-sentinel {version}</h1>\n<p>Source: {source}</p>\n<ul>\n\
          <li><a href=\"/metrics\">/metrics</a> Prometheus exposition</li>\n\
-         <li><a href=\"/api/v1/gpus\">/api/v1/gpus</a> each GPU's latest sample</li>\n\
+         <li><a href=\"/api/v1/gpus\">/api/v1/gpus</a> each GPU's latest sample, risk, reasons and findings</li>\n\
+         <li><a href=\"/api/v1/recommendations\">/api/v1/recommendations</a> scaling and placement advice \
+         (<a href=\"/api/v1/recommendations?gpus=2&amp;memory_gib=40\">does a 2-GPU, 40 GiB job fit?</a>)</li>\n\
          <li><a href=\"/healthz\">/healthz</a> liveness</li>\n\
          <li><a href=\"/readyz\">/readyz</a> readiness (after the first collection)</li>\n\
          </ul>\n</body></html>\n",

@@ -12,6 +12,7 @@ mod common;
 
 use chrono::{DateTime, Utc};
 use gpu_sentinel::config::SimulationConfig;
+use gpu_sentinel::engine::{Engine, EngineConfig};
 use gpu_sentinel::export::{self, ExportState, Exposition, RenderOptions};
 use gpu_sentinel::source::simulate::Fleet;
 use gpu_sentinel::source::{CollectHealth, FamilyHealth};
@@ -55,10 +56,13 @@ fn golden_run(dcgm_compat: bool) -> Exposition {
         ..RenderOptions::default()
     };
     let mut state = ExportState::new();
+    let mut engine = Engine::new(EngineConfig::default());
     let mut last = Exposition::default();
     for _ in 0..HOURS * 3600 / STEP_SECONDS {
         fleet.advance(f64::from(STEP_SECONDS));
-        last = export::render(&fleet.snapshot(), &health(), &mut state, &options);
+        let snapshot = fleet.snapshot();
+        let findings = engine.step(&snapshot);
+        last = export::render(&snapshot, &health(), Some(&findings), &mut state, &options);
     }
     last
 }
@@ -253,7 +257,13 @@ fn promtool_accepts_hostile_label_values() {
         hostname: "host\"with\\quotes".into(),
         ..RenderOptions::default()
     };
-    let exposition = export::render(&snapshot, &health(), &mut ExportState::new(), &options);
+    let exposition = export::render(
+        &snapshot,
+        &health(),
+        None,
+        &mut ExportState::new(),
+        &options,
+    );
     let (ok, printed) = common::promtool_check(&promtool, &[], &text(&exposition));
     assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
 }

@@ -103,3 +103,100 @@ fn live_exposition_passes_promtool_and_has_every_simulated_family() {
     }
     assert_eq!(common::samples(&text, "gpu_up").len(), 8);
 }
+
+#[test]
+fn analysis_shows_risk_reasons_idle_and_ghosts_on_the_accelerated_simulator() {
+    // At 600x with faults due after two simulated hours, every default family shows
+    // within seconds.
+    let config = common::temp_file("fast-faults.toml", "[simulation]\nfault_hours = 2.0\n");
+    let agent = Agent::start(
+        &[
+            "--simulate",
+            "--sim-speed",
+            "600",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &[],
+    );
+    agent.metrics();
+    agent.wait_until(std::time::Duration::from_secs(90), |a| {
+        let doc: serde_json::Value =
+            serde_json::from_slice(&a.get("/api/v1/gpus").body).unwrap_or_default();
+        let gpu = |i: usize| &doc["gpus"][i];
+        let findings = |i: usize| gpu(i)["findings"].to_string();
+        findings(1).contains("failure_risk")
+            && findings(4).contains("lost")
+            && findings(5).contains("allocated_idle")
+            && findings(6).contains("ghost_process")
+    });
+    let doc: serde_json::Value = serde_json::from_slice(&agent.get("/api/v1/gpus").body).unwrap();
+    let worn = &doc["gpus"][1];
+    assert!(worn["risk"]["score"].as_f64().unwrap() >= 0.7);
+    assert!(
+        worn["risk"]["contributions"][0]["feature"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("ecc_")),
+        "{}",
+        worn["risk"]
+    );
+    let ghost = &doc["gpus"][6]["idle"]["ghosts"][0];
+    assert!(
+        ghost["user"].is_string() && ghost["pid"].is_u64(),
+        "{ghost}"
+    );
+    assert_eq!(doc["risk_threshold"], 0.7);
+
+    let text = agent.get("/metrics").text();
+    for family in [
+        "gpu_failure_risk_score",
+        "gpu_failure_risk_contribution",
+        "gpu_idle_seconds",
+        "gpu_allocated_idle",
+        "gpu_ghost_processes",
+        "gpu_cost_total",
+        "gpu_owner_seconds_total",
+        "gpu_scale_recommendation",
+        "gpu_node_free_gpus",
+        "gpu_node_fragmentation_ratio",
+    ] {
+        assert!(
+            !common::samples(&text, family).is_empty(),
+            "{family} missing"
+        );
+    }
+    if let Some(promtool) = common::tool("promtool") {
+        let (ok, printed) = common::promtool_check(&promtool, &[], &text);
+        assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
+    }
+}
+
+#[test]
+fn recommendations_advise_and_fit_jobs() {
+    let agent = Agent::start(&["--simulate"], &[]);
+    agent.metrics();
+    let doc: serde_json::Value =
+        serde_json::from_slice(&agent.get("/api/v1/recommendations").body).unwrap();
+    assert!(doc["scaling"]["direction"].is_string(), "{doc}");
+    assert!(doc["placement"]["free_gpus"].is_u64(), "{doc}");
+    assert!(doc.get("job").is_none());
+
+    // Every GPU of the default fleet holds a job, but several have a GiB to spare; no
+    // node has nine GPUs.
+    let fit: serde_json::Value = serde_json::from_slice(
+        &agent
+            .get("/api/v1/recommendations?gpus=1&memory_gib=1")
+            .body,
+    )
+    .unwrap();
+    assert_eq!(fit["job"]["fits"], true, "{fit}");
+    let too_big: serde_json::Value = serde_json::from_slice(
+        &agent
+            .get("/api/v1/recommendations?gpus=9&memory_gib=1")
+            .body,
+    )
+    .unwrap();
+    assert_eq!(too_big["job"]["fits"], false);
+    assert_eq!(agent.get("/api/v1/recommendations?gpus=two").status, 400);
+    assert_eq!(agent.get("/api/v1/recommendations?color=red").status, 400);
+}

@@ -154,3 +154,50 @@ fn nvml_vanishing_marks_the_source_down_and_serving_goes_on() {
             && value(&text, "gpu_up", "gpu=\"1\"") == Some(1.0)
     });
 }
+
+#[test]
+fn analysis_state_survives_a_restart() {
+    let lib = fake_nvml_lib();
+    let state_dir = std::env::temp_dir().join(format!("gs-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state_dir);
+    let scenario = temp_file("restart.toml", "[simulation]\ngpus = 2\n");
+    let config = temp_file(
+        "restart-config.toml",
+        &format!(
+            "[collect]\ninterval = \"200ms\"\nkmsg = \"off\"\n[state]\ndir = \"{}\"\n\
+             [cost]\nhourly_price = 3600.0\n",
+            state_dir.display()
+        ),
+    );
+    let args = [
+        "--nvml-lib",
+        lib.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let env = [("FAKE_NVML_SCENARIO", scenario.to_str().unwrap())];
+    let cost = |text: &str| -> f64 {
+        samples(text, "gpu_cost_total")
+            .iter()
+            .filter(|(labels, _)| labels.contains("gpu=\"0\""))
+            .map(|(_, v)| v)
+            .sum()
+    };
+
+    let first = Agent::start(&args, &env);
+    first.metrics();
+    std::thread::sleep(Duration::from_secs(3));
+    let before = cost(&first.get("/metrics").text());
+    let (status, stderr) = first.stop();
+    assert!(status.success(), "{stderr}");
+    let saved =
+        std::fs::read_to_string(state_dir.join("engine.json")).expect("state saved at shutdown");
+    assert!(saved.contains("\"gpus\""));
+
+    // One currency unit per GPU-second: the counter resumes near where it stopped.
+    assert!(before >= 2.0, "cost before the restart: {before}");
+    let second = Agent::start(&args, &env);
+    let after = cost(&second.metrics());
+    assert!(after >= before, "cost went from {before} back to {after}");
+    let _ = std::fs::remove_dir_all(&state_dir);
+}

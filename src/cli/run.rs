@@ -7,6 +7,7 @@ use anyhow::Context;
 
 use super::RunArgs;
 use crate::agent::{Collector, Latest};
+use crate::engine::{Engine, EngineConfig, store};
 use crate::server::{self, ServerState};
 
 /// Worker threads of the HTTP runtime. Serving pre-rendered bytes needs little; more
@@ -19,9 +20,20 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     // Open the source first: without NVML there is nothing to serve, and the operator
     // should hear so within seconds, not after the server is up.
     let source = crate::source::open(&config, args.source.simulate)?;
-    let options = crate::export::RenderOptions::from_config(&config.export);
+    let mut options = crate::export::RenderOptions::from_config(&config.export);
+    options.currency.clone_from(&config.cost.currency);
+    let engine = Engine::new(EngineConfig::from_config(&config)?);
+    // Simulated fleets start afresh each run: their clock restarts, so remembered
+    // windows would describe another timeline.
+    let state_path = (!args.source.simulate).then(|| engine_state_path(&config.state.dir));
     let latest = Arc::new(Latest::default());
-    let collector = Collector::new(source, options, latest.clone());
+    let collector = Collector::new(
+        source,
+        engine,
+        state_path.flatten(),
+        options,
+        latest.clone(),
+    );
     let state = Arc::new(ServerState {
         latest,
         source: collector.describe(),
@@ -62,6 +74,22 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
+}
+
+/// The engine state file in the state directory, if the directory can be used. A
+/// directory that cannot be created is not fatal: the agent runs, forgetting on restart.
+fn engine_state_path(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    match std::fs::create_dir_all(dir) {
+        Ok(()) => Some(store::path_in(dir)),
+        Err(e) => {
+            tracing::warn!(
+                "state directory {} is unusable ({e}); analysis state will not survive a restart \
+                 (set [state] dir)",
+                dir.display()
+            );
+            None
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM (what Kubernetes and systemd send).

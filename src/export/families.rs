@@ -111,6 +111,12 @@ impl Families {
 }
 
 impl Family {
+    /// Replaces the help text, for families whose help carries configuration (the
+    /// currency of `gpu_cost_total`).
+    pub fn set_help(&mut self, help: String) {
+        self.proto.set_help(help);
+    }
+
     /// Adds a sample. `label_values` pair up with the family's label names in order; an
     /// empty value leaves its label out (Prometheus reads an empty label as an absent one).
     pub fn push(&mut self, label_values: &[&str], value: f64) {

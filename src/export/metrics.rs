@@ -314,6 +314,95 @@ pub const PROCESS_SERIES_DROPPED: MetricDef = gauge(
     "Processes left out of gpu_process_* this collection by the max_process_series cap.",
 );
 
+pub const RISK_SCORE: MetricDef = gauge(
+    "gpu_failure_risk_score",
+    GPU,
+    "Failure-risk score 0-1 (logistic model over the GPU's windows; at least 0.95 while a known-bad rule holds).",
+);
+pub const RISK_CONTRIBUTION: MetricDef = gauge(
+    "gpu_failure_risk_contribution",
+    &["gpu", "uuid", "feature"],
+    "Log-odds a feature adds to the failure-risk score (weight x value); the score's reasons.",
+);
+pub const RISK_RULE: MetricDef = gauge(
+    "gpu_failure_risk_rule",
+    &["gpu", "uuid", "rule"],
+    "1 while a known-bad rule holds (fell_off_bus, row_remap_failure, uncorrectable_memory_error).",
+);
+pub const IDLE_SECONDS: MetricDef = gauge(
+    "gpu_idle_seconds",
+    GPU,
+    "Consecutive time the GPU's utilization stayed under the idle threshold, in seconds.",
+);
+pub const ALLOCATED_IDLE: MetricDef = gauge(
+    "gpu_allocated_idle",
+    GPU,
+    "1 when memory is held and every sample of the idle window stayed under the threshold.",
+);
+pub const GHOST_PROCESSES: MetricDef = gauge(
+    "gpu_ghost_processes",
+    GPU,
+    "Processes holding memory with 0% SM for the idle window whose PID is gone, a zombie or orphaned.",
+);
+pub const LONG_RUNNING_PROCESSES: MetricDef = gauge(
+    "gpu_long_running_processes",
+    GPU,
+    "Processes running longer than [idle] long_running.",
+);
+pub const COST: MetricDef = counter(
+    "gpu_cost_total",
+    &["gpu", "uuid", "state"],
+    "Cost of the GPU's time since gpu-sentinel started keeping state, by state (busy, idle).",
+);
+pub const OWNER_SECONDS: MetricDef = counter(
+    "gpu_owner_seconds_total",
+    &["gpu", "uuid", "owner", "state"],
+    "GPU-seconds charged to an owner (namespace, user or pod per [cost] owner), by state (busy, idle).",
+);
+pub const SCALE_RECOMMENDATION: MetricDef = gauge(
+    "gpu_scale_recommendation",
+    &["scope", "direction"],
+    "1 on the advised scaling direction (out, in, hold) for the scope (node).",
+);
+pub const SCALE_RECOMMENDED_GPUS: MetricDef = gauge(
+    "gpu_scale_recommended_gpus",
+    &["scope"],
+    "GPUs the measured demand needs with the configured buffer.",
+);
+pub const NODE_FREE_GPUS: MetricDef = gauge(
+    "gpu_node_free_gpus",
+    &[],
+    "GPUs answering with nothing allocated on them.",
+);
+pub const NODE_LARGEST_FREE_MEMORY: MetricDef = gauge(
+    "gpu_node_largest_free_memory_bytes",
+    &[],
+    "Largest free memory on one GPU, in bytes.",
+);
+pub const NODE_FRAGMENTATION: MetricDef = gauge(
+    "gpu_node_fragmentation_ratio",
+    &[],
+    "Share of free GPU memory stranded on partly used GPUs (0-1).",
+);
+
+/// Families of the analysis engine, in exposition order after [`NATIVE`].
+pub const ANALYSIS: &[MetricDef] = &[
+    RISK_SCORE,
+    RISK_CONTRIBUTION,
+    RISK_RULE,
+    IDLE_SECONDS,
+    ALLOCATED_IDLE,
+    GHOST_PROCESSES,
+    LONG_RUNNING_PROCESSES,
+    COST,
+    OWNER_SECONDS,
+    SCALE_RECOMMENDATION,
+    SCALE_RECOMMENDED_GPUS,
+    NODE_FREE_GPUS,
+    NODE_LARGEST_FREE_MEMORY,
+    NODE_FRAGMENTATION,
+];
+
 /// Every native family, in exposition order.
 pub const NATIVE: &[MetricDef] = &[
     GPU_INFO,
@@ -380,6 +469,13 @@ pub fn reference_markdown() -> String {
     );
     table(&mut out, NATIVE);
     out.push_str(
+        "\n## Analysis metrics\n\n\
+         From the analysis engine: failure risk with its reasons, idle and ghost findings, \
+         cost and owner time, scaling and placement advice. Counters of cost and owner time \
+         continue across restarts (the engine's state is persisted).\n\n",
+    );
+    table(&mut out, ANALYSIS);
+    out.push_str(
         "\n## dcgm-exporter compatible metrics (`[export] dcgm_compat = true`)\n\n\
          Rendered in addition to the metrics above, with dcgm-exporter's names, units and \
          labels so its Grafana dashboard and existing alert rules keep working. Every series \
@@ -423,7 +519,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_follow_the_conventions() {
         let mut seen = BTreeSet::new();
-        for def in NATIVE {
+        for def in NATIVE.iter().chain(ANALYSIS) {
             assert!(seen.insert(def.name), "{} twice", def.name);
             assert!(
                 def.name
@@ -445,7 +541,7 @@ mod tests {
     #[test]
     fn reference_lists_every_family() {
         let doc = reference_markdown();
-        for def in NATIVE {
+        for def in NATIVE.iter().chain(ANALYSIS) {
             assert!(doc.contains(&format!("| `{}` |", def.name)), "{}", def.name);
         }
     }

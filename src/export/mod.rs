@@ -14,6 +14,7 @@
 //! More families (the analysis engine's) are appended by building [`Families`] with
 //! [`families`] and pushing into it before [`Exposition::from_families`].
 
+mod analysis;
 pub mod dcgm;
 pub mod families;
 pub mod metrics;
@@ -32,6 +33,7 @@ pub use metrics::reference_markdown;
 pub use state::ExportState;
 
 use crate::config::ExportConfig;
+use crate::engine::Findings;
 use crate::model::Snapshot;
 use crate::source::CollectHealth;
 
@@ -63,6 +65,8 @@ pub struct RenderOptions {
     /// `gpu_sentinel_build_info` labels.
     pub version: String,
     pub revision: String,
+    /// Currency of `gpu_cost_total`, named in its help.
+    pub currency: String,
 }
 
 impl Default for RenderOptions {
@@ -83,6 +87,7 @@ impl RenderOptions {
             hostname: resolved_hostname,
             version: env!("CARGO_PKG_VERSION").to_string(),
             revision: env!("GPU_SENTINEL_REVISION").to_string(),
+            currency: "USD".to_string(),
         }
     }
 
@@ -97,15 +102,16 @@ impl RenderOptions {
     }
 }
 
-/// Renders one collection. Call once per snapshot: the snapshot's XID events are added to
-/// the counters in `state`.
+/// Renders one collection, with the engine's findings on it when there are any. Call once
+/// per snapshot: the snapshot's XID events are added to the counters in `state`.
 pub fn render(
     snapshot: &Snapshot,
     health: &CollectHealth,
+    findings: Option<&Findings>,
     state: &mut ExportState,
     options: &RenderOptions,
 ) -> Exposition {
-    Exposition::from_families(&families(snapshot, health, state, options))
+    Exposition::from_families(&families(snapshot, health, findings, state, options))
 }
 
 /// The families of one collection, before encoding, for callers that append their own.
@@ -113,12 +119,16 @@ pub fn render(
 pub fn families(
     snapshot: &Snapshot,
     health: &CollectHealth,
+    findings: Option<&Findings>,
     state: &mut ExportState,
     options: &RenderOptions,
 ) -> Families {
     state.absorb_events(snapshot);
     let mut families = Families::new(options.max_label_length);
     render::render_native(&mut families, snapshot, health, state, options);
+    if let Some(findings) = findings {
+        analysis::render_analysis(&mut families, findings, options);
+    }
     if options.dcgm_compat {
         let hostname = if options.hostname.is_empty() {
             &snapshot.host.hostname

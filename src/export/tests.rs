@@ -53,7 +53,7 @@ fn health() -> CollectHealth {
 }
 
 fn text(snapshot: &Snapshot, state: &mut ExportState, options: &RenderOptions) -> String {
-    let exposition = render(snapshot, &health(), state, options);
+    let exposition = render(snapshot, &health(), None, state, options);
     String::from_utf8(exposition.text.to_vec()).unwrap_or_default()
 }
 
@@ -316,6 +316,7 @@ fn gzip_decompresses_to_the_text() {
     let exposition = render(
         &snapshot(vec![gpu(0), gpu(1)]),
         &health(),
+        None,
         &mut ExportState::new(),
         &options(),
     );
@@ -334,6 +335,7 @@ fn families_follow_the_catalogue_order() {
     let families = families(
         &snapshot(vec![g]),
         &health(),
+        None,
         &mut ExportState::new(),
         &options(),
     );

@@ -1,0 +1,83 @@
+//! The analysis engine's findings as metric families: risk with its reasons, idle and
+//! ghost findings, cost and owner time, scaling and placement advice.
+
+use super::RenderOptions;
+use super::families::{Families, flag};
+use super::metrics::*;
+use crate::engine::Findings;
+use crate::engine::capacity::Direction;
+
+/// Renders `findings` into `families` (declared after the native ones).
+pub(super) fn render_analysis(
+    families: &mut Families,
+    findings: &Findings,
+    options: &RenderOptions,
+) {
+    families.declare(ANALYSIS);
+    let mut gpus: Vec<_> = findings.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.index);
+    for g in &gpus {
+        let index = g.index.to_string();
+        let id: [&str; 2] = [&index, &g.uuid];
+        // A GPU that does not answer has no score to speak of beyond its rule.
+        if g.up || g.risk.rule.is_some() {
+            families.family(&RISK_SCORE).push(&id, g.risk.score);
+        }
+        let contributions = families.family(&RISK_CONTRIBUTION);
+        for c in &g.risk.contributions {
+            contributions.push(&[&index, &g.uuid, &c.feature], c.contribution);
+        }
+        if let Some(rule) = &g.risk.rule {
+            families
+                .family(&RISK_RULE)
+                .push(&[&index, &g.uuid, rule], 1.0);
+        }
+        if g.up {
+            families
+                .family(&IDLE_SECONDS)
+                .push(&id, g.idle.idle_seconds);
+            families
+                .family(&ALLOCATED_IDLE)
+                .push(&id, flag(g.idle.allocated_idle));
+            families
+                .family(&GHOST_PROCESSES)
+                .push(&id, g.idle.ghosts.len() as f64);
+            families
+                .family(&LONG_RUNNING_PROCESSES)
+                .push(&id, g.idle.long_running.len() as f64);
+        }
+        let cost = families.family(&COST);
+        cost.set_help(format!(
+            "Cost of the GPU's time in {} since gpu-sentinel started keeping state, by state (busy, idle).",
+            options.currency
+        ));
+        cost.push(&[&index, &g.uuid, "busy"], g.cost.busy);
+        cost.push(&[&index, &g.uuid, "idle"], g.cost.idle);
+        let owners = families.family(&OWNER_SECONDS);
+        for (owner, busy, idle) in &g.cost.owners {
+            owners.push(&[&index, &g.uuid, owner, "busy"], *busy);
+            owners.push(&[&index, &g.uuid, owner, "idle"], *idle);
+        }
+    }
+    let advice = &findings.capacity;
+    let scale = families.family(&SCALE_RECOMMENDATION);
+    for direction in Direction::ALL {
+        scale.push(
+            &["node", direction.as_str()],
+            flag(advice.direction == direction),
+        );
+    }
+    families
+        .family(&SCALE_RECOMMENDED_GPUS)
+        .push(&["node"], advice.recommended_gpus as f64);
+    let placement = &findings.placement;
+    families
+        .family(&NODE_FREE_GPUS)
+        .push(&[], placement.free_gpus as f64);
+    families
+        .family(&NODE_LARGEST_FREE_MEMORY)
+        .push(&[], placement.largest_free_memory_bytes as f64);
+    families
+        .family(&NODE_FRAGMENTATION)
+        .push(&[], placement.fragmentation_ratio);
+}
