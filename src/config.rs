@@ -6,6 +6,7 @@
 //! default). Secrets never live in the file: options ending in `_env` name an environment
 //! variable instead.
 
+mod alerting;
 mod analysis;
 mod locate;
 
@@ -15,6 +16,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+pub use alerting::{
+    AdviceConfig, AlertingConfig, RECEIVER_KINDS, ReceiverConfig, RouteConfig, RuleConfig,
+};
 pub use analysis::{CapacityConfig, CostConfig, IdleConfig, OWNER_KINDS, RiskConfig};
 pub use locate::Problem;
 
@@ -30,6 +34,8 @@ pub struct Config {
     pub idle: IdleConfig,
     pub cost: CostConfig,
     pub capacity: CapacityConfig,
+    pub alerting: AlertingConfig,
+    pub advice: AdviceConfig,
 }
 
 /// `[collect]`: how and how often GPUs are read.
@@ -272,6 +278,7 @@ impl Config {
             &self.cost,
             &self.capacity,
         ));
+        out.extend(alerting::problems(&self.alerting, &self.advice));
         out
     }
 }
@@ -344,6 +351,29 @@ mod tests {
                 ("simulation.faults".to_string(), Some(5)),
             ]
         );
+    }
+
+    #[test]
+    fn alerting_problems_name_the_receiver() {
+        let text = "[[alerting.receivers]]\nname = \"ops\"\nkind = \"pager\"\nurl = \"http://x\"\n\
+                    [alerting.route]\nreceiver = \"oncall\"\nmatchers = [\"gpu=~(\"]\n";
+        let err = Config::parse(text).unwrap_err();
+        let messages: Vec<&str> = err.iter().map(|p| p.message.as_str()).collect();
+        assert!(
+            messages.iter().any(|m| m.contains("\"pager\"")),
+            "{messages:?}"
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("\"oncall\" is not defined")),
+            "{messages:?}"
+        );
+        assert!(
+            messages.iter().any(|m| m.contains("bad regex")),
+            "{messages:?}"
+        );
+        assert_eq!(err[0].line, Some(1));
     }
 
     #[test]

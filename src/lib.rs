@@ -5,6 +5,7 @@
 //! rendered last. See DESIGN.md for the whole picture.
 
 pub mod agent;
+pub mod alert;
 pub mod cli;
 pub mod config;
 pub mod engine;

@@ -1,0 +1,329 @@
+//! `[alerting]` and `[advice]`: rules, routing, receivers, the outbox, and LLM advice.
+//!
+//! The keys DESIGN.md marks as contract (`[[alerting.receivers]]` name/kind/url/url_env/
+//! secret_env, `[alerting.route]` receiver/group_wait/group_interval/repeat_interval and
+//! `[[alerting.route.routes]]` matchers/receiver/continue, `[advice]`) keep their meaning;
+//! everything else here extends them.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::duration;
+
+/// `[alerting]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertingConfig {
+    /// Where notifications go. Without receivers, alerts are evaluated and served on
+    /// `/api/v1/alerts` and as metrics, but nothing is sent.
+    pub receivers: Vec<ReceiverConfig>,
+    pub route: RouteConfig,
+    /// Tuning of the default rules, and added rules.
+    pub rules: Vec<RuleConfig>,
+    /// How often firing alerts are re-sent to Alertmanager receivers (Prometheus: 1m); their
+    /// `endsAt` is set four intervals ahead, so Alertmanager resolves them if we go silent.
+    #[serde(deserialize_with = "duration")]
+    pub resend_interval: Duration,
+    /// How long resolved alerts keep being re-sent to Alertmanager receivers (Prometheus: 15m).
+    #[serde(deserialize_with = "duration")]
+    pub resolved_retention: Duration,
+    /// Most notifications the outbox holds; past it, the oldest resolved ones go first.
+    pub outbox_max_entries: usize,
+}
+
+impl Default for AlertingConfig {
+    fn default() -> Self {
+        AlertingConfig {
+            receivers: Vec::new(),
+            route: RouteConfig::default(),
+            rules: Vec::new(),
+            resend_interval: Duration::from_secs(60),
+            resolved_retention: Duration::from_secs(15 * 60),
+            outbox_max_entries: 10_000,
+        }
+    }
+}
+
+/// Receiver kinds gpu-sentinel can deliver to.
+pub const RECEIVER_KINDS: [&str; 7] = [
+    "alertmanager",
+    "webhook",
+    "slack",
+    "feishu",
+    "dingtalk",
+    "wecom",
+    "log",
+];
+
+/// `[[alerting.receivers]]`: one destination.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverConfig {
+    /// Name routes refer to.
+    pub name: String,
+    /// alertmanager | webhook | slack | feishu | dingtalk | wecom | log
+    pub kind: String,
+    /// Endpoint URL. Chat webhook URLs embed their token: prefer `url_env`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Environment variable holding the URL.
+    #[serde(default)]
+    pub url_env: Option<String>,
+    /// Environment variable holding the signing secret (Feishu, DingTalk) or a bearer token
+    /// (webhook, alertmanager).
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// Also notify when alerts resolve.
+    #[serde(default = "yes")]
+    pub send_resolved: bool,
+    /// Most messages a minute to this receiver; beyond it, alerts are batched into one
+    /// summary message rather than dropped. 0: the kind's default (20 for DingTalk and
+    /// WeCom bots, unlimited otherwise).
+    #[serde(default)]
+    pub max_per_minute: u32,
+    /// Time limit of one delivery attempt.
+    #[serde(default = "ten_seconds", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn ten_seconds() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// `[alerting.route]` and its nested `routes`: Alertmanager's routing tree.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouteConfig {
+    /// Receiver of alerts this route (or no child route) matches.
+    pub receiver: String,
+    /// Labels `label=value`, `label!=value`, `label=~regex`, `label!~regex`; all must hold.
+    /// Empty on the root route (it matches everything).
+    pub matchers: Vec<String>,
+    /// Labels whose values make up a group: alerts sharing them go out together.
+    pub group_by: Vec<String>,
+    /// Wait after a group's first alert before notifying, to gather its siblings.
+    #[serde(deserialize_with = "duration")]
+    pub group_wait: Duration,
+    /// Wait between notifications of a group whose alerts changed.
+    #[serde(deserialize_with = "duration")]
+    pub group_interval: Duration,
+    /// Wait before repeating a notification for a group whose alerts are unchanged.
+    #[serde(deserialize_with = "duration")]
+    pub repeat_interval: Duration,
+    /// Keep matching sibling routes after this one matched.
+    #[serde(rename = "continue")]
+    pub continue_matching: bool,
+    pub routes: Vec<RouteConfig>,
+}
+
+impl Default for RouteConfig {
+    fn default() -> Self {
+        RouteConfig {
+            receiver: String::new(),
+            matchers: Vec::new(),
+            group_by: vec!["alertname".into(), "hostname".into(), "gpu".into()],
+            group_wait: Duration::from_secs(10),
+            group_interval: Duration::from_secs(60),
+            repeat_interval: Duration::from_secs(4 * 3600),
+            continue_matching: false,
+            routes: Vec::new(),
+        }
+    }
+}
+
+/// `[[alerting.rules]]`: tune a default rule by name, or add a threshold rule.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// A default rule's name (`GpuFailureRiskHigh`, …) to tune, or a new rule's name.
+    pub name: String,
+    /// Turn the rule off.
+    #[serde(default)]
+    pub disabled: bool,
+    /// How long the condition must hold before the alert fires.
+    #[serde(default, rename = "for", deserialize_with = "optional_duration")]
+    pub for_: Option<Duration>,
+    /// critical | warning | info
+    #[serde(default)]
+    pub severity: Option<String>,
+    /// For added rules: the per-GPU value compared (see the rule docs in config.toml).
+    #[serde(default)]
+    pub field: Option<String>,
+    /// For added rules: `>`, `>=`, `<`, `<=`; for threshold default rules, their threshold.
+    #[serde(default)]
+    pub op: Option<String>,
+    #[serde(default)]
+    pub value: Option<f64>,
+    /// Summary annotation; `{gpu}`, `{uuid}`, `{hostname}`, `{value}` are filled in.
+    #[serde(default)]
+    pub summary: Option<String>,
+    /// Runbook hint annotation.
+    #[serde(default)]
+    pub runbook: Option<String>,
+}
+
+fn optional_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
+}
+
+/// `[advice]`: suggested actions from an OpenAI-compatible chat-completions endpoint.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdviceConfig {
+    pub enabled: bool,
+    /// API base; `/chat/completions` (or `/v1/chat/completions`) is appended.
+    pub base_url: String,
+    /// Model name. Names are retired over time, so it is configuration, never code.
+    pub model: String,
+    /// Environment variable holding the API key.
+    pub api_key_env: String,
+    /// An alert goes out without advice if advice is not back by then; the advice follows.
+    #[serde(deserialize_with = "duration")]
+    pub max_wait: Duration,
+    /// Total time limit of one request (advice arriving later is still attached to the
+    /// next notification of its group).
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// Most tokens of one answer.
+    pub max_tokens: u32,
+    /// Period of the fleet digest (utilization, waste, risk ranking); unset: no digest.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub digest_interval: Option<Duration>,
+    /// Leave host names out of what is sent.
+    pub redact_hostnames: bool,
+    /// Leave user, pod and namespace names out of what is sent.
+    pub redact_users: bool,
+    /// Leave process names and command lines out of what is sent.
+    pub redact_commands: bool,
+}
+
+impl Default for AdviceConfig {
+    fn default() -> Self {
+        AdviceConfig {
+            enabled: false,
+            base_url: "https://api.deepseek.com".into(),
+            model: "deepseek-chat".into(),
+            api_key_env: "DEEPSEEK_API_KEY".into(),
+            max_wait: Duration::from_secs(10),
+            timeout: Duration::from_secs(60),
+            max_tokens: 400,
+            digest_interval: None,
+            redact_hostnames: false,
+            redact_users: true,
+            redact_commands: true,
+        }
+    }
+}
+
+/// Semantic checks of `[alerting]` and `[advice]`, as `(dotted key, message)`.
+pub(super) fn problems(
+    alerting: &AlertingConfig,
+    advice: &AdviceConfig,
+) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    for r in &alerting.receivers {
+        if !names.insert(r.name.as_str()) {
+            out.push((
+                "alerting.receivers",
+                format!("receiver {:?} is defined twice", r.name),
+            ));
+        }
+        if !RECEIVER_KINDS.contains(&r.kind.as_str()) {
+            out.push((
+                "alerting.receivers",
+                format!(
+                    "receiver {:?}: kind {:?} is not one of {}",
+                    r.name,
+                    r.kind,
+                    RECEIVER_KINDS.join(", ")
+                ),
+            ));
+        }
+        if r.kind != "log" && r.url.is_none() && r.url_env.is_none() {
+            out.push((
+                "alerting.receivers",
+                format!("receiver {:?} needs url or url_env", r.name),
+            ));
+        }
+        if r.url.is_some() && r.url_env.is_some() {
+            out.push((
+                "alerting.receivers",
+                format!("receiver {:?}: set url or url_env, not both", r.name),
+            ));
+        }
+    }
+    check_route(
+        &alerting.route,
+        &names,
+        alerting.receivers.is_empty(),
+        &mut out,
+    );
+    for rule in &alerting.rules {
+        if let Some(sev) = &rule.severity {
+            if !["critical", "warning", "info"].contains(&sev.as_str()) {
+                out.push((
+                    "alerting.rules",
+                    format!(
+                        "rule {:?}: severity {sev:?} is not critical, warning or info",
+                        rule.name
+                    ),
+                ));
+            }
+        }
+        if let Some(op) = &rule.op {
+            if ![">", ">=", "<", "<="].contains(&op.as_str()) {
+                out.push((
+                    "alerting.rules",
+                    format!("rule {:?}: op {op:?} is not >, >=, < or <=", rule.name),
+                ));
+            }
+        }
+    }
+    if advice.enabled && advice.model.trim().is_empty() {
+        out.push((
+            "advice.model",
+            "a model name is needed when advice is enabled".into(),
+        ));
+    }
+    if advice.max_tokens == 0 {
+        out.push(("advice.max_tokens", "must be above 0".into()));
+    }
+    out
+}
+
+fn check_route(
+    route: &RouteConfig,
+    receivers: &std::collections::BTreeSet<&str>,
+    none_defined: bool,
+    out: &mut Vec<(&'static str, String)>,
+) {
+    if !route.receiver.is_empty() && !receivers.contains(route.receiver.as_str()) {
+        out.push((
+            "alerting.route",
+            format!(
+                "receiver {:?} is not defined in [[alerting.receivers]]",
+                route.receiver
+            ),
+        ));
+    }
+    if route.receiver.is_empty() && !none_defined && route.routes.is_empty() {
+        out.push((
+            "alerting.route",
+            "receivers are defined but the route names none (set [alerting.route] receiver)".into(),
+        ));
+    }
+    for m in &route.matchers {
+        if let Err(e) = crate::alert::route::Matcher::parse(m) {
+            out.push(("alerting.route", format!("matcher {m:?}: {e}")));
+        }
+    }
+    for child in &route.routes {
+        check_route(child, receivers, none_defined, out);
+    }
+}
