@@ -10,6 +10,7 @@
 //! - [`outbox`]: the crash-safe store notifications wait in until delivered;
 //! - [`deliver`]: the delivery loop with retries, backoff and rate limits.
 
+pub mod notify;
 pub mod route;
 
 use std::collections::BTreeMap;
