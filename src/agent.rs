@@ -19,12 +19,14 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::alert::alerting::Alerting;
+use crate::alert::{Alert, Notification};
 use crate::engine::capacity::{Advice, Placement};
 use crate::engine::cost::CostView;
 use crate::engine::idle::IdleFindings;
 use crate::engine::risk::Assessment;
 use crate::engine::{Engine, Findings, store};
-use crate::export::{ExportState, Exposition, RenderOptions};
+use crate::export::{ExportState, Exposition, RenderInput, RenderOptions};
 use crate::model::{GpuSample, ProcessSample, Snapshot, XidEvent};
 use crate::source::{CollectHealth, Source};
 
@@ -38,6 +40,8 @@ pub struct Published {
     pub health: CollectHealth,
     pub findings: Findings,
     pub metrics: Exposition,
+    /// `/api/v1/alerts` body.
+    pub alerts_json: Bytes,
     /// `/api/v1/gpus` body.
     pub gpus_json: Bytes,
     /// `/api/v1/recommendations` body (without a job to fit).
@@ -64,6 +68,7 @@ impl Latest {
 pub struct Collector {
     source: Box<dyn Source>,
     engine: Engine,
+    alerting: Alerting,
     /// Where the engine's state is persisted; None for simulated runs.
     state_path: Option<PathBuf>,
     last_save: Instant,
@@ -73,14 +78,16 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// A collector whose engine resumes from `state_path` when given.
+    /// A collector whose engine and alerting resume from `state_dir` when given.
     pub fn new(
         source: Box<dyn Source>,
         mut engine: Engine,
-        state_path: Option<PathBuf>,
+        mut alerting: Alerting,
+        state_dir: Option<PathBuf>,
         options: RenderOptions,
         latest: Arc<Latest>,
     ) -> Collector {
+        let state_path = state_dir.as_deref().map(store::path_in);
         if let Some(path) = &state_path {
             engine.state = store::load(path);
             engine.state.version = crate::engine::STATE_VERSION;
@@ -90,14 +97,31 @@ impl Collector {
                 engine.state.gpus.len()
             );
         }
+        if let Some(dir) = &state_dir {
+            alerting.persist_at(dir.join(crate::alert::alerting::FILE_NAME));
+        }
         Collector {
             source,
             engine,
+            alerting,
             state_path,
             last_save: Instant::now(),
             export_state: ExportState::default(),
             options,
             latest,
+        }
+    }
+
+    /// Hands notifications to delivery.
+    fn dispatch(&mut self, notifications: Vec<Notification>) {
+        for n in notifications {
+            tracing::info!(
+                receiver = n.receiver,
+                group = n.group_key,
+                status = n.status(),
+                alerts = n.alerts.len(),
+                "notification due"
+            );
         }
     }
 
@@ -122,13 +146,23 @@ impl Collector {
         let health = collection.health;
         let snapshot = collection.snapshot;
         let findings = self.engine.step(&snapshot);
+        let notifications = self.alerting.step(&findings, Some(&health));
+        self.dispatch(notifications);
+        let alert_counts = self.alerting.counts();
         let metrics = crate::export::render(
-            &snapshot,
-            &health,
-            Some(&findings),
+            &RenderInput {
+                snapshot: &snapshot,
+                health: &health,
+                findings: Some(&findings),
+                alerts: Some(&alert_counts),
+            },
             &mut self.export_state,
             &self.options,
         );
+        let alerts_json = to_json(&AlertsDocument {
+            at: findings.at,
+            alerts: self.alerting.book().alerts.values().collect(),
+        });
         let threshold = self.engine.config.risk_threshold;
         let gpus_json = gpus_document(&snapshot, &findings, threshold);
         let recommendations_json = to_json(&Recommendations::new(&findings, None));
@@ -147,6 +181,7 @@ impl Collector {
             health,
             findings,
             metrics,
+            alerts_json,
             gpus_json,
             recommendations_json,
             published: Instant::now(),
@@ -252,6 +287,13 @@ fn gpus_document(snapshot: &Snapshot, findings: &Findings, threshold: f64) -> By
         risk_threshold: threshold,
         gpus,
     })
+}
+
+/// `/api/v1/alerts`: pending and firing alerts, and resolved ones still kept.
+#[derive(Serialize)]
+struct AlertsDocument<'a> {
+    at: DateTime<Utc>,
+    alerts: Vec<&'a Alert>,
 }
 
 /// `/api/v1/recommendations`: scaling advice, placement, and whether a job fits now.

@@ -17,7 +17,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 pub use alerting::{
-    AdviceConfig, AlertingConfig, RECEIVER_KINDS, ReceiverConfig, RouteConfig, RuleConfig,
+    AdviceConfig, AlertingConfig, DEFAULT_GROUP_BY, DEFAULT_GROUP_INTERVAL, DEFAULT_GROUP_WAIT,
+    DEFAULT_REPEAT_INTERVAL, RECEIVER_KINDS, ReceiverConfig, RouteConfig, RuleConfig,
 };
 pub use analysis::{CapacityConfig, CostConfig, IdleConfig, OWNER_KINDS, RiskConfig};
 pub use locate::Problem;

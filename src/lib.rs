@@ -15,4 +15,5 @@ pub mod model;
 pub mod procinfo;
 pub mod server;
 pub mod source;
+pub mod state_file;
 pub mod xid;

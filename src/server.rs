@@ -126,6 +126,10 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
             Some(p) => bytes(StatusCode::OK, "application/json", p.gpus_json.clone()),
             None => not_ready(),
         },
+        "/api/v1/alerts" => match latest {
+            Some(p) => bytes(StatusCode::OK, "application/json", p.alerts_json.clone()),
+            None => not_ready(),
+        },
         "/api/v1/recommendations" => match (latest, job_query(req.uri().query())) {
             (_, Err(message)) => text(StatusCode::BAD_REQUEST, &message),
             (None, _) => not_ready(),
@@ -237,6 +241,7 @@ fn landing(state: &ServerState) -> Response<Full<Bytes>> {
          <h1>gpu-sentinel {version}</h1>\n<p>Source: {source}</p>\n<ul>\n\
          <li><a href=\"/metrics\">/metrics</a> Prometheus exposition</li>\n\
          <li><a href=\"/api/v1/gpus\">/api/v1/gpus</a> each GPU's latest sample, risk, reasons and findings</li>\n\
+         <li><a href=\"/api/v1/alerts\">/api/v1/alerts</a> pending, firing and recently resolved alerts</li>\n\
          <li><a href=\"/api/v1/recommendations\">/api/v1/recommendations</a> scaling and placement advice \
          (<a href=\"/api/v1/recommendations?gpus=2&amp;memory_gib=40\">does a 2-GPU, 40 GiB job fit?</a>)</li>\n\
          <li><a href=\"/healthz\">/healthz</a> liveness</li>\n\

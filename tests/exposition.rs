@@ -13,7 +13,7 @@ mod common;
 use chrono::{DateTime, Utc};
 use gpu_sentinel::config::SimulationConfig;
 use gpu_sentinel::engine::{Engine, EngineConfig};
-use gpu_sentinel::export::{self, ExportState, Exposition, RenderOptions};
+use gpu_sentinel::export::{self, ExportState, Exposition, RenderInput, RenderOptions};
 use gpu_sentinel::source::simulate::Fleet;
 use gpu_sentinel::source::{CollectHealth, FamilyHealth};
 
@@ -62,7 +62,12 @@ fn golden_run(dcgm_compat: bool) -> Exposition {
         fleet.advance(f64::from(STEP_SECONDS));
         let snapshot = fleet.snapshot();
         let findings = engine.step(&snapshot);
-        last = export::render(&snapshot, &health(), Some(&findings), &mut state, &options);
+        let health = health();
+        let input = RenderInput {
+            findings: Some(&findings),
+            ..RenderInput::new(&snapshot, &health)
+        };
+        last = export::render(&input, &mut state, &options);
     }
     last
 }
@@ -257,10 +262,9 @@ fn promtool_accepts_hostile_label_values() {
         hostname: "host\"with\\quotes".into(),
         ..RenderOptions::default()
     };
+    let health = health();
     let exposition = export::render(
-        &snapshot,
-        &health(),
-        None,
+        &RenderInput::new(&snapshot, &health),
         &mut ExportState::new(),
         &options,
     );

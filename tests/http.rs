@@ -169,6 +169,28 @@ fn analysis_shows_risk_reasons_idle_and_ghosts_on_the_accelerated_simulator() {
         let (ok, printed) = common::promtool_check(&promtool, &[], &text);
         assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
     }
+
+    // The same faults as alerts, with DESIGN.md's labels.
+    let alerts: serde_json::Value =
+        serde_json::from_slice(&agent.get("/api/v1/alerts").body).unwrap();
+    let lost = alerts["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["labels"]["alertname"] == "GpuLost")
+        .expect("GpuLost");
+    assert_eq!(lost["state"], "firing");
+    for label in ["severity", "hostname", "gpu", "uuid"] {
+        assert!(lost["labels"][label].is_string(), "{label}: {lost}");
+    }
+    assert!(
+        common::samples(&text, "gpu_sentinel_alerts")
+            .iter()
+            .any(|(l, v)| l.contains("alertname=\"GpuLost\",state=\"firing\"") && *v == 1.0)
+            || common::samples(&agent.get("/metrics").text(), "gpu_sentinel_alerts")
+                .iter()
+                .any(|(l, v)| l.contains("alertname=\"GpuLost\",state=\"firing\"") && *v == 1.0)
+    );
 }
 
 #[test]

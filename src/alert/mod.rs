@@ -2,6 +2,7 @@
 //! notifications routed and grouped the way Alertmanager does it, and notifications are
 //! delivered durably through an outbox to Alertmanager and chat receivers.
 //!
+//! - [`alerting`]: the agent's alerting stage tying the pieces together, persisted;
 //! - [`rules`]: the default rule set (DESIGN.md's alert names) and its tuning; evaluation
 //!   and the pending → firing → resolved lifecycle, inhibition; pure, time from snapshots;
 //! - [`route`]: matchers, the routing tree, aggregation groups and their timers;
@@ -10,8 +11,10 @@
 //! - [`outbox`]: the crash-safe store notifications wait in until delivered;
 //! - [`deliver`]: the delivery loop with retries, backoff and rate limits.
 
+pub mod alerting;
 pub mod notify;
 pub mod route;
+pub mod rules;
 
 use std::collections::BTreeMap;
 
@@ -22,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub type LabelSet = BTreeMap<String, String>;
 
 /// Where an alert is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AlertState {
     /// The condition holds, not yet for the rule's `for` duration.

@@ -7,7 +7,8 @@ use anyhow::Context;
 
 use super::RunArgs;
 use crate::agent::{Collector, Latest};
-use crate::engine::{Engine, EngineConfig, store};
+use crate::alert::alerting::Alerting;
+use crate::engine::{Engine, EngineConfig};
 use crate::server::{self, ServerState};
 
 /// Worker threads of the HTTP runtime. Serving pre-rendered bytes needs little; more
@@ -23,17 +24,22 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let mut options = crate::export::RenderOptions::from_config(&config.export);
     options.currency.clone_from(&config.cost.currency);
     let engine = Engine::new(EngineConfig::from_config(&config)?);
-    // Simulated fleets start afresh each run: their clock restarts, so remembered
-    // windows would describe another timeline.
-    let state_path = (!args.source.simulate).then(|| engine_state_path(&config.state.dir));
-    let latest = Arc::new(Latest::default());
-    let collector = Collector::new(
-        source,
-        engine,
-        state_path.flatten(),
-        options,
-        latest.clone(),
+    let external_url = format!(
+        "http://{}:{}/api/v1/alerts",
+        options.hostname,
+        listen.port()
     );
+    let alerting = Alerting::from_config(&config, options.hostname.clone(), external_url)
+        .map_err(|e| anyhow::anyhow!("alerting: {e}"))?;
+    // Simulated fleets start afresh each run: their clock restarts, so remembered
+    // windows and alerts would describe another timeline.
+    let state_dir = if args.source.simulate {
+        None
+    } else {
+        usable_state_dir(&config.state.dir)
+    };
+    let latest = Arc::new(Latest::default());
+    let collector = Collector::new(source, engine, alerting, state_dir, options, latest.clone());
     let state = Arc::new(ServerState {
         latest,
         source: collector.describe(),
@@ -76,11 +82,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     })
 }
 
-/// The engine state file in the state directory, if the directory can be used. A
-/// directory that cannot be created is not fatal: the agent runs, forgetting on restart.
-fn engine_state_path(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+/// The state directory, if it can be used. One that cannot be created is not fatal: the
+/// agent runs, forgetting on restart.
+fn usable_state_dir(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     match std::fs::create_dir_all(dir) {
-        Ok(()) => Some(store::path_in(dir)),
+        Ok(()) => Some(dir.to_path_buf()),
         Err(e) => {
             tracing::warn!(
                 "state directory {} is unusable ({e}); analysis state will not survive a restart \

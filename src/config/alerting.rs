@@ -95,8 +95,9 @@ fn ten_seconds() -> Duration {
     Duration::from_secs(10)
 }
 
-/// `[alerting.route]` and its nested `routes`: Alertmanager's routing tree.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// `[alerting.route]` and its nested `routes`: Alertmanager's routing tree. A child route
+/// inherits every option it leaves unset from its parent; the root's defaults are below.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct RouteConfig {
     /// Receiver of alerts this route (or no child route) matches.
@@ -104,37 +105,31 @@ pub struct RouteConfig {
     /// Labels `label=value`, `label!=value`, `label=~regex`, `label!~regex`; all must hold.
     /// Empty on the root route (it matches everything).
     pub matchers: Vec<String>,
-    /// Labels whose values make up a group: alerts sharing them go out together.
-    pub group_by: Vec<String>,
-    /// Wait after a group's first alert before notifying, to gather its siblings.
-    #[serde(deserialize_with = "duration")]
-    pub group_wait: Duration,
-    /// Wait between notifications of a group whose alerts changed.
-    #[serde(deserialize_with = "duration")]
-    pub group_interval: Duration,
-    /// Wait before repeating a notification for a group whose alerts are unchanged.
-    #[serde(deserialize_with = "duration")]
-    pub repeat_interval: Duration,
+    /// Labels whose values make up a group: alerts sharing them go out together
+    /// (root default: alertname, hostname, gpu).
+    pub group_by: Option<Vec<String>>,
+    /// Wait after a group's first alert before notifying, to gather its siblings
+    /// (root default 10s).
+    #[serde(deserialize_with = "optional_duration")]
+    pub group_wait: Option<Duration>,
+    /// Wait between notifications of a group whose alerts changed (root default 1m).
+    #[serde(deserialize_with = "optional_duration")]
+    pub group_interval: Option<Duration>,
+    /// Wait before repeating a notification for a group whose alerts are unchanged
+    /// (root default 4h).
+    #[serde(deserialize_with = "optional_duration")]
+    pub repeat_interval: Option<Duration>,
     /// Keep matching sibling routes after this one matched.
     #[serde(rename = "continue")]
     pub continue_matching: bool,
     pub routes: Vec<RouteConfig>,
 }
 
-impl Default for RouteConfig {
-    fn default() -> Self {
-        RouteConfig {
-            receiver: String::new(),
-            matchers: Vec::new(),
-            group_by: vec!["alertname".into(), "hostname".into(), "gpu".into()],
-            group_wait: Duration::from_secs(10),
-            group_interval: Duration::from_secs(60),
-            repeat_interval: Duration::from_secs(4 * 3600),
-            continue_matching: false,
-            routes: Vec::new(),
-        }
-    }
-}
+/// Root-route defaults, as in Alertmanager's example configuration.
+pub const DEFAULT_GROUP_BY: [&str; 3] = ["alertname", "hostname", "gpu"];
+pub const DEFAULT_GROUP_WAIT: Duration = Duration::from_secs(10);
+pub const DEFAULT_GROUP_INTERVAL: Duration = Duration::from_secs(60);
+pub const DEFAULT_REPEAT_INTERVAL: Duration = Duration::from_secs(4 * 3600);
 
 /// `[[alerting.rules]]`: tune a default rule by name, or add a threshold rule.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]

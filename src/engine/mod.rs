@@ -164,6 +164,34 @@ pub struct GpuFindings {
     /// Uncorrectable ECC errors counted in the last 24 hours.
     pub uncorrectable_ecc_24h: f64,
     pub cost: cost::CostView,
+    /// This step's raw readings, for rules that compare them with thresholds.
+    pub readings: Readings,
+}
+
+/// A GPU's readings at one step, as rules and reports use them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Readings {
+    pub temperature_celsius: Option<f64>,
+    pub memory_temperature_celsius: Option<f64>,
+    pub power_watts: Option<f64>,
+    pub utilization: Option<f64>,
+    /// Used over total memory, 0–1.
+    pub memory_used_ratio: Option<f64>,
+}
+
+impl Readings {
+    fn of(sample: &GpuSample) -> Readings {
+        Readings {
+            temperature_celsius: sample.temperature_celsius,
+            memory_temperature_celsius: sample.memory_temperature_celsius,
+            power_watts: sample.power_watts,
+            utilization: sample.utilization.gpu,
+            memory_used_ratio: match (sample.memory.used_bytes, sample.memory.total_bytes) {
+                (Some(used), Some(total)) if total > 0 => Some(used as f64 / total as f64),
+                _ => None,
+            },
+        }
+    }
 }
 
 impl GpuFindings {
@@ -183,6 +211,7 @@ impl GpuFindings {
             row_remap_failure: false,
             uncorrectable_ecc_24h: state.windows.last_day(now).deltas.ecc_uncorrected,
             cost: state.cost.view(),
+            readings: Readings::default(),
         }
     }
 
@@ -385,6 +414,7 @@ impl Engine {
             row_remap_failure: sample.remapped_rows.is_some_and(|r| r.failure),
             uncorrectable_ecc_24h: state.windows.last_day(now).deltas.ecc_uncorrected,
             cost,
+            readings: Readings::of(sample),
         }
     }
 

@@ -4,6 +4,9 @@
 use super::RenderOptions;
 use super::families::{Families, flag};
 use super::metrics::*;
+use std::collections::BTreeMap;
+
+use crate::alert::AlertState;
 use crate::engine::Findings;
 use crate::engine::capacity::Direction;
 
@@ -80,4 +83,26 @@ pub(super) fn render_analysis(
     families
         .family(&NODE_FRAGMENTATION)
         .push(&[], placement.fragmentation_ratio);
+}
+
+/// `gpu_sentinel_alerts{alertname,state}`: every state of every rule, zeros included, so
+/// a rule that stops firing shows 0 rather than vanishing.
+pub(super) fn render_alerts(
+    families: &mut Families,
+    alerts: &BTreeMap<(String, AlertState), usize>,
+) {
+    families.declare(ALERTING);
+    let family = families.family(&ALERTS);
+    for name in crate::alert::rules::DEFAULT_RULES {
+        for state in [AlertState::Pending, AlertState::Firing] {
+            let n = alerts.get(&(name.to_string(), state)).copied().unwrap_or(0);
+            family.push(&[name, state.as_str()], n as f64);
+        }
+    }
+    for ((name, state), n) in alerts {
+        let default = crate::alert::rules::DEFAULT_RULES.contains(&name.as_str());
+        if !default && *state != AlertState::Resolved {
+            family.push(&[name, state.as_str()], *n as f64);
+        }
+    }
 }

@@ -403,6 +403,15 @@ pub const ANALYSIS: &[MetricDef] = &[
     NODE_FRAGMENTATION,
 ];
 
+pub const ALERTS: MetricDef = gauge(
+    "gpu_sentinel_alerts",
+    &["alertname", "state"],
+    "Alerts of each rule by state (pending, firing).",
+);
+
+/// Families of the alerting stage, after [`ANALYSIS`].
+pub const ALERTING: &[MetricDef] = &[ALERTS];
+
 /// Every native family, in exposition order.
 pub const NATIVE: &[MetricDef] = &[
     GPU_INFO,
@@ -475,6 +484,8 @@ pub fn reference_markdown() -> String {
          continue across restarts (the engine's state is persisted).\n\n",
     );
     table(&mut out, ANALYSIS);
+    out.push_str("\n## Alerting metrics\n\n");
+    table(&mut out, ALERTING);
     out.push_str(
         "\n## dcgm-exporter compatible metrics (`[export] dcgm_compat = true`)\n\n\
          Rendered in addition to the metrics above, with dcgm-exporter's names, units and \
@@ -519,7 +530,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_follow_the_conventions() {
         let mut seen = BTreeSet::new();
-        for def in NATIVE.iter().chain(ANALYSIS) {
+        for def in NATIVE.iter().chain(ANALYSIS).chain(ALERTING) {
             assert!(seen.insert(def.name), "{} twice", def.name);
             assert!(
                 def.name
@@ -541,7 +552,7 @@ mod tests {
     #[test]
     fn reference_lists_every_family() {
         let doc = reference_markdown();
-        for def in NATIVE.iter().chain(ANALYSIS) {
+        for def in NATIVE.iter().chain(ANALYSIS).chain(ALERTING) {
             assert!(doc.contains(&format!("| `{}` |", def.name)), "{}", def.name);
         }
     }

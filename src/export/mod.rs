@@ -33,6 +33,9 @@ pub use metrics::reference_markdown;
 pub use state::ExportState;
 
 use crate::config::ExportConfig;
+use std::collections::BTreeMap;
+
+use crate::alert::AlertState;
 use crate::engine::Findings;
 use crate::model::Snapshot;
 use crate::source::CollectHealth;
@@ -102,32 +105,55 @@ impl RenderOptions {
     }
 }
 
-/// Renders one collection, with the engine's findings on it when there are any. Call once
-/// per snapshot: the snapshot's XID events are added to the counters in `state`.
+/// What one exposition is rendered from.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderInput<'a> {
+    pub snapshot: &'a Snapshot,
+    pub health: &'a CollectHealth,
+    /// The engine's findings on the snapshot, when the engine ran.
+    pub findings: Option<&'a Findings>,
+    /// Alerts per (alertname, state), when alerting ran.
+    pub alerts: Option<&'a BTreeMap<(String, AlertState), usize>>,
+}
+
+impl<'a> RenderInput<'a> {
+    /// Input with data and health only.
+    pub fn new(snapshot: &'a Snapshot, health: &'a CollectHealth) -> RenderInput<'a> {
+        RenderInput {
+            snapshot,
+            health,
+            findings: None,
+            alerts: None,
+        }
+    }
+}
+
+/// Renders one collection. Call once per snapshot: the snapshot's XID events are added to
+/// the counters in `state`.
 pub fn render(
-    snapshot: &Snapshot,
-    health: &CollectHealth,
-    findings: Option<&Findings>,
+    input: &RenderInput<'_>,
     state: &mut ExportState,
     options: &RenderOptions,
 ) -> Exposition {
-    Exposition::from_families(&families(snapshot, health, findings, state, options))
+    Exposition::from_families(&families(input, state, options))
 }
 
 /// The families of one collection, before encoding, for callers that append their own.
 /// Adds the snapshot's XID events to `state`, like [`render`].
 pub fn families(
-    snapshot: &Snapshot,
-    health: &CollectHealth,
-    findings: Option<&Findings>,
+    input: &RenderInput<'_>,
     state: &mut ExportState,
     options: &RenderOptions,
 ) -> Families {
+    let snapshot = input.snapshot;
     state.absorb_events(snapshot);
     let mut families = Families::new(options.max_label_length);
-    render::render_native(&mut families, snapshot, health, state, options);
-    if let Some(findings) = findings {
+    render::render_native(&mut families, snapshot, input.health, state, options);
+    if let Some(findings) = input.findings {
         analysis::render_analysis(&mut families, findings, options);
+    }
+    if let Some(alerts) = input.alerts {
+        analysis::render_alerts(&mut families, alerts);
     }
     if options.dcgm_compat {
         let hostname = if options.hostname.is_empty() {

@@ -53,7 +53,8 @@ fn health() -> CollectHealth {
 }
 
 fn text(snapshot: &Snapshot, state: &mut ExportState, options: &RenderOptions) -> String {
-    let exposition = render(snapshot, &health(), None, state, options);
+    let health = health();
+    let exposition = render(&RenderInput::new(snapshot, &health), state, options);
     String::from_utf8(exposition.text.to_vec()).unwrap_or_default()
 }
 
@@ -313,10 +314,9 @@ fn a_tiny_label_length_never_cuts_gpu_identity() {
 
 #[test]
 fn gzip_decompresses_to_the_text() {
+    let (snap, health) = (snapshot(vec![gpu(0), gpu(1)]), health());
     let exposition = render(
-        &snapshot(vec![gpu(0), gpu(1)]),
-        &health(),
-        None,
+        &RenderInput::new(&snap, &health),
         &mut ExportState::new(),
         &options(),
     );
@@ -332,10 +332,9 @@ fn families_follow_the_catalogue_order() {
     let mut g = gpu(0);
     g.power_watts = Some(100.0);
     g.utilization.gpu = Some(0.5);
+    let (snap, health) = (snapshot(vec![g]), health());
     let families = families(
-        &snapshot(vec![g]),
-        &health(),
-        None,
+        &RenderInput::new(&snap, &health),
         &mut ExportState::new(),
         &options(),
     );

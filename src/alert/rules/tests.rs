@@ -1,0 +1,217 @@
+use super::*;
+use crate::config::SimulationConfig;
+use crate::engine::{Engine, EngineConfig};
+use crate::source::simulate::Fleet;
+
+fn start() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-04-01T00:00:00Z")
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_default()
+}
+
+/// Runs the default fleet through engine and rules; returns the book after `hours`.
+fn run(hours: f64, rules: &[Rule]) -> (AlertBook, Vec<Vec<Candidate>>) {
+    let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut book = AlertBook::default();
+    let mut all = Vec::new();
+    let mut t = 0.0;
+    while t < hours * 3600.0 {
+        t += 60.0;
+        fleet.advance(60.0);
+        let findings = engine.step(&fleet.snapshot());
+        let candidates = evaluate(
+            rules,
+            &RuleInput {
+                findings: &findings,
+                health: None,
+                hostname: "node-1",
+            },
+        );
+        book.update(findings.at, candidates.clone(), Duration::from_secs(900));
+        all.push(candidates);
+    }
+    (book, all)
+}
+
+fn firing<'a>(book: &'a AlertBook, name: &str) -> Vec<&'a Alert> {
+    book.in_state(AlertState::Firing)
+        .filter(|a| a.name() == name)
+        .collect()
+}
+
+#[test]
+fn default_fleet_fires_the_default_rules_with_their_labels() {
+    let (book, _) = run(10.0, &defaults(0.7));
+    let lost = firing(&book, "GpuLost");
+    assert_eq!(lost.len(), 1);
+    let l = &lost[0].labels;
+    assert_eq!(l["gpu"], "4");
+    assert_eq!(l["severity"], "critical");
+    assert_eq!(l["hostname"], "node-1");
+    assert!(l["uuid"].starts_with("GPU-"));
+    assert!(lost[0].annotations["summary"].contains("GPU 4 on node-1"));
+    assert!(!lost[0].annotations["runbook"].is_empty());
+
+    let xid = firing(&book, "GpuHardwareXid");
+    assert!(
+        xid.iter()
+            .any(|a| a.labels["gpu"] == "1" && a.annotations["description"].contains("XID 48"))
+    );
+    assert_eq!(firing(&book, "GpuRowRemapFailure").len(), 1);
+    assert_eq!(firing(&book, "GpuUncorrectableEccErrors").len(), 1);
+    let risk = firing(&book, "GpuFailureRiskHigh");
+    assert!(risk.iter().any(|a| a.labels["gpu"] == "1"));
+    assert!(
+        risk.iter()
+            .all(|a| a.annotations["description"].contains("risk "))
+    );
+    let idle: Vec<&str> = firing(&book, "GpuAllocatedIdle")
+        .iter()
+        .map(|a| a.labels["gpu"].as_str())
+        .collect();
+    assert_eq!(idle, ["5"], "the ghost's GPU says ghost, not idle");
+    let ghost = firing(&book, "GpuGhostProcess");
+    assert_eq!(ghost[0].labels["gpu"], "6");
+    assert!(ghost[0].annotations["description"].contains("pid "));
+}
+
+#[test]
+fn a_lost_gpu_inhibits_its_other_alerts() {
+    let (book, _) = run(10.0, &defaults(0.7));
+    let gpu4: Vec<&str> = book
+        .alerts
+        .values()
+        .filter(|a| a.labels.get("gpu").map(String::as_str) == Some("4"))
+        .filter(|a| a.state != AlertState::Resolved)
+        .map(|a| a.name())
+        .collect();
+    assert_eq!(gpu4, ["GpuLost"]);
+}
+
+fn candidate(name: &str, for_secs: u64) -> Candidate {
+    let mut labels = LabelSet::new();
+    labels.insert("alertname".into(), name.into());
+    Candidate {
+        labels,
+        annotations: LabelSet::new(),
+        for_: Duration::from_secs(for_secs),
+    }
+}
+
+#[test]
+fn lifecycle_pending_firing_resolved_then_forgotten() {
+    let t0 = start();
+    let at = |m: i64| t0 + TimeDelta::minutes(m);
+    let mut book = AlertBook::default();
+    let retention = Duration::from_secs(15 * 60);
+    book.update(at(0), vec![candidate("A", 600)], retention);
+    assert_eq!(book.in_state(AlertState::Pending).count(), 1);
+    book.update(at(9), vec![candidate("A", 600)], retention);
+    assert_eq!(book.in_state(AlertState::Firing).count(), 0);
+    book.update(at(10), vec![candidate("A", 600)], retention);
+    let a = book.in_state(AlertState::Firing).next().unwrap().clone();
+    assert_eq!((a.active_at, a.starts_at), (at(0), Some(at(10))));
+    book.update(at(11), vec![], retention);
+    let r = book.in_state(AlertState::Resolved).next().unwrap().clone();
+    assert_eq!(r.ends_at, Some(at(11)));
+    book.update(at(25), vec![], retention);
+    assert_eq!(book.alerts.len(), 1, "kept for the retention");
+    book.update(at(27), vec![], retention);
+    assert!(book.alerts.is_empty());
+}
+
+#[test]
+fn pending_alerts_that_stop_holding_never_fire() {
+    let mut book = AlertBook::default();
+    book.update(start(), vec![candidate("A", 600)], Duration::ZERO);
+    book.update(start() + TimeDelta::minutes(5), vec![], Duration::ZERO);
+    assert!(book.alerts.is_empty());
+}
+
+#[test]
+fn zero_for_fires_at_once_and_a_return_after_resolving_is_a_new_alert() {
+    let mut book = AlertBook::default();
+    let retention = Duration::from_secs(900);
+    book.update(start(), vec![candidate("A", 0)], retention);
+    assert_eq!(book.in_state(AlertState::Firing).count(), 1);
+    book.update(start() + TimeDelta::minutes(1), vec![], retention);
+    let later = start() + TimeDelta::minutes(2);
+    book.update(later, vec![candidate("A", 0)], retention);
+    let a = book.in_state(AlertState::Firing).next().unwrap();
+    assert_eq!(a.starts_at, Some(later));
+}
+
+#[test]
+fn config_tunes_disables_and_adds_rules() {
+    let tuning = vec![
+        RuleConfig {
+            name: "GpuAllocatedIdle".into(),
+            for_: Some(Duration::from_secs(3600)),
+            severity: Some("info".into()),
+            ..RuleConfig::default()
+        },
+        RuleConfig {
+            name: "GpuLongRunningProcess".into(),
+            disabled: true,
+            ..RuleConfig::default()
+        },
+        RuleConfig {
+            name: "GpuHot".into(),
+            field: Some("temperature_celsius".into()),
+            op: Some(">=".into()),
+            value: Some(60.0),
+            ..RuleConfig::default()
+        },
+    ];
+    let rules = from_config(0.7, &tuning).unwrap();
+    let idle = rules.iter().find(|r| r.name == "GpuAllocatedIdle").unwrap();
+    assert_eq!(
+        (idle.for_.as_secs(), idle.severity.as_str()),
+        (3600, "info")
+    );
+    assert!(rules.iter().all(|r| r.name != "GpuLongRunningProcess"));
+    let (book, _) = run(2.0, &rules);
+    let hot = firing(&book, "GpuHot");
+    assert!(!hot.is_empty(), "busy GPUs run above 60 °C");
+    assert!(hot[0].annotations["summary"].contains("GpuHot on GPU"));
+
+    let bad = from_config(
+        0.7,
+        &[RuleConfig {
+            name: "Mystery".into(),
+            field: Some("vibes".into()),
+            value: Some(1.0),
+            ..RuleConfig::default()
+        }],
+    );
+    assert!(bad.unwrap_err().contains("vibes"));
+}
+
+#[test]
+fn collection_failing_reads_health() {
+    let findings = crate::engine::Findings {
+        at: start(),
+        gpus: Vec::new(),
+        capacity: Default::default(),
+        placement: Default::default(),
+    };
+    let health = CollectHealth {
+        source_up: true,
+        families: vec![crate::source::FamilyHealth {
+            name: "ecc",
+            seconds: 0.0,
+            success: false,
+        }],
+        ..CollectHealth::default()
+    };
+    let input = RuleInput {
+        findings: &findings,
+        health: Some(&health),
+        hostname: "h",
+    };
+    let c = evaluate(&defaults(0.7), &input);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].labels["alertname"], "GpuCollectionFailing");
+    assert!(c[0].annotations["description"].contains("ecc"));
+}
