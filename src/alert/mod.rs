@@ -11,6 +11,7 @@
 //! - [`deliver`]: the delivery loop with retries, backoff and rate limits.
 
 pub mod notify;
+pub mod outbox;
 pub mod route;
 
 use std::collections::BTreeMap;
