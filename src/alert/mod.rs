@@ -10,6 +10,7 @@
 //! - [`outbox`]: the crash-safe store notifications wait in until delivered;
 //! - [`deliver`]: the delivery loop with retries, backoff and rate limits.
 
+pub mod deliver;
 pub mod notify;
 pub mod outbox;
 pub mod route;
