@@ -328,3 +328,11 @@ fn kind_defaults_for_rate_limits() {
     assert_eq!(max_per_minute(&receiver("slack", 0)), 0);
     assert_eq!(max_per_minute(&receiver("webhook", 60)), 60);
 }
+
+#[test]
+fn the_stages_can_be_shared_between_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Delivery>();
+    shared::<Outbox>();
+    shared::<gpu_sentinel::advice::Advisor>();
+}
