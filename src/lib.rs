@@ -4,6 +4,7 @@
 //! once for Prometheus ([`export`]) and publishes it; the [`server`] serves what was
 //! rendered last. See DESIGN.md for the whole picture.
 
+pub mod advice;
 pub mod agent;
 pub mod alert;
 pub mod cli;

@@ -12,7 +12,9 @@
 //! - [`deliver`]: the delivery loop with retries, backoff and rate limits.
 
 pub mod alerting;
+pub mod deliver;
 pub mod notify;
+pub mod outbox;
 pub mod route;
 pub mod rules;
 
