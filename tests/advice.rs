@@ -360,6 +360,7 @@ fn findings() -> Findings {
         row_remap_failure: false,
         uncorrectable_ecc_24h: 0.0,
         cost: Default::default(),
+        readings: Default::default(),
     };
     gpu.idle.ghosts.push(ghost);
     let mut other = gpu.clone();
