@@ -53,13 +53,20 @@ fn statuses_decide_ok_retry_or_drop() {
     assert!(is_retry(&outcome), "{outcome:?}");
     assert_eq!(after(&outcome), None);
     let reason = outcome.expect_err("503").to_string();
-    assert!(reason.contains("503") && reason.contains("maintenance"), "{reason}");
+    assert!(
+        reason.contains("503") && reason.contains("maintenance"),
+        "{reason}"
+    );
 
     let (outcome, _) = webhook_outcome(Answer::status(500));
     assert!(is_retry(&outcome), "{outcome:?}");
 
     let (outcome, _) = webhook_outcome(Answer::status(429).header("Retry-After", "17"));
-    assert_eq!(after(&outcome), Some(Duration::from_secs(17)), "{outcome:?}");
+    assert_eq!(
+        after(&outcome),
+        Some(Duration::from_secs(17)),
+        "{outcome:?}"
+    );
 
     // Retry-After as an HTTP-date, 30 s ahead.
     let date = (chrono::Utc::now() + chrono::Duration::seconds(30))
@@ -91,9 +98,8 @@ fn statuses_decide_ok_retry_or_drop() {
 fn transport_failures_retry() {
     // Nobody listens on a port that was free a moment ago.
     let port = common::free_port();
-    let notifier =
-        WebhookNotifier::new(&format!("http://127.0.0.1:{port}/hook"), None, TIMEOUT)
-            .expect("notifier");
+    let notifier = WebhookNotifier::new(&format!("http://127.0.0.1:{port}/hook"), None, TIMEOUT)
+        .expect("notifier");
     let outcome = notifier.send(&sample());
     assert!(is_retry(&outcome), "connection refused: {outcome:?}");
 
@@ -130,20 +136,36 @@ fn feishu_codes_in_the_body_decide() {
     );
     // Older replies carry only StatusCode.
     assert_eq!(
-        feishu_outcome(Answer::json(200, r#"{"StatusCode":0,"StatusMessage":"success"}"#)),
+        feishu_outcome(Answer::json(
+            200,
+            r#"{"StatusCode":0,"StatusMessage":"success"}"#
+        )),
         Ok(())
     );
-    let limited = feishu_outcome(Answer::json(200, r#"{"code":11232,"msg":"frequency limited"}"#));
+    let limited = feishu_outcome(Answer::json(
+        200,
+        r#"{"code":11232,"msg":"frequency limited"}"#,
+    ));
     assert!(is_retry(&limited), "{limited:?}");
     // The Open Platform's rate limit, in a 400, with its own wait header.
     let limited = feishu_outcome(
-        Answer::json(400, r#"{"code":99991400,"msg":"request trigger frequency limit"}"#)
-            .header("x-ogw-ratelimit-reset", "52"),
+        Answer::json(
+            400,
+            r#"{"code":99991400,"msg":"request trigger frequency limit"}"#,
+        )
+        .header("x-ogw-ratelimit-reset", "52"),
     );
-    assert_eq!(after(&limited), Some(Duration::from_secs(52)), "{limited:?}");
+    assert_eq!(
+        after(&limited),
+        Some(Duration::from_secs(52)),
+        "{limited:?}"
+    );
     let limited = feishu_outcome(
-        Answer::json(429, r#"{"code":99991400,"msg":"request trigger frequency limit"}"#)
-            .header("x-ogw-ratelimit-reset", "9"),
+        Answer::json(
+            429,
+            r#"{"code":99991400,"msg":"request trigger frequency limit"}"#,
+        )
+        .header("x-ogw-ratelimit-reset", "9"),
     );
     assert_eq!(after(&limited), Some(Duration::from_secs(9)), "{limited:?}");
     for body in [
@@ -156,7 +178,10 @@ fn feishu_codes_in_the_body_decide() {
         assert!(is_drop(&outcome), "{body}: {outcome:?}");
     }
     // A 5xx retries whatever its body says.
-    assert!(is_retry(&feishu_outcome(Answer::json(502, r#"{"code":9499}"#))));
+    assert!(is_retry(&feishu_outcome(Answer::json(
+        502,
+        r#"{"code":9499}"#
+    ))));
 }
 
 fn dingtalk_outcome(answer: Answer) -> Result<(), NotifyError> {
@@ -179,7 +204,11 @@ fn dingtalk_codes_in_the_body_decide() {
         200,
         r#"{"errcode":130101,"errmsg":"send too fast, exceed 20 times per minute"}"#,
     ));
-    assert_eq!(after(&limited), Some(Duration::from_secs(600)), "{limited:?}");
+    assert_eq!(
+        after(&limited),
+        Some(Duration::from_secs(600)),
+        "{limited:?}"
+    );
     for body in [
         r#"{"errcode":310000,"errmsg":"sign not match"}"#,
         r#"{"errcode":310000,"errmsg":"keywords not in content"}"#,
@@ -193,7 +222,9 @@ fn dingtalk_codes_in_the_body_decide() {
 fn wecom_outcome(answer: Answer) -> Result<(), NotifyError> {
     let server = HttpServer::start(vec![answer]);
     let url = server.url("/cgi-bin/webhook/send?key=k3y");
-    WeComNotifier::new(&url, TIMEOUT).expect("n").send(&sample())
+    WeComNotifier::new(&url, TIMEOUT)
+        .expect("n")
+        .send(&sample())
 }
 
 #[test]
@@ -206,7 +237,11 @@ fn wecom_codes_in_the_body_decide() {
         200,
         r#"{"errcode":45009,"errmsg":"api freq out of limit"}"#,
     ));
-    assert_eq!(after(&limited), Some(Duration::from_secs(60)), "{limited:?}");
+    assert_eq!(
+        after(&limited),
+        Some(Duration::from_secs(60)),
+        "{limited:?}"
+    );
     assert!(is_retry(&wecom_outcome(Answer::json(
         200,
         r#"{"errcode":-1,"errmsg":"system busy"}"#
@@ -282,11 +317,16 @@ fn build_resolves_urls_and_secrets_from_the_environment() {
 
     // A missing variable is named, with its receiver.
     let err = build(&entry, &no_env).err().expect("missing env");
-    assert!(err.contains("OPS_TOKEN") && err.contains("\"ops\""), "{err}");
+    assert!(
+        err.contains("OPS_TOKEN") && err.contains("\"ops\""),
+        "{err}"
+    );
     entry.secret_env = None;
     let err = build(&entry, &no_env).err().expect("missing env");
     assert!(err.contains("OPS_URL") && err.contains("not set"), "{err}");
-    let err = build(&entry, &|_| Some("  ".into())).err().expect("empty env");
+    let err = build(&entry, &|_| Some("  ".into()))
+        .err()
+        .expect("empty env");
     assert!(err.contains("OPS_URL") && err.contains("empty"), "{err}");
 
     // Bad entries.
@@ -311,9 +351,19 @@ fn build_resolves_urls_and_secrets_from_the_environment() {
         .expect("log receiver")
         .send(&sample())
         .expect("logged");
-    for kind in ["alertmanager", "webhook", "slack", "feishu", "dingtalk", "wecom"] {
-        build(&receiver("r", kind, Some("https://example.invalid/x")), &no_env)
-            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+    for kind in [
+        "alertmanager",
+        "webhook",
+        "slack",
+        "feishu",
+        "dingtalk",
+        "wecom",
+    ] {
+        build(
+            &receiver("r", kind, Some("https://example.invalid/x")),
+            &no_env,
+        )
+        .unwrap_or_else(|e| panic!("{kind}: {e}"));
     }
 }
 
@@ -332,7 +382,11 @@ fn send_resolved_false_leaves_resolutions_out() {
         .send(&notification("ops", vec![gone]))
         .expect("nothing to send is a success");
     let requests = server.requests();
-    assert_eq!(requests.len(), 1, "an all-resolved notification is not sent");
+    assert_eq!(
+        requests.len(),
+        1,
+        "an all-resolved notification is not sent"
+    );
     let alerts = requests[0].json()["alerts"].clone();
     assert_eq!(alerts.as_array().map(Vec::len), Some(1));
     assert_eq!(alerts[0]["labels"]["gpu"], "1");

@@ -30,7 +30,10 @@ pub fn alert(name: &str, severity: &str, gpu: u32) -> Alert {
             ("severity", severity),
             ("hostname", HOST),
             ("gpu", &gpu.to_string()),
-            ("uuid", &format!("GPU-00000000-0000-0000-0000-00000000000{gpu}")),
+            (
+                "uuid",
+                &format!("GPU-00000000-0000-0000-0000-00000000000{gpu}"),
+            ),
         ]),
         annotations: labels(&[
             ("summary", &format!("GPU {gpu} on {HOST}: {name}")),

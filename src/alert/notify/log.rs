@@ -34,8 +34,8 @@ impl Notifier for LogNotifier {
     }
 }
 
-/// `[FIRING] GpuLost (critical) GPU 3 (GPU-…) on host-a: summary — description; runbook:
-/// …; advice: …; since …`, on one line whatever the annotations hold.
+/// `[FIRING] GpuLost (critical) GPU 3 (GPU-…) on host-a: summary — description | runbook:
+/// … | advice: … | since …`, on one line whatever the annotations hold.
 pub fn line(facts: &Facts) -> String {
     let status = if facts.firing { "FIRING" } else { "RESOLVED" };
     let mut line = format!("[{status}] {} ({})", facts.name, facts.severity);
@@ -49,12 +49,12 @@ pub fn line(facts: &Facts) -> String {
         line.push_str(&format!(" — {description}"));
     }
     if let Some(runbook) = &facts.runbook {
-        line.push_str(&format!("; runbook: {runbook}"));
+        line.push_str(&format!(" | runbook: {runbook}"));
     }
     if let Some(advice) = &facts.advice {
-        line.push_str(&format!("; advice: {advice}"));
+        line.push_str(&format!(" | advice: {advice}"));
     }
-    line.push_str(&format!("; {}", facts.when));
+    line.push_str(&format!(" | {}", facts.when));
     // One line per alert, even when annotations span several.
     line.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -51,11 +51,25 @@ pub fn title(notification: &Notification) -> String {
     } else {
         "[RESOLVED]".to_string()
     };
-    let common = notification.common_labels();
+    // What the shown alerts share (pending ones are not in the message).
+    let mut common = alerts.first().map(|a| a.labels.clone()).unwrap_or_default();
+    for a in &alerts {
+        common.retain(|k, v| a.labels.get(k) == Some(v));
+    }
     let mut parts = Vec::new();
     match common.get("alertname") {
         Some(name) => parts.push(name.clone()),
-        None => parts.push(format!("{} alerts", alerts.len())),
+        None => {
+            // Different alerts grouped together: name a few, count the rest.
+            let mut names: Vec<&str> = alerts.iter().map(|a| a.name()).collect();
+            names.sort_unstable();
+            names.dedup();
+            let mut listed = names.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+            if names.len() > 3 {
+                listed.push_str(&format!(" +{}", names.len() - 3));
+            }
+            parts.push(listed);
+        }
     }
     if let Some(gpu) = common.get("gpu") {
         parts.push(format!("GPU {gpu}"));
