@@ -360,6 +360,11 @@ fn messages_show_only_notified_alerts() {
     let mut fleet = alert("GpuFleetScaleOut", "info", 0);
     fleet.labels.remove("gpu");
     fleet.labels.remove("uuid");
+    // Only pending alerts: nothing is sent.
+    notifier
+        .send(&notification("ops", vec![pending.clone()]))
+        .expect("nothing to send");
+    assert!(server.requests().is_empty());
     let body: Value = send(
         &notifier,
         &server,

@@ -64,6 +64,10 @@ impl DingTalkNotifier {
 
 impl Notifier for DingTalkNotifier {
     fn send(&self, notification: &Notification) -> Result<(), NotifyError> {
+        if text::shown(notification).is_empty() {
+            // Only pending alerts: nothing a person should be told yet.
+            return Ok(());
+        }
         let markdown = text::fit(
             text::shown(notification).len(),
             MAX_TEXT_BYTES,

@@ -68,6 +68,10 @@ impl FeishuNotifier {
 
 impl Notifier for FeishuNotifier {
     fn send(&self, notification: &Notification) -> Result<(), NotifyError> {
+        if text::shown(notification).is_empty() {
+            // Only pending alerts: nothing a person should be told yet.
+            return Ok(());
+        }
         let now = Utc::now();
         let body = text::fit(
             text::shown(notification).len(),

@@ -175,6 +175,50 @@ impl Notifier for FiringOnly {
     }
 }
 
+/// Most messages a minute the receiver takes: its `max_per_minute`, or with 0 its kind's
+/// documented limit — 20 per bot for DingTalk (custom robot guide; past it the robot is
+/// throttled for 10 minutes) and WeCom (group robot guide). `None`: no limit.
+pub fn max_per_minute(receiver: &ReceiverConfig) -> Option<u32> {
+    match (receiver.max_per_minute, receiver.kind.as_str()) {
+        (0, "dingtalk" | "wecom") => Some(20),
+        (0, _) => None,
+        (n, _) => Some(n),
+    }
+}
+
+/// One notification summarising several for the same receiver, for a delivery loop that
+/// has reached the receiver's rate limit: every alert once (the latest word on each, by
+/// fingerprint, in the order given), so one message tells everything and the size limits
+/// of each integration cut it cleanly with "… (N more alerts)". `None` for no input.
+pub fn merge(notifications: &[Notification]) -> Option<Notification> {
+    let (first, rest) = notifications.split_first()?;
+    let mut merged = first.clone();
+    for n in rest {
+        for alert in &n.alerts {
+            let fingerprint = alert.fingerprint();
+            match merged
+                .alerts
+                .iter_mut()
+                .find(|a| a.fingerprint() == fingerprint)
+            {
+                Some(existing) => *existing = alert.clone(),
+                None => merged.alerts.push(alert.clone()),
+            }
+        }
+        merged
+            .group_labels
+            .retain(|k, v| n.group_labels.get(k) == Some(v));
+        if merged.group_key != n.group_key {
+            merged.group_key = "summary".to_string();
+        }
+        merged.created_at = merged.created_at.max(n.created_at);
+        if merged.external_url.is_empty() {
+            merged.external_url = n.external_url.clone();
+        }
+    }
+    Some(merged)
+}
+
 /// base64(HMAC-SHA256(key, message)): the signature both Feishu and DingTalk use, with
 /// different keys and messages.
 pub(crate) fn hmac_sha256_base64(key: &[u8], message: &[u8]) -> String {
@@ -186,4 +230,76 @@ pub(crate) fn hmac_sha256_base64(key: &[u8], message: &[u8]) -> String {
     };
     mac.update(message);
     base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alert::{Alert, LabelSet};
+    use chrono::{TimeZone as _, Utc};
+
+    fn alert(gpu: &str, state: AlertState) -> Alert {
+        Alert {
+            labels: [("alertname", "GpuLost"), ("gpu", gpu)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            annotations: LabelSet::new(),
+            state,
+            active_at: Utc.timestamp_opt(0, 0).single().unwrap_or_default(),
+            starts_at: None,
+            ends_at: None,
+        }
+    }
+
+    fn notification(key: &str, secs: i64, alerts: Vec<Alert>) -> Notification {
+        Notification {
+            receiver: "bot".into(),
+            group_key: key.into(),
+            group_labels: LabelSet::new(),
+            alerts,
+            created_at: Utc.timestamp_opt(secs, 0).single().unwrap_or_default(),
+            external_url: String::new(),
+        }
+    }
+
+    #[test]
+    fn merge_keeps_the_latest_word_on_each_alert() {
+        let merged = merge(&[
+            notification("a", 10, vec![alert("1", AlertState::Firing)]),
+            notification(
+                "b",
+                20,
+                vec![
+                    alert("1", AlertState::Resolved),
+                    alert("2", AlertState::Firing),
+                ],
+            ),
+        ])
+        .expect("merged");
+        let states: Vec<_> = merged.alerts.iter().map(|a| a.state).collect();
+        assert_eq!(states, [AlertState::Resolved, AlertState::Firing]);
+        assert_eq!(merged.group_key, "summary");
+        assert_eq!(merged.created_at.timestamp(), 20);
+        assert!(merge(&[]).is_none());
+    }
+
+    #[test]
+    fn chat_bots_default_to_their_documented_rate() {
+        let mut r = ReceiverConfig {
+            name: "bot".into(),
+            kind: "dingtalk".into(),
+            url: None,
+            url_env: None,
+            secret_env: None,
+            send_resolved: true,
+            max_per_minute: 0,
+            timeout: Duration::from_secs(10),
+        };
+        assert_eq!(max_per_minute(&r), Some(20));
+        r.kind = "webhook".into();
+        assert_eq!(max_per_minute(&r), None);
+        r.max_per_minute = 5;
+        assert_eq!(max_per_minute(&r), Some(5));
+    }
 }

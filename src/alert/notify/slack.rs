@@ -39,6 +39,10 @@ impl SlackNotifier {
 
 impl Notifier for SlackNotifier {
     fn send(&self, notification: &Notification) -> Result<(), NotifyError> {
+        if text::shown(notification).is_empty() {
+            // Only pending alerts: nothing a person should be told yet.
+            return Ok(());
+        }
         let body = payload(notification).to_string();
         self.endpoint.post_json(None, body.as_bytes(), None)
     }

@@ -42,6 +42,10 @@ impl WebhookNotifier {
 
 impl Notifier for WebhookNotifier {
     fn send(&self, notification: &Notification) -> Result<(), NotifyError> {
+        if text::shown(notification).is_empty() {
+            // Only pending alerts: nothing a person should be told yet.
+            return Ok(());
+        }
         // Serialized from the struct, not a `Value`, to keep Alertmanager's field order.
         let body = serde_json::to_vec(&message(notification)).map_err(|e| NotifyError::Drop {
             reason: format!("cannot encode the webhook payload: {e}"),

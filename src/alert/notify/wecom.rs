@@ -43,6 +43,10 @@ impl WeComNotifier {
 
 impl Notifier for WeComNotifier {
     fn send(&self, notification: &Notification) -> Result<(), NotifyError> {
+        if text::shown(notification).is_empty() {
+            // Only pending alerts: nothing a person should be told yet.
+            return Ok(());
+        }
         let content = text::fit(
             text::shown(notification).len(),
             MAX_CONTENT_BYTES,
