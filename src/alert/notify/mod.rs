@@ -9,6 +9,14 @@
 //!
 //! [`build`] turns a `[[alerting.receivers]]` entry into a notifier, resolving `url_env`
 //! and `secret_env` from the environment.
+//!
+//! What integrations expect of a [`Notification`]: pending alerts are never shown or sent
+//! (a notification with nothing else is a no-op); firing and resolved alerts are told
+//! apart by `state`, and a resolved alert's `ends_at` is when it resolved. An Alertmanager
+//! receiver gets the whole current alert list on every resend, firing alerts with
+//! `ends_at: None` (stamped send time + 4 × resend interval when sent; see
+//! [`alertmanager`]). With `send_resolved = false`, [`build`] leaves resolved alerts out
+//! (never for Alertmanager, whose alerts end only that way).
 
 pub mod alertmanager;
 pub mod dingtalk;
@@ -54,6 +62,14 @@ pub struct Settings {
     /// `[alerting] resend_interval`: Alertmanager receivers send firing alerts with
     /// `endsAt` four of these ahead.
     pub resend_interval: Duration,
+}
+
+impl Settings {
+    pub fn from_config(alerting: &crate::config::AlertingConfig) -> Settings {
+        Settings {
+            resend_interval: alerting.resend_interval,
+        }
+    }
 }
 
 impl Default for Settings {
