@@ -11,6 +11,7 @@ log() { printf '\n== %s\n' "$*"; }
 declare -A needs=(
   [promtool]=prometheus
   [prometheus]=prometheus
+  [prometheus-alertmanager]=prometheus-alertmanager
 )
 missing=()
 for tool in "${!needs[@]}"; do

@@ -1,6 +1,9 @@
 //! Runs the real `gpu-sentinel` binary for integration tests and talks HTTP to it.
 #![allow(dead_code)] // each test binary uses a different part of this harness
 
+pub mod alerts;
+pub mod http_server;
+
 use std::io::{Read, Write as _};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

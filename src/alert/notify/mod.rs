@@ -3,10 +3,37 @@
 //! Each integration turns a [`Notification`] into its service's payload and sends it; its
 //! error says whether trying again can help. Retrying, backoff, rate limits and counting
 //! live outside the integrations (`alert::deliver`), and no integration imports another.
+//! What they share lives here and in two helper modules: [`http`] (the client, the one
+//! place HTTP outcomes are classified, redaction of tokens) and [`text`] (what a
+//! human-readable message says, and cutting it to a service's size limit).
+//!
+//! [`build`] turns a `[[alerting.receivers]]` entry into a notifier, resolving `url_env`
+//! and `secret_env` from the environment.
+//!
+//! What integrations expect of a [`Notification`]: pending alerts are never shown or sent
+//! (a notification with nothing else is a no-op); firing and resolved alerts are told
+//! apart by `state`, and a resolved alert's `ends_at` is when it resolved. An Alertmanager
+//! receiver gets the whole current alert list on every resend, firing alerts with
+//! `ends_at: None` (stamped send time + 4 × resend interval when sent; see
+//! [`alertmanager`]). With `send_resolved = false`, [`build`] leaves resolved alerts out
+//! (never for Alertmanager, whose alerts end only that way).
+
+pub mod alertmanager;
+pub mod dingtalk;
+pub mod feishu;
+pub mod http;
+pub mod log;
+pub mod slack;
+pub mod text;
+pub mod webhook;
+pub mod wecom;
 
 use std::time::Duration;
 
-use super::Notification;
+use super::{AlertState, Notification};
+use crate::config::ReceiverConfig;
+
+pub use http::{BodyCheck, Reply, classify, redacted_url, retry_after};
 
 /// Delivers notifications to one receiver.
 pub trait Notifier: Send + Sync {
@@ -27,4 +54,268 @@ pub enum NotifyError {
     /// Retrying cannot help (other 4xx, a rejected payload, a bad token); dropped and counted.
     #[error("{reason} (dropped)")]
     Drop { reason: String },
+}
+
+/// What notifiers need beyond their receiver's entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `[alerting] resend_interval`: Alertmanager receivers send firing alerts with
+    /// `endsAt` four of these ahead.
+    pub resend_interval: Duration,
+}
+
+impl Settings {
+    pub fn from_config(alerting: &crate::config::AlertingConfig) -> Settings {
+        Settings {
+            resend_interval: alerting.resend_interval,
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            resend_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Builds the notifier of a receiver with default [`Settings`]; see [`build_with`].
+pub fn build(
+    receiver: &ReceiverConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn Notifier>, String> {
+    build_with(receiver, env, &Settings::default())
+}
+
+/// Builds the notifier of a receiver: resolves `url` / `url_env` and `secret_env` through
+/// `env` (`|name| std::env::var(name).ok()` in the agent), checks the URL, and applies
+/// `send_resolved`. Errors name the receiver and the missing variable, never a secret.
+///
+/// `secret_env` means: the signing secret for `feishu` and `dingtalk`, a bearer token for
+/// `webhook` and `alertmanager`; `slack`, `wecom` and `log` take none (their URL is their
+/// credential), and setting one is an error rather than silently ignored.
+pub fn build_with(
+    receiver: &ReceiverConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    settings: &Settings,
+) -> Result<Box<dyn Notifier>, String> {
+    let name = &receiver.name;
+    let kind = receiver.kind.as_str();
+    let from_env = |var: &str, what: &str| -> Result<String, String> {
+        match env(var) {
+            Some(value) if !value.trim().is_empty() => Ok(value.trim().to_string()),
+            Some(_) => Err(format!(
+                "receiver {name:?}: environment variable {var} ({what}) is empty"
+            )),
+            None => Err(format!(
+                "receiver {name:?}: environment variable {var} ({what}) is not set"
+            )),
+        }
+    };
+    let secret = receiver
+        .secret_env
+        .as_deref()
+        .map(|var| from_env(var, "secret_env"))
+        .transpose()?;
+    if secret.is_some() && matches!(kind, "slack" | "wecom" | "log") {
+        return Err(format!(
+            "receiver {name:?}: kind {kind} takes no secret_env (its URL carries the token)"
+        ));
+    }
+    let timeout = receiver.timeout;
+    let notifier: Box<dyn Notifier> = if kind == "log" {
+        Box::new(log::LogNotifier::new(name))
+    } else {
+        let url = match (&receiver.url, &receiver.url_env) {
+            (Some(_), Some(_)) => {
+                return Err(format!("receiver {name:?}: set url or url_env, not both"));
+            }
+            (Some(url), None) => url.trim().to_string(),
+            (None, Some(var)) => from_env(var, "url_env")?,
+            (None, None) => return Err(format!("receiver {name:?} needs url or url_env")),
+        };
+        let built: Result<Box<dyn Notifier>, String> =
+            match kind {
+                "alertmanager" => alertmanager::AlertmanagerNotifier::new(
+                    &url,
+                    secret,
+                    timeout,
+                    settings.resend_interval,
+                )
+                .map(|n| Box::new(n) as Box<dyn Notifier>),
+                "webhook" => webhook::WebhookNotifier::new(&url, secret, timeout)
+                    .map(|n| Box::new(n) as Box<dyn Notifier>),
+                "slack" => slack::SlackNotifier::new(&url, timeout)
+                    .map(|n| Box::new(n) as Box<dyn Notifier>),
+                "feishu" => feishu::FeishuNotifier::new(&url, secret, timeout)
+                    .map(|n| Box::new(n) as Box<dyn Notifier>),
+                "dingtalk" => dingtalk::DingTalkNotifier::new(&url, secret, timeout)
+                    .map(|n| Box::new(n) as Box<dyn Notifier>),
+                "wecom" => wecom::WeComNotifier::new(&url, timeout)
+                    .map(|n| Box::new(n) as Box<dyn Notifier>),
+                other => Err(format!(
+                    "kind {other:?} is not one of {}",
+                    crate::config::RECEIVER_KINDS.join(", ")
+                )),
+            };
+        built.map_err(|e| format!("receiver {name:?}: {e}"))?
+    };
+    // Alertmanager must hear about resolutions whatever send_resolved says: it is how its
+    // alerts end (Prometheus behaves the same).
+    if !receiver.send_resolved && kind != "alertmanager" {
+        return Ok(Box::new(FiringOnly(notifier)));
+    }
+    Ok(notifier)
+}
+
+/// `send_resolved = false`: resolved alerts are left out, and a notification with nothing
+/// firing is not sent at all (Alertmanager's rule).
+struct FiringOnly(Box<dyn Notifier>);
+
+impl Notifier for FiringOnly {
+    fn send(&self, notification: &Notification) -> Result<(), NotifyError> {
+        if !notification
+            .alerts
+            .iter()
+            .any(|a| a.state == AlertState::Resolved)
+        {
+            return self.0.send(notification);
+        }
+        let mut firing = notification.clone();
+        firing.alerts.retain(|a| a.state == AlertState::Firing);
+        if firing.alerts.is_empty() {
+            return Ok(());
+        }
+        self.0.send(&firing)
+    }
+}
+
+/// Most messages a minute the receiver takes: its `max_per_minute`, or with 0 its kind's
+/// documented limit — 20 per bot for DingTalk (custom robot guide; past it the robot is
+/// throttled for 10 minutes) and WeCom (group robot guide). `None`: no limit.
+pub fn max_per_minute(receiver: &ReceiverConfig) -> Option<u32> {
+    match (receiver.max_per_minute, receiver.kind.as_str()) {
+        (0, "dingtalk" | "wecom") => Some(20),
+        (0, _) => None,
+        (n, _) => Some(n),
+    }
+}
+
+/// One notification summarising several for the same receiver, for a delivery loop that
+/// has reached the receiver's rate limit: every alert once (the latest word on each, by
+/// fingerprint, in the order given), so one message tells everything and the size limits
+/// of each integration cut it cleanly with "… (N more alerts)". `None` for no input.
+pub fn merge(notifications: &[Notification]) -> Option<Notification> {
+    let (first, rest) = notifications.split_first()?;
+    let mut merged = first.clone();
+    for n in rest {
+        for alert in &n.alerts {
+            let fingerprint = alert.fingerprint();
+            match merged
+                .alerts
+                .iter_mut()
+                .find(|a| a.fingerprint() == fingerprint)
+            {
+                Some(existing) => *existing = alert.clone(),
+                None => merged.alerts.push(alert.clone()),
+            }
+        }
+        merged
+            .group_labels
+            .retain(|k, v| n.group_labels.get(k) == Some(v));
+        if merged.group_key != n.group_key {
+            merged.group_key = "summary".to_string();
+        }
+        merged.created_at = merged.created_at.max(n.created_at);
+        if merged.external_url.is_empty() {
+            merged.external_url = n.external_url.clone();
+        }
+    }
+    Some(merged)
+}
+
+/// base64(HMAC-SHA256(key, message)): the signature both Feishu and DingTalk use, with
+/// different keys and messages.
+pub(crate) fn hmac_sha256_base64(key: &[u8], message: &[u8]) -> String {
+    use base64::Engine as _;
+    use hmac::{KeyInit as _, Mac as _};
+    // HMAC takes keys of any length, so this cannot fail; the fallback keeps it total.
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(key) else {
+        return String::new();
+    };
+    mac.update(message);
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alert::{Alert, LabelSet};
+    use chrono::{TimeZone as _, Utc};
+
+    fn alert(gpu: &str, state: AlertState) -> Alert {
+        Alert {
+            labels: [("alertname", "GpuLost"), ("gpu", gpu)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            annotations: LabelSet::new(),
+            state,
+            active_at: Utc.timestamp_opt(0, 0).single().unwrap_or_default(),
+            starts_at: None,
+            ends_at: None,
+        }
+    }
+
+    fn notification(key: &str, secs: i64, alerts: Vec<Alert>) -> Notification {
+        Notification {
+            receiver: "bot".into(),
+            group_key: key.into(),
+            group_labels: LabelSet::new(),
+            alerts,
+            created_at: Utc.timestamp_opt(secs, 0).single().unwrap_or_default(),
+            external_url: String::new(),
+        }
+    }
+
+    #[test]
+    fn merge_keeps_the_latest_word_on_each_alert() {
+        let merged = merge(&[
+            notification("a", 10, vec![alert("1", AlertState::Firing)]),
+            notification(
+                "b",
+                20,
+                vec![
+                    alert("1", AlertState::Resolved),
+                    alert("2", AlertState::Firing),
+                ],
+            ),
+        ])
+        .expect("merged");
+        let states: Vec<_> = merged.alerts.iter().map(|a| a.state).collect();
+        assert_eq!(states, [AlertState::Resolved, AlertState::Firing]);
+        assert_eq!(merged.group_key, "summary");
+        assert_eq!(merged.created_at.timestamp(), 20);
+        assert!(merge(&[]).is_none());
+    }
+
+    #[test]
+    fn chat_bots_default_to_their_documented_rate() {
+        let mut r = ReceiverConfig {
+            name: "bot".into(),
+            kind: "dingtalk".into(),
+            url: None,
+            url_env: None,
+            secret_env: None,
+            send_resolved: true,
+            max_per_minute: 0,
+            timeout: Duration::from_secs(10),
+        };
+        assert_eq!(max_per_minute(&r), Some(20));
+        r.kind = "webhook".into();
+        assert_eq!(max_per_minute(&r), None);
+        r.max_per_minute = 5;
+        assert_eq!(max_per_minute(&r), Some(5));
+    }
 }

@@ -1,0 +1,461 @@
+//! The HTTP side every integration shares: one blocking client per receiver, and the one
+//! place where an HTTP outcome becomes "delivered", "retry" or "drop".
+//!
+//! Classification follows Alertmanager's `notify` package: 2xx is delivered; 5xx, 429 and
+//! transport failures (refused, reset, timed out, DNS) are worth retrying, honouring
+//! `Retry-After`; every other status is dropped, since sending the same request again
+//! cannot change the answer. Chat services that answer with an error code inside a 2xx (or
+//! 4xx) body plug in a [`BodyCheck`] that overrides the status-based verdict.
+//!
+//! Webhook URLs of chat services carry their token (`?access_token=`, `?key=`,
+//! `/hook/<uuid>`, `/services/T…/B…/<token>`): every message that leaves this module goes
+//! through a [`Redactor`] that knows the URL's secret parts and the receiver's secret.
+
+use std::io::Read as _;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use ureq::http::{HeaderMap, Uri};
+
+use super::NotifyError;
+
+/// Most bytes of a reply we read: enough for any error body, bounded against a server
+/// that streams forever.
+const MAX_REPLY_BYTES: u64 = 64 * 1024;
+
+/// Most characters of a reply body quoted in an error message.
+const EXCERPT_CHARS: usize = 200;
+
+/// What the service answered.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    /// At most 64 KiB of the body.
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// A header's value, if present and readable.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The start of the body as text, for error messages (not yet redacted).
+    pub fn excerpt(&self) -> String {
+        let text = String::from_utf8_lossy(&self.body);
+        let text = text.trim();
+        let mut out: String = text.chars().take(EXCERPT_CHARS).collect();
+        if text.chars().count() > EXCERPT_CHARS {
+            out.push('…');
+        }
+        out
+    }
+}
+
+/// A service-specific reading of a reply body (Feishu `code`, DingTalk and WeCom
+/// `errcode`). `None` when the body says nothing (not JSON, no code): the status decides.
+pub type BodyCheck = fn(&Reply, DateTime<Utc>) -> Option<Result<(), NotifyError>>;
+
+/// The verdict on a reply: the one place statuses are classified.
+///
+/// 5xx and 429 retry whatever the body says (`Retry-After` honoured, or the wait a body
+/// check found); 2xx and other 4xx first ask `check` (a chat service's in-body code may
+/// say "rate limited" inside a 400, or "bad token" inside a 200), then fall back to the
+/// status: 2xx delivered, other statuses dropped.
+pub fn classify(
+    reply: &Reply,
+    now: DateTime<Utc>,
+    check: Option<BodyCheck>,
+) -> Result<(), NotifyError> {
+    let status = reply.status;
+    let verdict = check.and_then(|check| check(reply, now));
+    if status == 429 || (500..600).contains(&status) {
+        // Only a body's *retry* verdict (with a service-specific wait) can refine these:
+        // a 429 or 5xx is never dropped on what its body says.
+        if let Some(Err(retry @ NotifyError::Retry { .. })) = verdict {
+            return Err(retry);
+        }
+        return Err(NotifyError::Retry {
+            reason: format!("HTTP {status}: {}", reply.excerpt()),
+            after: retry_after(reply.header("retry-after"), now),
+        });
+    }
+    if (200..300).contains(&status) || (400..500).contains(&status) {
+        if let Some(verdict) = verdict {
+            return verdict;
+        }
+    }
+    if (200..300).contains(&status) {
+        return Ok(());
+    }
+    let reason = match status {
+        300..=399 => format!(
+            "HTTP {status}: redirects are not followed (a webhook must not move); check the URL"
+        ),
+        _ => format!("HTTP {status}: {}", reply.excerpt()),
+    };
+    Err(NotifyError::Drop { reason })
+}
+
+/// `Retry-After` as a wait: delay-seconds or an HTTP-date (RFC 9110 §10.2.3). A date in
+/// the past is no wait; an unreadable value is ignored (the delivery loop's backoff rules).
+pub fn retry_after(value: Option<&str>, now: DateTime<Utc>) -> Option<Duration> {
+    let value = value?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    // IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") is an RFC 2822 date; the obsolete
+    // RFC 850 and asctime forms are not worth a parser.
+    let at = DateTime::parse_from_rfc2822(value)
+        .ok()?
+        .with_timezone(&Utc);
+    Some((at - now).to_std().unwrap_or(Duration::ZERO))
+}
+
+/// A transport failure as a verdict: nearly all are worth retrying (the receiver may come
+/// back); a URL the client cannot use never will be.
+fn transport_error(err: ureq::Error, timeout: Duration) -> NotifyError {
+    match err {
+        ureq::Error::Timeout(_) => NotifyError::Retry {
+            reason: format!("no answer within {}", humantime::format_duration(timeout)),
+            after: None,
+        },
+        ureq::Error::BadUri(_)
+        | ureq::Error::Http(_)
+        | ureq::Error::RequireHttpsOnly(_)
+        | ureq::Error::InvalidProxyUrl => NotifyError::Drop {
+            reason: format!("unusable request: {err}"),
+        },
+        other => NotifyError::Retry {
+            reason: format!("transport: {other}"),
+            after: None,
+        },
+    }
+}
+
+/// Replaces the secret parts of URLs and the receiver's secrets in text meant for logs.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    /// Longest first, so a secret containing another is replaced whole.
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    pub fn add(&mut self, secret: &str) {
+        if !secret.is_empty() && !self.secrets.iter().any(|s| s == secret) {
+            self.secrets.push(secret.to_string());
+            self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        }
+    }
+
+    /// Registers the parts of `url` that are tokens: userinfo, every query value, and path
+    /// segments long enough to be one (Feishu's hook UUID, Slack's webhook token).
+    pub fn add_url(&mut self, url: &str) {
+        let Ok(uri) = url.parse::<Uri>() else {
+            // Unparseable: the whole string is the only safe unit.
+            self.add(url);
+            return;
+        };
+        if let Some(authority) = uri.authority() {
+            if let Some((userinfo, _)) = authority.as_str().rsplit_once('@') {
+                self.add(userinfo);
+            }
+        }
+        for segment in uri.path().split('/') {
+            if looks_like_token(segment) {
+                self.add(segment);
+            }
+        }
+        for pair in uri.query().unwrap_or("").split('&') {
+            if let Some((_, value)) = pair.split_once('=') {
+                self.add(value);
+            }
+        }
+    }
+
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for secret in &self.secrets {
+            out = out.replace(secret.as_str(), "<redacted>");
+        }
+        out
+    }
+
+    fn scrub_error(&self, err: NotifyError) -> NotifyError {
+        match err {
+            NotifyError::Retry { reason, after } => NotifyError::Retry {
+                reason: self.scrub(&reason),
+                after,
+            },
+            NotifyError::Drop { reason } => NotifyError::Drop {
+                reason: self.scrub(&reason),
+            },
+        }
+    }
+}
+
+/// Tokens in webhook paths are long runs of letters and digits (a UUID, 24 characters of
+/// base62); API path words (`api`, `v2`, `alerts`, `open-apis`, `hook`) are short.
+fn looks_like_token(segment: &str) -> bool {
+    segment.len() >= 16
+}
+
+/// `scheme://host:port/path` with the secret parts replaced, for naming the endpoint in
+/// messages.
+pub fn redacted_url(url: &str) -> String {
+    let mut redactor = Redactor::default();
+    redactor.add_url(url);
+    let shown = match url.parse::<Uri>() {
+        Ok(uri) => {
+            let host = uri.host().unwrap_or("?");
+            let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+            let query = if uri.query().is_some() { "?…" } else { "" };
+            format!(
+                "{}://{host}{port}{}{query}",
+                uri.scheme_str().unwrap_or("?"),
+                uri.path()
+            )
+        }
+        Err(_) => "<unparseable URL>".to_string(),
+    };
+    redactor.scrub(&shown)
+}
+
+/// One receiver's endpoint: the URL, a client with the receiver's timeout, the optional
+/// bearer token, and what must never be printed.
+pub struct Endpoint {
+    agent: ureq::Agent,
+    url: String,
+    bearer: Option<String>,
+    timeout: Duration,
+    redactor: Redactor,
+}
+
+impl std::fmt::Debug for Endpoint {
+    // Never the URL itself: it may hold the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &redacted_url(&self.url))
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// Checks that `url` is an absolute http(s) URL; errors never quote the URL.
+    pub fn new(url: &str, timeout: Duration) -> Result<Endpoint, String> {
+        let uri: Uri = url
+            .parse()
+            .map_err(|_| format!("URL {} is not a valid URL", redacted_url(url)))?;
+        match uri.scheme_str() {
+            Some("http") | Some("https") => {}
+            _ => {
+                return Err(format!(
+                    "URL {} must start with http:// or https://",
+                    redacted_url(url)
+                ));
+            }
+        }
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(format!("URL {} has no host", redacted_url(url)));
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            // A webhook that redirects is misconfigured, and following a POST redirect
+            // would turn it into a GET: classify the 3xx instead.
+            .max_redirects(0)
+            .user_agent(concat!("gpu-sentinel/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        let mut redactor = Redactor::default();
+        redactor.add_url(url);
+        Ok(Endpoint {
+            agent,
+            url: url.to_string(),
+            bearer: None,
+            timeout,
+            redactor,
+        })
+    }
+
+    /// Sends `Authorization: Bearer TOKEN` with every request.
+    pub fn with_bearer(mut self, token: Option<String>) -> Endpoint {
+        if let Some(token) = &token {
+            self.redactor.add(token);
+        }
+        self.bearer = token;
+        self
+    }
+
+    /// Another secret (a signing key) to keep out of messages.
+    pub fn redact_also(&mut self, secret: &str) {
+        self.redactor.add(secret);
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The URL with its secret parts replaced.
+    pub fn shown(&self) -> String {
+        redacted_url(&self.url)
+    }
+
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// POSTs a JSON body to the endpoint's URL (or `url`, the same URL with signing
+    /// parameters added) and classifies the outcome. Error reasons name the redacted URL.
+    pub fn post_json(
+        &self,
+        url: Option<&str>,
+        body: &[u8],
+        check: Option<BodyCheck>,
+    ) -> Result<(), NotifyError> {
+        let target = url.unwrap_or(&self.url);
+        let mut request = self
+            .agent
+            .post(target)
+            .header("Content-Type", "application/json; charset=utf-8");
+        if let Some(token) = &self.bearer {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let outcome = match request.send(body) {
+            Ok(mut response) => {
+                let status = response.status().as_u16();
+                let headers = response.headers().clone();
+                let mut body = Vec::new();
+                // A reply cut short still has its status; what was read is enough to
+                // classify, so a read error is not a delivery error.
+                let _ = response
+                    .body_mut()
+                    .as_reader()
+                    .take(MAX_REPLY_BYTES)
+                    .read_to_end(&mut body);
+                let reply = Reply {
+                    status,
+                    headers,
+                    body,
+                };
+                classify(&reply, Utc::now(), check)
+            }
+            Err(err) => Err(transport_error(err, self.timeout)),
+        };
+        outcome.map_err(|err| {
+            let err = match err {
+                NotifyError::Retry { reason, after } => NotifyError::Retry {
+                    reason: format!("POST {}: {reason}", self.shown()),
+                    after,
+                },
+                NotifyError::Drop { reason } => NotifyError::Drop {
+                    reason: format!("POST {}: {reason}", self.shown()),
+                },
+            };
+            self.redactor.scrub_error(err)
+        })
+    }
+}
+
+/// Reads a chat service's JSON reply code: `Some((code, message))` when `field` is an
+/// integer in a JSON object body.
+pub fn body_code(reply: &Reply, field: &str, message_field: &str) -> Option<(i64, String)> {
+    let doc: serde_json::Value = serde_json::from_slice(&reply.body).ok()?;
+    let code = doc.get(field)?.as_i64()?;
+    let message = doc
+        .get(message_field)
+        .and_then(|m| m.as_str())
+        .unwrap_or("")
+        .to_string();
+    Some((code, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(status: u16, headers: &[(&'static str, &str)], body: &str) -> Reply {
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.insert(*k, v.parse().expect("header value"));
+        }
+        Reply {
+            status,
+            headers: map,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn statuses_classify_like_alertmanager() {
+        let now = Utc::now();
+        assert_eq!(classify(&reply(200, &[], ""), now, None), Ok(()));
+        assert_eq!(classify(&reply(204, &[], ""), now, None), Ok(()));
+        assert!(matches!(
+            classify(&reply(503, &[], "down"), now, None),
+            Err(NotifyError::Retry { after: None, .. })
+        ));
+        assert_eq!(
+            classify(&reply(429, &[("retry-after", "7")], ""), now, None),
+            Err(NotifyError::Retry {
+                reason: "HTTP 429: ".into(),
+                after: Some(Duration::from_secs(7))
+            })
+        );
+        assert!(matches!(
+            classify(&reply(400, &[], "bad"), now, None),
+            Err(NotifyError::Drop { .. })
+        ));
+        assert!(matches!(
+            classify(&reply(302, &[], ""), now, None),
+            Err(NotifyError::Drop { .. })
+        ));
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let now = DateTime::parse_from_rfc3339("2024-05-01T10:00:00Z")
+            .expect("date")
+            .with_timezone(&Utc);
+        assert_eq!(
+            retry_after(Some("120"), now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            retry_after(Some("Wed, 01 May 2024 10:00:30 GMT"), now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after(Some("Wed, 01 May 2024 09:00:00 GMT"), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(Some("soon"), now), None);
+        assert_eq!(retry_after(None, now), None);
+    }
+
+    #[test]
+    fn urls_lose_their_tokens() {
+        assert_eq!(
+            redacted_url("https://oapi.dingtalk.com/robot/send?access_token=abc123secret"),
+            "https://oapi.dingtalk.com/robot/send?…"
+        );
+        assert_eq!(
+            redacted_url(
+                "https://open.feishu.cn/open-apis/bot/v2/hook/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+            ),
+            "https://open.feishu.cn/open-apis/bot/v2/hook/<redacted>"
+        );
+        assert_eq!(
+            redacted_url("http://user:pw@127.0.0.1:9093/api/v2/alerts"),
+            "http://127.0.0.1:9093/api/v2/alerts"
+        );
+        let mut r = Redactor::default();
+        r.add_url("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=KEY-1234");
+        assert_eq!(
+            r.scrub("failed: ...send?key=KEY-1234 refused"),
+            "failed: ...send?key=<redacted> refused"
+        );
+    }
+}

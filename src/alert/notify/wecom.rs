@@ -1,0 +1,132 @@
+//! WeCom (企业微信) group robot: a markdown message per notification — the title (status
+//! and alert name), then per alert its severity in colour, where, summary, description
+//! (numbers and reasons), runbook and advice.
+//!
+//! Limits (group robot guide): markdown `content` at most 4,096 bytes of UTF-8, cut here
+//! with "… (N more alerts)"; 20 messages a minute per robot, which the delivery loop's
+//! per-receiver rate limit respects. WeCom answers HTTP 200 with an `errcode`:
+//! - retry: -1 (system busy; WeCom's global error codes say retry later) and 45009 ("api
+//!   freq out of limit", the 20-a-minute limit: retried after a minute);
+//! - drop: 93000 (invalid webhook URL or key), 40008 (invalid message type), 40058
+//!   (invalid parameter, such as content over the limit), 44004 (empty content), and any
+//!   other non-zero code.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use super::http::{BodyCheck, Endpoint, Reply, body_code};
+use super::text::{self, Facts};
+use super::{Notifier, NotifyError};
+use crate::alert::Notification;
+
+/// Largest markdown content WeCom takes, in bytes of UTF-8.
+pub const MAX_CONTENT_BYTES: usize = 4096;
+
+/// WeCom's rate window: 20 messages per robot per minute.
+const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+pub struct WeComNotifier {
+    endpoint: Endpoint,
+}
+
+impl WeComNotifier {
+    /// `url`: the robot's webhook (`https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=…`).
+    pub fn new(url: &str, timeout: Duration) -> Result<WeComNotifier, String> {
+        Ok(WeComNotifier {
+            endpoint: Endpoint::new(url, timeout)?,
+        })
+    }
+}
+
+impl Notifier for WeComNotifier {
+    fn send(&self, notification: &Notification) -> Result<(), NotifyError> {
+        if text::shown(notification).is_empty() {
+            // Only pending alerts: nothing a person should be told yet.
+            return Ok(());
+        }
+        let content = text::fit(
+            text::shown(notification).len(),
+            MAX_CONTENT_BYTES,
+            |k| markdown(notification, k),
+            String::len,
+        );
+        // Not even the title and one line fit (an absurd title): cut, never send more
+        // than WeCom takes.
+        let content = text::truncate_bytes(&content, MAX_CONTENT_BYTES);
+        let body = json!({"msgtype": "markdown", "markdown": {"content": content}}).to_string();
+        self.endpoint
+            .post_json(None, body.as_bytes(), Some(check as BodyCheck))
+    }
+}
+
+/// The markdown content showing the first `shown` alerts.
+pub fn markdown(notification: &Notification, shown: usize) -> String {
+    let alerts = text::shown(notification);
+    let shown = shown.min(alerts.len());
+    let mut parts = vec![format!("## {}", text::title(notification))];
+    for alert in &alerts[..shown] {
+        // A 4 KB message holds few alerts: keep each one's long fields short.
+        parts.push(alert_markdown(&Facts::of(alert, 1000)));
+    }
+    let mut footer = Vec::new();
+    if shown < alerts.len() {
+        footer.push(text::more_marker(alerts.len() - shown));
+    }
+    if !notification.external_url.is_empty() {
+        footer.push(format!("[All alerts]({})", notification.external_url));
+    }
+    if !footer.is_empty() {
+        parts.push(footer.join(" · "));
+    }
+    parts.join("\n\n")
+}
+
+fn alert_markdown(facts: &Facts) -> String {
+    // WeCom's markdown knows three font colours: warning (red-orange), info (green),
+    // comment (grey).
+    let badge = if !facts.firing {
+        "<font color=\"info\">resolved</font>".to_string()
+    } else if facts.severity == "critical" || facts.severity == "warning" {
+        format!("<font color=\"warning\">{}</font>", facts.severity)
+    } else {
+        format!("<font color=\"comment\">{}</font>", facts.severity)
+    };
+    let mut lines = vec![format!("**{}** {badge}", facts.name)];
+    if !facts.location.is_empty() {
+        lines.push(facts.location.clone());
+    }
+    for (label, value) in [
+        ("Summary", &facts.summary),
+        ("Description", &facts.description),
+        ("Runbook", &facts.runbook),
+        ("Advice", &facts.advice),
+    ] {
+        if let Some(v) = value {
+            lines.push(format!("**{label}:** {v}"));
+        }
+    }
+    lines.push(format!("<font color=\"comment\">{}</font>", facts.when));
+    lines.join("\n")
+}
+
+/// WeCom's in-body verdict (see the module docs for the codes).
+fn check(reply: &Reply, _now: DateTime<Utc>) -> Option<Result<(), NotifyError>> {
+    let (code, message) = body_code(reply, "errcode", "errmsg")?;
+    let reason = format!("WeCom errcode {code}: {message}");
+    match code {
+        0 if reply.status < 300 => Some(Ok(())),
+        0 => None,
+        -1 => Some(Err(NotifyError::Retry {
+            reason,
+            after: None,
+        })),
+        45009 => Some(Err(NotifyError::Retry {
+            reason,
+            after: Some(RATE_WINDOW),
+        })),
+        _ => Some(Err(NotifyError::Drop { reason })),
+    }
+}
