@@ -19,8 +19,9 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::alert::Alert;
 use crate::alert::alerting::Alerting;
-use crate::alert::{Alert, Notification};
+use crate::alert::outgoing::Outgoing;
 use crate::engine::capacity::{Advice, Placement};
 use crate::engine::cost::CostView;
 use crate::engine::idle::IdleFindings;
@@ -69,6 +70,7 @@ pub struct Collector {
     source: Box<dyn Source>,
     engine: Engine,
     alerting: Alerting,
+    outgoing: Outgoing,
     /// Where the engine's state is persisted; None for simulated runs.
     state_path: Option<PathBuf>,
     last_save: Instant,
@@ -83,6 +85,7 @@ impl Collector {
         source: Box<dyn Source>,
         mut engine: Engine,
         mut alerting: Alerting,
+        outgoing: Outgoing,
         state_dir: Option<PathBuf>,
         options: RenderOptions,
         latest: Arc<Latest>,
@@ -104,24 +107,12 @@ impl Collector {
             source,
             engine,
             alerting,
+            outgoing,
             state_path,
             last_save: Instant::now(),
             export_state: ExportState::default(),
             options,
             latest,
-        }
-    }
-
-    /// Hands notifications to delivery.
-    fn dispatch(&mut self, notifications: Vec<Notification>) {
-        for n in notifications {
-            tracing::info!(
-                receiver = n.receiver,
-                group = n.group_key,
-                status = n.status(),
-                alerts = n.alerts.len(),
-                "notification due"
-            );
         }
     }
 
@@ -147,14 +138,18 @@ impl Collector {
         let snapshot = collection.snapshot;
         let findings = self.engine.step(&snapshot);
         let notifications = self.alerting.step(&findings, Some(&health));
-        self.dispatch(notifications);
+        self.outgoing.step(notifications, &findings);
         let alert_counts = self.alerting.counts();
+        let delivery = self.outgoing.delivery_stats();
+        let advice = self.outgoing.advice_stats();
         let metrics = crate::export::render(
             &RenderInput {
                 snapshot: &snapshot,
                 health: &health,
                 findings: Some(&findings),
                 alerts: Some(&alert_counts),
+                delivery: delivery.as_ref(),
+                advice: advice.as_ref(),
             },
             &mut self.export_state,
             &self.options,
@@ -204,18 +199,28 @@ impl Collector {
             .spawn(move || {
                 let mut next = Instant::now();
                 loop {
-                    self.tick();
-                    next += interval;
+                    if Instant::now() >= next {
+                        self.tick();
+                        next += interval;
+                    }
                     let now = Instant::now();
                     if next < now {
                         next = now;
                     }
-                    match stop.recv_timeout(next - now) {
-                        Err(RecvTimeoutError::Timeout) => continue,
+                    // Notifications held for advice are released on their own deadline,
+                    // not at the next collection.
+                    let wake = self.outgoing.next_deadline().map_or(next, |d| d.min(next));
+                    match stop.recv_timeout(wake.saturating_duration_since(now)) {
+                        Err(RecvTimeoutError::Timeout) => {
+                            if Instant::now() < next {
+                                self.outgoing.poll();
+                            }
+                        }
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
                 self.save();
+                self.outgoing.shutdown();
             })
     }
 }

@@ -80,8 +80,9 @@ pub struct Target {
     pub max_per_minute: u32,
 }
 
-/// A receiver's effective rate limit: its `max_per_minute`, or its kind's limit when 0
-/// (DingTalk and WeCom robots accept 20 messages a minute; others are unlimited).
+/// A receiver's effective rate limit: its `max_per_minute`, or its kind's limit when 0 —
+/// 20 per bot for DingTalk (custom robot guide; past it the robot is throttled for ten
+/// minutes) and WeCom (group robot guide); 0 means unlimited.
 pub fn max_per_minute(receiver: &ReceiverConfig) -> u32 {
     match (receiver.max_per_minute, receiver.kind.as_str()) {
         (0, "dingtalk" | "wecom") => 20,

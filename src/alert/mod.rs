@@ -9,12 +9,14 @@
 //! - [`notify`]: one file per integration behind [`notify::Notifier`], HTTP outcome
 //!   classification in one place;
 //! - [`outbox`]: the crash-safe store notifications wait in until delivered;
-//! - [`deliver`]: the delivery loop with retries, backoff and rate limits.
+//! - [`deliver`]: the delivery loop with retries, backoff and rate limits;
+//! - [`outgoing`]: advice for critical notifications (never blocking them), then delivery.
 
 pub mod alerting;
 pub mod deliver;
 pub mod notify;
 pub mod outbox;
+pub mod outgoing;
 pub mod route;
 pub mod rules;
 

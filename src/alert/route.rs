@@ -314,8 +314,9 @@ impl Dispatcher {
     }
 
     /// The whole alert list for each Alertmanager receiver, when it changed or the resend
-    /// interval passed. Firing alerts carry `ends_at` four intervals ahead, as Prometheus
-    /// sends them: if gpu-sentinel goes silent, Alertmanager resolves them by itself.
+    /// interval passed. Firing alerts leave `ends_at` unset: the Alertmanager notifier sets
+    /// it four intervals past the moment it actually sends, as Prometheus does, so a list
+    /// that waited in the outbox through an outage does not arrive already expired.
     fn push_to_alertmanagers(
         &self,
         state: &mut DispatchState,
@@ -349,17 +350,7 @@ impl Dispatcher {
         }
         state.last_push = Some(now);
         state.last_pushed = set;
-        let ends = now + delta(self.resend_interval) * 4;
-        let alerts: Vec<Alert> = listed
-            .into_iter()
-            .map(|a| {
-                let mut a = a.clone();
-                if a.state == AlertState::Firing {
-                    a.ends_at = Some(ends);
-                }
-                a
-            })
-            .collect();
+        let alerts: Vec<Alert> = listed.into_iter().cloned().collect();
         targets
             .into_iter()
             .map(|receiver| Notification {
@@ -521,7 +512,7 @@ mod tests {
     }
 
     #[test]
-    fn alertmanager_receivers_get_the_list_resent_with_ends_at_ahead() {
+    fn alertmanager_receivers_get_the_whole_list_resent() {
         let d = dispatcher(true);
         let mut state = DispatchState::default();
         let t0 = DateTime::parse_from_rfc3339("2026-05-01T00:00:00Z")
@@ -530,7 +521,10 @@ mod tests {
         let book = book_with(&[("GpuLost", "1", AlertState::Firing)], t0);
         let first = d.tick(&mut state, &book, t0);
         assert_eq!(first.len(), 1);
-        assert_eq!(first[0].alerts[0].ends_at, Some(t0 + TimeDelta::minutes(4)));
+        assert_eq!(
+            first[0].alerts[0].ends_at, None,
+            "the notifier stamps it when it sends"
+        );
         assert_eq!(first[0].alerts[0].state, AlertState::Firing);
         assert!(
             d.tick(&mut state, &book, t0 + TimeDelta::seconds(30))

@@ -8,6 +8,7 @@ use anyhow::Context;
 use super::RunArgs;
 use crate::agent::{Collector, Latest};
 use crate::alert::alerting::Alerting;
+use crate::alert::outgoing::Outgoing;
 use crate::engine::{Engine, EngineConfig};
 use crate::server::{self, ServerState};
 
@@ -38,8 +39,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     } else {
         usable_state_dir(&config.state.dir)
     };
+    let outgoing = Outgoing::from_config(&config, state_dir.as_deref(), options.hostname.clone())?;
     let latest = Arc::new(Latest::default());
-    let collector = Collector::new(source, engine, alerting, state_dir, options, latest.clone());
+    let collector = Collector::new(
+        source,
+        engine,
+        alerting,
+        outgoing,
+        state_dir,
+        options,
+        latest.clone(),
+    );
     let state = Arc::new(ServerState {
         latest,
         source: collector.describe(),

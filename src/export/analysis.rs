@@ -6,7 +6,9 @@ use super::families::{Families, flag};
 use super::metrics::*;
 use std::collections::BTreeMap;
 
+use crate::advice::AdviceStats;
 use crate::alert::AlertState;
+use crate::alert::deliver::DeliveryStats;
 use crate::engine::Findings;
 use crate::engine::capacity::Direction;
 
@@ -104,5 +106,29 @@ pub(super) fn render_alerts(
         if !default && *state != AlertState::Resolved {
             family.push(&[name, state.as_str()], *n as f64);
         }
+    }
+}
+
+/// Delivery counters and the outbox backlog.
+pub(super) fn render_delivery(families: &mut Families, stats: &DeliveryStats) {
+    families.declare(ALERTING);
+    let family = families.family(&NOTIFICATIONS);
+    for ((receiver, outcome), n) in &stats.notifications {
+        family.push(&[receiver, outcome.as_str()], *n as f64);
+    }
+    families
+        .family(&OUTBOX_PENDING)
+        .push(&[], stats.pending as f64);
+    families
+        .family(&OUTBOX_DURABLE)
+        .push(&[], flag(stats.durable));
+}
+
+/// LLM advice request outcomes.
+pub(super) fn render_advice(families: &mut Families, stats: &AdviceStats) {
+    families.declare(ALERTING);
+    let family = families.family(&ADVICE_REQUESTS);
+    for (outcome, n) in &stats.requests {
+        family.push(&[outcome], *n as f64);
     }
 }

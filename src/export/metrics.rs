@@ -409,8 +409,35 @@ pub const ALERTS: MetricDef = gauge(
     "Alerts of each rule by state (pending, firing).",
 );
 
+pub const NOTIFICATIONS: MetricDef = counter(
+    "gpu_sentinel_notifications_total",
+    &["receiver", "outcome"],
+    "Notifications by receiver and outcome: sent, retried, dropped (a receiver refused it), superseded (a newer one of its group replaced it), evicted (the outbox was full).",
+);
+pub const OUTBOX_PENDING: MetricDef = gauge(
+    "gpu_sentinel_outbox_pending",
+    &[],
+    "Notifications in the outbox waiting for delivery.",
+);
+pub const OUTBOX_DURABLE: MetricDef = gauge(
+    "gpu_sentinel_outbox_durable",
+    &[],
+    "1 when the outbox is on disk; 0 when its store failed and it runs in memory.",
+);
+pub const ADVICE_REQUESTS: MetricDef = counter(
+    "gpu_sentinel_advice_requests_total",
+    &["outcome"],
+    "Requests to the LLM advice API by outcome (ok, incomplete, timeout, rate_limited, ...).",
+);
+
 /// Families of the alerting stage, after [`ANALYSIS`].
-pub const ALERTING: &[MetricDef] = &[ALERTS];
+pub const ALERTING: &[MetricDef] = &[
+    ALERTS,
+    NOTIFICATIONS,
+    OUTBOX_PENDING,
+    OUTBOX_DURABLE,
+    ADVICE_REQUESTS,
+];
 
 /// Every native family, in exposition order.
 pub const NATIVE: &[MetricDef] = &[

@@ -35,7 +35,9 @@ pub use state::ExportState;
 use crate::config::ExportConfig;
 use std::collections::BTreeMap;
 
+use crate::advice::AdviceStats;
 use crate::alert::AlertState;
+use crate::alert::deliver::DeliveryStats;
 use crate::engine::Findings;
 use crate::model::Snapshot;
 use crate::source::CollectHealth;
@@ -114,6 +116,10 @@ pub struct RenderInput<'a> {
     pub findings: Option<&'a Findings>,
     /// Alerts per (alertname, state), when alerting ran.
     pub alerts: Option<&'a BTreeMap<(String, AlertState), usize>>,
+    /// Notification delivery counters, when receivers are configured.
+    pub delivery: Option<&'a DeliveryStats>,
+    /// LLM advice counters, when advice is on.
+    pub advice: Option<&'a AdviceStats>,
 }
 
 impl<'a> RenderInput<'a> {
@@ -124,6 +130,8 @@ impl<'a> RenderInput<'a> {
             health,
             findings: None,
             alerts: None,
+            delivery: None,
+            advice: None,
         }
     }
 }
@@ -154,6 +162,12 @@ pub fn families(
     }
     if let Some(alerts) = input.alerts {
         analysis::render_alerts(&mut families, alerts);
+    }
+    if let Some(delivery) = input.delivery {
+        analysis::render_delivery(&mut families, delivery);
+    }
+    if let Some(advice) = input.advice {
+        analysis::render_advice(&mut families, advice);
     }
     if options.dcgm_compat {
         let hostname = if options.hostname.is_empty() {
