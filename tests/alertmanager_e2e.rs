@@ -373,3 +373,45 @@ fn alertmanager_receives_pushed_alerts_and_forwards_them_as_version_4() {
         },
     );
 }
+
+/// The agent itself, on the accelerated simulator with an Alertmanager receiver: its
+/// alerts appear in a real Alertmanager with DESIGN.md's labels, and Alertmanager
+/// forwards them as version-4 webhooks.
+#[test]
+fn the_agent_pushes_the_simulators_alerts_into_a_real_alertmanager() {
+    let Some(binary) = common::tool("prometheus-alertmanager") else {
+        return;
+    };
+    let hook = HttpServer::start(vec![Answer::ok()]);
+    let am = Alertmanager::start(&binary, &hook.url("/hook"));
+    let config = common::temp_file(
+        "agent-am.toml",
+        &format!(
+            "[simulation]\nfault_hours = 2.0\n\
+             [[alerting.receivers]]\nname = \"am\"\nkind = \"alertmanager\"\nurl = \"{}\"\n\
+             [alerting.route]\nreceiver = \"am\"\n",
+            am.base
+        ),
+    );
+    let _agent = common::Agent::start(
+        &["--simulate", "--sim-speed", "600", "--config", config.to_str().unwrap()],
+        &[],
+    );
+    am.wait_until("GpuLost from the agent", Duration::from_secs(60), |am| {
+        am.alerts()
+            .iter()
+            .any(|a| a["labels"]["alertname"] == "GpuLost")
+    });
+    let alerts = am.alerts();
+    let lost = alerts
+        .iter()
+        .find(|a| a["labels"]["alertname"] == "GpuLost")
+        .expect("GpuLost");
+    for label in ["alertname", "severity", "hostname", "gpu", "uuid"] {
+        assert!(lost["labels"][label].is_string(), "{label}: {lost}");
+    }
+    assert_eq!(lost["status"]["state"], "active");
+    let forwarded = hook.wait_for(1, Duration::from_secs(30));
+    let message = parse_v4(&forwarded[0]);
+    assert!(!message.alerts.is_empty());
+}
