@@ -394,7 +394,13 @@ fn the_agent_pushes_the_simulators_alerts_into_a_real_alertmanager() {
         ),
     );
     let _agent = common::Agent::start(
-        &["--simulate", "--sim-speed", "600", "--config", config.to_str().unwrap()],
+        &[
+            "--simulate",
+            "--sim-speed",
+            "600",
+            "--config",
+            config.to_str().unwrap(),
+        ],
         &[],
     );
     am.wait_until("GpuLost from the agent", Duration::from_secs(60), |am| {
