@@ -298,7 +298,7 @@ impl Fault {
         if p >= 0.4 && rng.random_bool((0.6 * (p - 0.4)).min(0.5)) {
             wear.failed_calls = rng.random_range(1..4);
         }
-        if p >= 0.85 && p < 1.0 && poisson(0.3 * hours, rng) > 0 {
+        if (0.85..1.0).contains(&p) && poisson(0.3 * hours, rng) > 0 {
             xids.push(119);
         }
         if self.first(0, p >= 1.0) {
@@ -312,7 +312,7 @@ impl Fault {
     fn power(&mut self, p: f64, wear: &mut Wear, rng: &mut SmallRng, xids: &mut Vec<u32>) {
         wear.power_brake = false;
         wear.power_swing = 0.0;
-        if p >= 0.3 && p < 1.0 {
+        if (0.3..1.0).contains(&p) {
             wear.power_brake = rng.random_bool((0.03 + 0.4 * (p - 0.3)).min(0.5));
             let swing = 40.0 + 200.0 * (p - 0.3);
             wear.power_swing = rng.random_range(-swing..swing);
