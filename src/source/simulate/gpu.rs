@@ -129,7 +129,7 @@ impl SimGpu {
     }
 
     /// Adds the background noise healthy GPUs show in the field, none of which predicts a
-    /// failure: an isolated corrected ECC error every few days, a short PCIe replay burst
+    /// failure: an isolated corrected ECC error about every ten days, a short PCIe replay burst
     /// about weekly, a few NVLink CRC errors now and then, an application XID (13/31/43)
     /// every few days, and collections that take milliseconds with an occasional slow one.
     /// `rng` is a stream of its own, so the GPU's other draws stay as they were.
@@ -349,7 +349,7 @@ impl SimGpu {
 }
 
 /// Mean days between the isolated events of [`SimGpu::with_background_noise`].
-const NOISE_ECC_DAYS: f64 = 5.0;
+const NOISE_ECC_DAYS: f64 = 10.0;
 const NOISE_PCIE_BURST_DAYS: f64 = 7.0;
 const NOISE_NVLINK_DAYS: f64 = 10.0;
 const NOISE_APP_XID_DAYS: f64 = 3.0;
