@@ -14,4 +14,5 @@ pub mod model;
 pub mod procinfo;
 pub mod server;
 pub mod source;
+pub mod train;
 pub mod xid;
