@@ -9,7 +9,7 @@
 //! - Healthy GPUs (training, inference, bursty, unused; hot aisles; harmless background
 //!   noise) never reach 0.7 in 30 days.
 //!
-//! `GPU_SENTINEL_DETECTION_FLEETS=N` runs N fleets of eight GPUs instead of the default 12
+//! `GPU_SENTINEL_DETECTION_FLEETS=N` runs N fleets of eight GPUs instead of the default 10
 //! (docs/detection.md gives the numbers of both runs).
 
 use chrono::{DateTime, Utc};
@@ -27,7 +27,7 @@ const WARNING: f64 = 0.7;
 const LEAD_HOURS: f64 = 12.0;
 const GPUS_PER_FLEET: usize = 8;
 const FAILING_PER_FLEET: usize = 3;
-const DEFAULT_FLEETS: usize = 12;
+const DEFAULT_FLEETS: usize = 10;
 
 /// What happened to one GPU over the run.
 #[derive(Debug, Clone)]
