@@ -291,3 +291,47 @@ impl std::fmt::Display for TrainReport {
         f.write_str(&out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(dir: &std::path::Path) -> TrainOptions {
+        TrainOptions {
+            history: dir.join("history.jsonl"),
+            out: dir.join("model.toml"),
+            horizon: 7 * 86_400,
+            threshold: 0.7,
+            test_share: 0.3,
+            seed: 1,
+            row_every: 3600,
+            alpha: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_history_without_failures_is_refused_with_the_label_shape() {
+        let dir =
+            std::env::temp_dir().join(format!("gpu-sentinel-train-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = options(&dir);
+        std::fs::write(
+            &opts.history,
+            r#"{"at":"2026-01-01T00:00:00Z","gpus":[{"index":0,"uuid":"GPU-a","name":"x","up":true}]}"#,
+        )
+        .unwrap();
+        let err = train(&opts).unwrap_err().to_string();
+        assert!(
+            err.contains("0 failure label") && err.contains(r#"{"failure""#),
+            "{err}"
+        );
+        assert!(!opts.out.exists());
+        let missing = train(&TrainOptions {
+            history: dir.join("nope.jsonl"),
+            ..opts
+        })
+        .unwrap_err();
+        assert!(missing.to_string().contains("cannot read history"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
