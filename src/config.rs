@@ -140,7 +140,7 @@ pub struct SimulationConfig {
     pub model: String,
     /// Fault families placed on GPUs 1, 2, 3, … in this order (GPU 0 stays healthy as a
     /// reference). Known families: `memory_wear`, `pcie_link`, `thermal`, `fell_off_bus`,
-    /// `allocated_idle`, `ghost_process`.
+    /// `nvlink`, `gsp_firmware`, `power_delivery`, `allocated_idle`, `ghost_process`.
     pub faults: Vec<String>,
     /// Simulated hours from start until a fault family reaches its failure point. Short by
     /// default so that `--sim-speed 600` shows every family within about a minute.
@@ -170,11 +170,14 @@ impl Default for SimulationConfig {
 }
 
 /// Fault families the simulator knows, as written in `[simulation] faults`.
-pub const SIMULATED_FAULTS: [&str; 6] = [
+pub const SIMULATED_FAULTS: [&str; 9] = [
     "memory_wear",
     "pcie_link",
     "thermal",
     "fell_off_bus",
+    "nvlink",
+    "gsp_firmware",
+    "power_delivery",
     "allocated_idle",
     "ghost_process",
 ];

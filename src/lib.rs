@@ -17,4 +17,5 @@ pub mod procinfo;
 pub mod server;
 pub mod source;
 pub mod state_file;
+pub mod train;
 pub mod xid;

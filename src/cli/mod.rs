@@ -1,10 +1,11 @@
-//! The command line: `run` (the default), `check-config`, `snapshot`.
+//! The command line: `run` (the default), `check-config`, `snapshot`, `train`.
 //!
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
 mod run;
 mod snapshot;
+mod train;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +36,8 @@ pub enum Command {
     },
     /// Collect once and print every GPU as a table, or as JSON.
     Snapshot(SnapshotArgs),
+    /// Fit the failure-risk model on labelled history and print how it does.
+    Train(train::TrainArgs),
 }
 
 /// Where GPU data comes from: real NVML or the simulator.
@@ -107,6 +110,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Run(args)) => run::run(&args),
         Some(Command::CheckConfig { path }) => check_config(&path),
         Some(Command::Snapshot(args)) => snapshot::snapshot(&args),
+        Some(Command::Train(args)) => train::train(&args),
     }
 }
 

@@ -384,6 +384,7 @@ impl Engine {
             thermal_slowdown: events.thermal(),
             power_slowdown: events
                 .contains(ClockEvents::HW_POWER_BRAKE_SLOWDOWN | ClockEvents::SW_POWER_CAP),
+            power_brake: events.contains(ClockEvents::HW_POWER_BRAKE_SLOWDOWN),
             collect_seconds: sample.up.then_some(sample.collect_seconds),
             deltas,
         });

@@ -104,6 +104,9 @@ pub struct Point {
     pub power: Option<f64>,
     pub thermal_slowdown: bool,
     pub power_slowdown: bool,
+    /// The external power brake is asserted (HW power-brake slowdown): unlike the software
+    /// power cap, a sign of trouble in power delivery rather than of a busy GPU.
+    pub power_brake: bool,
     pub collect_seconds: Option<f64>,
     pub deltas: Deltas,
 }
@@ -127,6 +130,9 @@ pub struct Bucket {
     pub collect_seconds: Stat,
     pub thermal_slowdown_seconds: f64,
     pub power_slowdown_seconds: f64,
+    /// Seconds under the external power brake; absent from state saved before it existed.
+    #[serde(default)]
+    pub power_brake_seconds: f64,
     pub deltas: Deltas,
 }
 
@@ -151,6 +157,9 @@ impl Bucket {
         if p.power_slowdown {
             self.power_slowdown_seconds += p.seconds;
         }
+        if p.power_brake {
+            self.power_brake_seconds += p.seconds;
+        }
         let d = &mut self.deltas;
         d.ecc_corrected += p.deltas.ecc_corrected;
         d.ecc_uncorrected += p.deltas.ecc_uncorrected;
@@ -174,6 +183,7 @@ impl Bucket {
         self.collect_seconds.merge(&other.collect_seconds);
         self.thermal_slowdown_seconds += other.thermal_slowdown_seconds;
         self.power_slowdown_seconds += other.power_slowdown_seconds;
+        self.power_brake_seconds += other.power_brake_seconds;
         let (d, o) = (&mut self.deltas, &other.deltas);
         d.ecc_corrected += o.ecc_corrected;
         d.ecc_uncorrected += o.ecc_uncorrected;

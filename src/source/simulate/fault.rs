@@ -1,14 +1,31 @@
 //! Hardware fault families and how they unfold over simulated time.
 //!
-//! Each family progresses from 0 (start) to 1 (its failure point, `horizon` seconds in) and
-//! beyond. The shapes follow what operators report: memory wear shows accelerating corrected
-//! ECC and row remaps long before an uncorrected error; PCIe trouble shows replay bursts and
-//! a link that trains down; cooling trouble shows memory running ever hotter than the GPU
-//! before slowdown; falling off the bus usually gives no numeric warning at all.
+//! Each family progresses from 0 to 1 (its failure point, `horizon` seconds in) and beyond.
+//! Its precursors take at most the family's precursor span ([`FaultKind::precursor_days`]):
+//! a GPU that fails in three weeks looks healthy for the first two and then degrades the
+//! way one that fails within days does. The shapes follow what operators and field studies
+//! report (sources in docs/detection.md):
+//!
+//! - memory wear: accelerating corrected ECC and row remaps long before an uncorrected error
+//!   (XID 48/63/94), then a failed remap (XID 64) — HBM faults are the largest GPU failure
+//!   class in Meta's Llama 3 report;
+//! - PCIe link: replay bursts growing, the link training down;
+//! - thermal: memory running ever hotter than the GPU (a failing TIM or cold plate), then
+//!   thermal slowdown;
+//! - fell off the bus: no numeric warning at all, then XID 79 and the GPU is gone;
+//! - NVLink: CRC and replay counters of one link climbing, recoveries, then XID 74
+//!   (NCSA Delta: NVLink errors are often retried away before one is fatal);
+//! - GSP firmware: NVML calls through the GPU System Processor slowing and failing, then
+//!   XID 119/120 and a GPU that needs a reset (Delta: the GSP is the most error-prone part);
+//! - power delivery: hardware power-brake slowdowns growing more frequent and the draw
+//!   swinging (gpud: "constant hardware slowdowns are often a failing PSU"), then the GPU
+//!   drops off the bus (XID 79).
 
 use rand::Rng;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution, Poisson};
+
+use crate::model::NvLinkErrors;
 
 /// A hardware fault family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +34,42 @@ pub enum FaultKind {
     PcieLink,
     Thermal,
     FellOffBus,
+    NvLink,
+    GspFirmware,
+    PowerDelivery,
+}
+
+const DAY: f64 = 86_400.0;
+
+impl FaultKind {
+    /// Every family, in the order `[simulation] faults` lists them.
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::MemoryWear,
+        FaultKind::PcieLink,
+        FaultKind::Thermal,
+        FaultKind::FellOffBus,
+        FaultKind::NvLink,
+        FaultKind::GspFirmware,
+        FaultKind::PowerDelivery,
+    ];
+
+    /// Longest time, in days, from the first sign of the fault to its failure point: a
+    /// failure further out than this stays invisible until the span before it. Memory and
+    /// cooling degrade over weeks in field reports, links and firmware over days.
+    pub fn precursor_days(self) -> f64 {
+        match self {
+            FaultKind::MemoryWear | FaultKind::Thermal => 10.0,
+            FaultKind::PcieLink => 7.0,
+            FaultKind::NvLink => 5.0,
+            FaultKind::GspFirmware | FaultKind::PowerDelivery => 4.0,
+            FaultKind::FellOffBus => 1.0,
+        }
+    }
+
+    /// Whether anything measurable precedes the failure.
+    pub fn has_precursors(self) -> bool {
+        self != FaultKind::FellOffBus
+    }
 }
 
 /// The counters and link state a fault acts on; owned by the simulated GPU.
@@ -32,6 +85,34 @@ pub struct Wear {
     pub link_gen: u32,
     pub link_width: u32,
     pub lost: bool,
+    /// Error counters of NVLinks that saw errors, one entry per link (absent links: zero).
+    pub nvlink: Vec<NvLinkErrors>,
+    /// Seconds the last collection of this GPU took; 0 where the simulation does not model it
+    /// (the default fleet), so its snapshots stay as they were.
+    pub collect_seconds: f64,
+    /// NVML calls that failed in the last collection.
+    pub failed_calls: u32,
+    /// The baseboard asserts the external power brake (HW power-brake slowdown).
+    pub power_brake: bool,
+    /// Watts the power reading swings off what the load explains.
+    pub power_swing: f64,
+}
+
+impl Wear {
+    /// The counters of NVLink `link`, created at zero on first use.
+    pub fn nvlink_mut(&mut self, link: u32) -> &mut NvLinkErrors {
+        let i = match self.nvlink.iter().position(|l| l.link == link) {
+            Some(i) => i,
+            None => {
+                self.nvlink.push(NvLinkErrors {
+                    link,
+                    ..NvLinkErrors::default()
+                });
+                self.nvlink.len() - 1
+            }
+        };
+        &mut self.nvlink[i]
+    }
 }
 
 /// One fault on one GPU.
@@ -48,6 +129,8 @@ pub struct Fault {
     progress: f64,
     /// The failure point was passed and not yet reported.
     failure_due: bool,
+    /// The NVLink that degrades, chosen at onset.
+    link: Option<u32>,
 }
 
 impl Fault {
@@ -59,12 +142,21 @@ impl Fault {
             remap_budget: 0,
             progress: 0.0,
             failure_due: false,
+            link: None,
         }
     }
 
-    /// Progress toward the failure point: 0 at start, 1 at failure.
+    /// Progress toward the failure point: 0 where the precursors may begin, 1 at failure;
+    /// negative before the precursor span of a far-off failure.
     pub fn progress(&self, t: f64) -> f64 {
-        t / self.horizon
+        let span = self.kind.precursor_days() * DAY;
+        if self.horizon <= span {
+            // Kept as a plain ratio (not rewritten as the general form below) so that short
+            // horizons, the default fleet's included, draw bit-for-bit what they always drew.
+            t / self.horizon
+        } else {
+            1.0 - (self.horizon - t) / span
+        }
     }
 
     /// Extra degrees the memory runs above its normal gap to the GPU.
@@ -148,8 +240,87 @@ impl Fault {
                     xids.push(79);
                 }
             }
+            FaultKind::NvLink => self.nvlink(p, hours, wear, rng, &mut xids),
+            FaultKind::GspFirmware => self.gsp(p, hours, wear, rng, &mut xids),
+            FaultKind::PowerDelivery => self.power(p, wear, rng, &mut xids),
         }
         xids
+    }
+
+    /// One link's CRC errors grow ~e^5 over the precursor span (each one replayed), the
+    /// link starts recovering (retraining) late, then an uncorrectable error: XID 74.
+    fn nvlink(
+        &mut self,
+        p: f64,
+        hours: f64,
+        wear: &mut Wear,
+        rng: &mut SmallRng,
+        xids: &mut Vec<u32>,
+    ) {
+        if p < 0.2 {
+            return;
+        }
+        if self.link.is_none() {
+            self.link = Some(rng.random_range(0..18));
+        }
+        let link = wear.nvlink_mut(self.link.unwrap_or(0));
+        let flits = poisson(4.0 * (5.0 * (p.min(1.5) - 0.2)).exp() * hours, rng);
+        link.crc_flit += flits;
+        link.crc_data += flits / 8;
+        link.replay += flits;
+        if p >= 0.6 {
+            link.recovery += poisson(0.3 * (3.0 * (p.min(1.5) - 0.6)).exp() * hours, rng);
+        }
+        if self.first(0, p >= 1.0) {
+            xids.push(74);
+        }
+    }
+
+    /// Calls through the GSP slow down (some collections take seconds), then start failing,
+    /// then GSP RPC timeouts (XID 119) and the GSP error that needs a reset (XID 120): the
+    /// GPU stops answering.
+    fn gsp(
+        &mut self,
+        p: f64,
+        hours: f64,
+        wear: &mut Wear,
+        rng: &mut SmallRng,
+        xids: &mut Vec<u32>,
+    ) {
+        // A healthy collection takes milliseconds; keep the GPU's own noise when it has some.
+        if wear.collect_seconds <= 0.0 {
+            wear.collect_seconds = rng.random_range(0.002..0.006);
+        }
+        wear.failed_calls = 0;
+        if p >= 0.25 && rng.random_bool((0.05 + 0.9 * (p - 0.25)).min(0.7)) {
+            wear.collect_seconds += rng.random_range(0.3..3.0);
+        }
+        if p >= 0.4 && rng.random_bool((0.6 * (p - 0.4)).min(0.5)) {
+            wear.failed_calls = rng.random_range(1..4);
+        }
+        if (0.85..1.0).contains(&p) && poisson(0.3 * hours, rng) > 0 {
+            xids.push(119);
+        }
+        if self.first(0, p >= 1.0) {
+            xids.extend([119, 120]);
+            wear.lost = true;
+        }
+    }
+
+    /// Power-brake episodes take a growing share of the time and the draw swings more and
+    /// more, then the supply gives out and the GPU drops off the bus.
+    fn power(&mut self, p: f64, wear: &mut Wear, rng: &mut SmallRng, xids: &mut Vec<u32>) {
+        wear.power_brake = false;
+        wear.power_swing = 0.0;
+        if (0.3..1.0).contains(&p) {
+            wear.power_brake = rng.random_bool((0.03 + 0.4 * (p - 0.3)).min(0.5));
+            let swing = 40.0 + 200.0 * (p - 0.3);
+            wear.power_swing = rng.random_range(-swing..swing);
+        }
+        if self.first(0, p >= 1.0) {
+            wear.lost = true;
+            xids.push(79);
+        }
     }
 
     /// The kind, once, after the failure point is passed.
@@ -238,5 +409,72 @@ mod tests {
         let (w, xids) = run(FaultKind::FellOffBus, 2.0 * 8.0 * 3600.0);
         assert!(w.lost);
         assert_eq!(xids, vec![79]);
+    }
+
+    #[test]
+    fn nvlink_errors_climb_on_one_link_then_xid_74() {
+        let (early, xids) = run(FaultKind::NvLink, 0.6 * 8.0 * 3600.0);
+        assert_eq!(early.nvlink.len(), 1, "one link degrades");
+        assert!(early.nvlink[0].crc_flit > 5, "{:?}", early.nvlink);
+        assert!(xids.is_empty());
+        let (late, xids) = run(FaultKind::NvLink, 1.01 * 8.0 * 3600.0);
+        assert!(late.nvlink[0].crc_flit > 4 * early.nvlink[0].crc_flit);
+        assert!(late.nvlink[0].recovery > 0);
+        assert_eq!(xids, vec![74]);
+    }
+
+    #[test]
+    fn gsp_calls_slow_and_fail_before_xid_119_120() {
+        let mut rng = SmallRng::seed_from_u64(3);
+        let horizon = 8.0 * 3600.0;
+        let mut fault = Fault::new(FaultKind::GspFirmware, horizon);
+        let mut wear = Wear::default();
+        let (mut slow, mut failing, mut xids) = (0, 0, Vec::new());
+        let mut t = 0.0;
+        while t < 0.8 * horizon {
+            t += 60.0;
+            xids.extend(fault.step(t, 60.0, &mut wear, &mut rng));
+            slow += usize::from(wear.collect_seconds > 0.2);
+            failing += usize::from(wear.failed_calls > 0);
+        }
+        assert!(slow > 20 && failing > 5, "slow {slow}, failing {failing}");
+        assert!(xids.is_empty() && !wear.lost);
+        while t < 1.01 * horizon {
+            t += 60.0;
+            xids.extend(fault.step(t, 60.0, &mut wear, &mut rng));
+        }
+        assert!(wear.lost);
+        assert!(xids.ends_with(&[119, 120]), "{xids:?}");
+    }
+
+    #[test]
+    fn power_delivery_brakes_more_often_then_drops_off_the_bus() {
+        let mut rng = SmallRng::seed_from_u64(4);
+        let horizon = 8.0 * 3600.0;
+        let mut fault = Fault::new(FaultKind::PowerDelivery, horizon);
+        let mut wear = Wear::default();
+        let mut braked = [0usize; 2];
+        let mut t = 0.0;
+        while t < horizon {
+            t += 60.0;
+            fault.step(t, 60.0, &mut wear, &mut rng);
+            if wear.power_brake {
+                braked[usize::from(t > 0.65 * horizon)] += 1;
+            }
+        }
+        assert!(braked[1] > braked[0] && braked[1] > 10, "{braked:?}");
+        assert!(wear.lost);
+    }
+
+    #[test]
+    fn far_off_failures_stay_quiet_until_their_precursor_span() {
+        let horizon = 30.0 * DAY;
+        let fault = Fault::new(FaultKind::MemoryWear, horizon);
+        assert!(fault.progress(10.0 * DAY) < 0.0);
+        assert!((fault.progress(horizon) - 1.0).abs() < 1e-12);
+        assert!((fault.progress(horizon - 5.0 * DAY) - 0.5).abs() < 1e-12);
+        // Short horizons keep the plain ratio.
+        let short = Fault::new(FaultKind::MemoryWear, 8.0 * 3600.0);
+        assert_eq!(short.progress(3600.0), 3600.0 / (8.0 * 3600.0));
     }
 }

@@ -51,6 +51,9 @@ pub struct SimGpu {
     /// Old aggregate ECC errors from before this run that never grow.
     old_corrected: u64,
     rng: SmallRng,
+    /// Background noise of a real fleet, drawn from its own stream (see
+    /// [`SimGpu::with_background_noise`]); None in the default fleet.
+    noise: Option<SmallRng>,
     // Dynamic state.
     util: f64,
     mem_copy: f64,
@@ -121,7 +124,18 @@ impl SimGpu {
                 ..Wear::default()
             },
             rng,
+            noise: None,
         }
+    }
+
+    /// Adds the background noise healthy GPUs show in the field, none of which predicts a
+    /// failure: an isolated corrected ECC error about every ten days, a short PCIe replay burst
+    /// about weekly, a few NVLink CRC errors now and then, an application XID (13/31/43)
+    /// every few days, and collections that take milliseconds with an occasional slow one.
+    /// `rng` is a stream of its own, so the GPU's other draws stay as they were.
+    pub fn with_background_noise(mut self, rng: SmallRng) -> SimGpu {
+        self.noise = Some(rng);
+        self
     }
 
     pub fn lost(&self) -> bool {
@@ -154,6 +168,9 @@ impl SimGpu {
         // Slowdown reasons follow last step's temperatures, as the firmware reacts to
         // what it measured; slowdown then cuts power, which cools the die.
         let mut events = 0;
+        if self.wear.power_brake {
+            events |= ClockEvents::HW_POWER_BRAKE_SLOWDOWN | ClockEvents::HW_SLOWDOWN;
+        }
         if self.memory_temperature >= MEMORY_HW_SLOWDOWN_C {
             events |= ClockEvents::HW_THERMAL_SLOWDOWN | ClockEvents::HW_SLOWDOWN;
         } else if self.memory_temperature >= MEMORY_SW_SLOWDOWN_C
@@ -161,7 +178,10 @@ impl SimGpu {
         {
             events |= ClockEvents::SW_THERMAL_SLOWDOWN;
         }
-        let slowdown = if events & ClockEvents::HW_THERMAL_SLOWDOWN != 0 {
+        let slowdown = if events
+            & (ClockEvents::HW_THERMAL_SLOWDOWN | ClockEvents::HW_POWER_BRAKE_SLOWDOWN)
+            != 0
+        {
             0.5
         } else if events & ClockEvents::SW_THERMAL_SLOWDOWN != 0 {
             0.8
@@ -172,7 +192,8 @@ impl SimGpu {
         let busy = self.util > 0.01;
         let mut power = IDLE_POWER_W
             + (POWER_LIMIT_W - IDLE_POWER_W) * (0.78 * self.util + 0.15 * self.mem_copy) * slowdown
-            + rng.random_range(-4.0..4.0);
+            + rng.random_range(-4.0..4.0)
+            + self.wear.power_swing;
         if power >= POWER_LIMIT_W * 0.98 {
             events |= ClockEvents::SW_POWER_CAP;
             power = power.min(POWER_LIMIT_W);
@@ -202,10 +223,14 @@ impl SimGpu {
 
         // A healthy link sees a replay now and then.
         self.wear.pcie_replays += poisson(0.2 * dt / 3600.0, rng);
-        match self.fault.as_mut() {
-            Some(fault) => fault.step(t, dt, &mut self.wear, rng),
+        let mut xids = match self.noise.as_mut() {
+            Some(noise) => background_noise(&mut self.wear, dt, noise),
             None => Vec::new(),
+        };
+        if let Some(fault) = self.fault.as_mut() {
+            xids.extend(fault.step(t, dt, &mut self.wear, rng));
         }
+        xids
     }
 
     /// What NVML would report now.
@@ -286,11 +311,19 @@ impl SimGpu {
             rx_bytes_per_second: Some((traffic * 1.1).round()),
         };
         sample.nvlink = (0..NVLINKS)
-            .map(|link| NvLinkErrors {
-                link,
-                ..NvLinkErrors::default()
+            .map(|link| {
+                w.nvlink
+                    .iter()
+                    .find(|l| l.link == link)
+                    .copied()
+                    .unwrap_or(NvLinkErrors {
+                        link,
+                        ..NvLinkErrors::default()
+                    })
             })
             .collect();
+        sample.failed_calls = w.failed_calls;
+        sample.collect_seconds = w.collect_seconds;
         sample.gpm = Some(Gpm {
             sm_active: Some(round(self.util * 0.88)),
             sm_occupancy: Some(round(self.util * 0.45)),
@@ -313,4 +346,34 @@ impl SimGpu {
     pub fn process_memory(process: &SimProcess) -> u64 {
         process.memory_bytes + CONTEXT_BYTES
     }
+}
+
+/// Mean days between the isolated events of [`SimGpu::with_background_noise`].
+const NOISE_ECC_DAYS: f64 = 10.0;
+const NOISE_PCIE_BURST_DAYS: f64 = 7.0;
+const NOISE_NVLINK_DAYS: f64 = 10.0;
+const NOISE_APP_XID_DAYS: f64 = 3.0;
+
+/// One step of background noise; returns the application XIDs it raised.
+fn background_noise(wear: &mut Wear, dt: f64, rng: &mut SmallRng) -> Vec<u32> {
+    let days = dt / 86_400.0;
+    wear.corrected += poisson(days / NOISE_ECC_DAYS, rng);
+    for _ in 0..poisson(days / NOISE_PCIE_BURST_DAYS, rng) {
+        wear.pcie_replays += rng.random_range(10..120);
+    }
+    for _ in 0..poisson(days / NOISE_NVLINK_DAYS, rng) {
+        let link = wear.nvlink_mut(rng.random_range(0..NVLINKS));
+        let n = rng.random_range(1..20);
+        link.crc_flit += n;
+        link.replay += n;
+    }
+    // Milliseconds per collection; one in 500 is held up by the host for a moment.
+    wear.collect_seconds = rng.random_range(0.002..0.006);
+    if rng.random_bool(0.002) {
+        wear.collect_seconds += rng.random_range(0.05..0.3);
+    }
+    wear.failed_calls = 0;
+    (0..poisson(days / NOISE_APP_XID_DAYS, rng))
+        .map(|_| [13, 31, 43][rng.random_range(0..3)])
+        .collect()
 }

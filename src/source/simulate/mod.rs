@@ -36,6 +36,10 @@ pub struct GpuPlan {
     pub horizon_hours: f64,
     /// The GPU sits in a hot aisle: 8 °C warmer inlet air, healthy nonetheless.
     pub hot_aisle: bool,
+    /// The GPU shows the harmless noise of a real fleet (isolated ECC errors, replay bursts,
+    /// application XIDs, collection jitter; see [`SimGpu::with_background_noise`]). Off in
+    /// the `[simulation]` fleet, whose snapshots stay fixed.
+    pub background_noise: bool,
 }
 
 impl GpuPlan {
@@ -45,6 +49,16 @@ impl GpuPlan {
             fault: None,
             horizon_hours: 24.0,
             hot_aisle: false,
+            background_noise: false,
+        }
+    }
+
+    /// A training GPU whose `fault` reaches its failure point `hours` in.
+    pub fn failing(fault: FaultKind, hours: f64) -> GpuPlan {
+        GpuPlan {
+            fault: Some(fault),
+            horizon_hours: hours,
+            ..GpuPlan::healthy(WorkloadKind::Training)
         }
     }
 }
@@ -79,7 +93,15 @@ impl FaultKind {
             FaultKind::PcieLink => "pcie_link",
             FaultKind::Thermal => "thermal",
             FaultKind::FellOffBus => "fell_off_bus",
+            FaultKind::NvLink => "nvlink",
+            FaultKind::GspFirmware => "gsp_firmware",
+            FaultKind::PowerDelivery => "power_delivery",
         }
+    }
+
+    /// The family of a `[simulation] faults` name.
+    pub fn from_name(name: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == name)
     }
 }
 
@@ -105,13 +127,11 @@ impl Fleet {
         (0..config.gpus as usize)
             .map(|i| {
                 let named = i.checked_sub(1).and_then(|k| config.faults.get(k));
-                let mut plan = match named.map(String::as_str) {
-                    Some("memory_wear") => faulty(FaultKind::MemoryWear),
-                    Some("pcie_link") => faulty(FaultKind::PcieLink),
-                    Some("thermal") => faulty(FaultKind::Thermal),
-                    Some("fell_off_bus") => faulty(FaultKind::FellOffBus),
-                    Some("allocated_idle") => GpuPlan::healthy(WorkloadKind::AllocatedIdle),
-                    Some("ghost_process") => GpuPlan::healthy(WorkloadKind::Ghost),
+                let fault = named.and_then(|name| FaultKind::from_name(name));
+                let mut plan = match (named.map(String::as_str), fault) {
+                    (_, Some(kind)) => GpuPlan::failing(kind, 0.0),
+                    (Some("allocated_idle"), _) => GpuPlan::healthy(WorkloadKind::AllocatedIdle),
+                    (Some("ghost_process"), _) => GpuPlan::healthy(WorkloadKind::Ghost),
                     _ => GpuPlan::healthy(*healthy.next().unwrap_or(&WorkloadKind::Training)),
                 };
                 plan.horizon_hours = config.fault_hours;
@@ -127,9 +147,8 @@ impl Fleet {
             .enumerate()
             .map(|(i, plan)| {
                 // Each GPU draws from its own stream, so one GPU's draws never shift another's.
-                let mut rng = SmallRng::seed_from_u64(
-                    seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                );
+                let gpu_seed = seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let mut rng = SmallRng::seed_from_u64(gpu_seed);
                 let horizon = plan.horizon_hours * 3600.0;
                 let turn_at = match plan.workload {
                     WorkloadKind::AllocatedIdle => 0.05 * horizon,
@@ -138,6 +157,11 @@ impl Fleet {
                 let workload = workload::Workload::new(plan.workload, turn_at, &mut rng);
                 let fault = plan.fault.map(|kind| fault::Fault::new(kind, horizon));
                 let mut gpu = SimGpu::new(i as u32, model, workload, fault, plan.hot_aisle, rng);
+                if plan.background_noise {
+                    // A stream of its own: noise on or off, the GPU's other draws are the same.
+                    let noise = SmallRng::seed_from_u64(gpu_seed ^ 0x6E6F_6973_6521_0001);
+                    gpu = gpu.with_background_noise(noise);
+                }
                 // Ten minutes of warm-up at time zero, so the first reading is of a fleet
                 // that was already running: temperatures settled under their load.
                 for _ in 0..5 {
@@ -274,13 +298,6 @@ impl Fleet {
                 .collect(),
             events: self.take_events(),
         }
-    }
-}
-
-fn faulty(kind: FaultKind) -> GpuPlan {
-    GpuPlan {
-        fault: Some(kind),
-        ..GpuPlan::healthy(WorkloadKind::Training)
     }
 }
 

@@ -24,6 +24,10 @@ pub enum WorkloadKind {
     AllocatedIdle,
     /// A training job whose process dies and leaves its memory held (a ghost).
     Ghost,
+    /// Batch and interactive jobs of ten minutes to three hours with gaps between them;
+    /// while one runs, utilization jumps between 20% and full load, and the bursts give
+    /// brief temperature peaks within spec. Busy and healthy.
+    Bursty,
 }
 
 /// Engine load and memory held, the target the GPU's state moves toward.
@@ -106,6 +110,9 @@ impl Workload {
                 w.job = Some(new_job(rng, started, 45 * GIB));
                 w.switch_at = f64::INFINITY;
             }
+            WorkloadKind::Bursty => {
+                w.switch_at = rng.random_range(0.0..1.0) * HOUR;
+            }
             WorkloadKind::Training => {
                 // Start mid-job: a job that began up to two days ago and runs 6–72 h in all.
                 let length = rng.random_range(6.0..72.0) * HOUR;
@@ -141,6 +148,19 @@ impl Workload {
                     }
                 }
             }
+            WorkloadKind::Bursty => {
+                while t >= self.switch_at {
+                    if self.job.is_some() {
+                        self.job = None;
+                        self.switch_at += rng.random_range(0.1..2.0) * HOUR;
+                    } else {
+                        let start = self.switch_at;
+                        let memory = rng.random_range(8..70) * GIB;
+                        self.job = Some(new_job(rng, start, memory));
+                        self.switch_at = start + rng.random_range(0.15..3.0) * HOUR;
+                    }
+                }
+            }
             WorkloadKind::Ghost if t >= self.turn_at => {
                 self.job_mut_set(|p| p.liveness = Liveness::Gone);
             }
@@ -153,7 +173,20 @@ impl Workload {
         let noise = |rng: &mut SmallRng, scale: f64| rng.random_range(-scale..scale);
         match self.kind {
             WorkloadKind::Unused => Load::default(),
-            WorkloadKind::Training if self.job.is_none() => Load::default(),
+            WorkloadKind::Training | WorkloadKind::Bursty if self.job.is_none() => Load::default(),
+            WorkloadKind::Bursty => {
+                let util = if rng.random_bool(0.35) {
+                    rng.random_range(0.97..1.0)
+                } else {
+                    rng.random_range(0.2..0.6)
+                };
+                Load {
+                    util,
+                    mem_copy: util * 0.6,
+                    decoder: 0.0,
+                    tensor: util * 0.5,
+                }
+            }
             WorkloadKind::Training => {
                 // A checkpoint every 45 minutes stalls compute for about two minutes.
                 let in_checkpoint = (t + self.phase).rem_euclid(45.0 * 60.0) < 120.0;
@@ -298,5 +331,27 @@ mod tests {
         assert_eq!(p.liveness, Liveness::Gone);
         assert_eq!(p.memory_bytes, 45 * GIB);
         assert_eq!(w.load(150.0, &mut rng).util, 0.0);
+    }
+
+    #[test]
+    fn bursty_jobs_burst_and_pause() {
+        let mut rng = SmallRng::seed_from_u64(3);
+        let mut w = Workload::new(WorkloadKind::Bursty, 0.0, &mut rng);
+        let (mut full, mut idle, mut jobs) = (0, 0, std::collections::BTreeSet::new());
+        for step in 0..(3 * 24 * 12) {
+            let t = step as f64 * 300.0;
+            w.advance(t, &mut rng);
+            let util = w.load(t, &mut rng).util;
+            full += usize::from(util > 0.95);
+            idle += usize::from(util == 0.0);
+            if let Some(p) = w.processes(util).first() {
+                jobs.insert(p.pid);
+            }
+        }
+        assert!(
+            full > 50 && idle > 50 && jobs.len() > 10,
+            "{full} {idle} {}",
+            jobs.len()
+        );
     }
 }

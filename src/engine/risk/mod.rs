@@ -11,65 +11,14 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::GpuState;
-use super::window::WEEK;
+use super::window::{DAY, WEEK};
 use crate::model::GpuSample;
+
+mod features;
+pub use features::{FEATURES, features};
 
 /// Score a known-bad rule sets at least.
 pub const RULE_SCORE: f64 = 0.95;
-
-/// Every feature the model can weigh, with what it measures. The order is the order of
-/// [`features`]' output and of training columns.
-pub const FEATURES: [(&str, &str); 13] = [
-    (
-        "ecc_corrected_per_day",
-        "ln(1 + corrected ECC errors per day, last 24 h)",
-    ),
-    (
-        "ecc_corrected_trend",
-        "ln(1 + last-day rate) − ln(1 + the week's baseline rate), when rising",
-    ),
-    (
-        "ecc_uncorrected_7d",
-        "ln(1 + uncorrected ECC errors, last 7 days)",
-    ),
-    (
-        "remapped_rows",
-        "ln(1 + rows remapped, correctable and uncorrectable)",
-    ),
-    ("remap_pending", "1 when a row remap waits for a GPU reset"),
-    (
-        "xid_hardware_7d",
-        "ln(1 + hardware-fault XIDs, last 7 days)",
-    ),
-    (
-        "pcie_replays_vs_baseline",
-        "ln(1 + PCIe replays per hour, last 24 h) − ln(1 + the week's baseline), when rising",
-    ),
-    (
-        "pcie_replays_vs_peers",
-        "ln(1 + PCIe replays per hour, last 24 h) − ln(1 + the node's median GPU), when above",
-    ),
-    (
-        "memory_temperature_gap",
-        "(memory − GPU temperature, last hour's mean, − 15 °C) / 5, when above",
-    ),
-    (
-        "temperature_level",
-        "(GPU temperature, last hour's mean, − 80 °C) / 5, when above",
-    ),
-    (
-        "thermal_slowdown_24h",
-        "share of the last 24 h in thermal slowdown",
-    ),
-    (
-        "failed_calls_per_hour",
-        "ln(1 + NVML calls failing per hour, last hour)",
-    ),
-    (
-        "collect_slowdown",
-        "ln(collection time, last hour ÷ the week's baseline), when slower",
-    ),
-];
 
 /// One weighted feature of a model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,7 +43,7 @@ pub struct RiskModel {
 }
 
 /// The model shipped in the binary.
-const SHIPPED: &str = include_str!("../../models/default-risk.toml");
+const SHIPPED: &str = include_str!("../../../models/default-risk.toml");
 
 impl RiskModel {
     /// The shipped default model.
@@ -181,7 +130,8 @@ impl Peers {
         let mut rates: Vec<f64> = gpus
             .map(|g| g.windows.last_day(now))
             .filter(|d| d.seconds > 0.0)
-            .map(|d| d.deltas.pcie_replays * 3600.0 / d.seconds)
+            // Over the whole day, as the features count it.
+            .map(|d| d.deltas.pcie_replays * 3600.0 / d.seconds.max(DAY as f64))
             .collect();
         rates.sort_by(f64::total_cmp);
         let median = match rates.len() {
@@ -202,68 +152,6 @@ pub struct RiskInput<'a> {
     /// This step's sample; None when the GPU is missing from the snapshot.
     pub sample: Option<&'a GpuSample>,
     pub peers: &'a Peers,
-}
-
-/// Feature values in [`FEATURES`] order.
-pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
-    let now = input.now;
-    let w = &input.state.windows;
-    let hour = w.last_hour(now);
-    let day = w.last_day(now);
-    let week = w.last_week(now);
-    let base = w.baseline(now);
-    let per_hour = |count: f64, seconds: f64| {
-        if seconds > 0.0 {
-            count * 3600.0 / seconds
-        } else {
-            0.0
-        }
-    };
-    let rising = |recent: f64, baseline: f64| (recent.ln_1p() - baseline.ln_1p()).max(0.0);
-
-    let corrected_day = day.per_day(day.deltas.ecc_corrected);
-    let corrected_base = base.per_day(base.deltas.ecc_corrected);
-    let replays_hour = per_hour(day.deltas.pcie_replays, day.seconds);
-    let replays_base = per_hour(base.deltas.pcie_replays, base.seconds);
-    let rows = input
-        .sample
-        .and_then(|s| s.remapped_rows)
-        .map_or(0.0, |r| (r.correctable + r.uncorrectable) as f64);
-    let pending = input
-        .sample
-        .and_then(|s| s.remapped_rows)
-        .is_some_and(|r| r.pending);
-    let gap = hour.memory_gap.mean().unwrap_or(0.0);
-    let temp = hour.temperature.mean().unwrap_or(0.0);
-    let slowdown = if day.seconds > 0.0 {
-        day.thermal_slowdown_seconds / day.seconds
-    } else {
-        0.0
-    };
-    let collect_now = hour.collect_seconds.mean();
-    let collect_base = base.collect_seconds.mean();
-    let collect_slowdown = match (collect_now, collect_base) {
-        (Some(now), Some(base)) if base > 0.0 && now > base => (now / base).ln(),
-        _ => 0.0,
-    };
-    [
-        corrected_day.ln_1p(),
-        rising(corrected_day, corrected_base),
-        week.deltas.ecc_uncorrected.ln_1p(),
-        rows.ln_1p(),
-        if pending { 1.0 } else { 0.0 },
-        week.deltas.xid_hardware.ln_1p(),
-        rising(replays_hour, replays_base),
-        input
-            .peers
-            .median_replays_per_hour
-            .map_or(0.0, |median| rising(replays_hour, median)),
-        ((gap - 15.0) / 5.0).max(0.0),
-        ((temp - 80.0) / 5.0).max(0.0),
-        slowdown,
-        per_hour(hour.deltas.failed_calls, hour.seconds).ln_1p(),
-        collect_slowdown,
-    ]
 }
 
 /// The known-bad rule that holds, if any.
@@ -324,24 +212,4 @@ pub fn assess(model: &RiskModel, input: &RiskInput<'_>) -> Assessment {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shipped_model_parses_and_names_known_features_with_reasons() {
-        let model = RiskModel::parse(SHIPPED).unwrap();
-        assert!(!model.weights.is_empty());
-        for w in &model.weights {
-            assert!(!w.reason.trim().is_empty(), "{} has no reason", w.feature);
-        }
-    }
-
-    #[test]
-    fn unknown_features_are_refused() {
-        let err = RiskModel::parse(
-            "bias = 0.0\n[[weight]]\nfeature = \"vibes\"\nweight = 1.0\nreason = \"x\"\n",
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("vibes"));
-    }
-}
+mod tests;

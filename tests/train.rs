@@ -1,0 +1,175 @@
+//! `gpu-sentinel train` end to end: a labelled history written from simulated fleets (the
+//! snapshots as `record` writes them, the failures as label lines), the real binary fitting
+//! it, and the model it writes loaded and used by the engine on fleets it never saw.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use chrono::{DateTime, Utc};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use gpu_sentinel::engine::risk::RiskModel;
+use gpu_sentinel::engine::{Engine, EngineConfig};
+use gpu_sentinel::source::simulate::{FaultKind, Fleet, GpuPlan, WorkloadKind};
+
+const STEP: f64 = 600.0;
+const DAYS: f64 = 16.0;
+const GPUS: usize = 8;
+const FAILING: usize = 5;
+
+fn start() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-04-01T00:00:00Z")
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_default()
+}
+
+/// A host of eight GPUs: five fail (families in turn) 4–14 days in, three stay healthy.
+fn plans(host: u64) -> Vec<GpuPlan> {
+    let mut rng = SmallRng::seed_from_u64(0x7EA1 + host);
+    let healthy = [
+        WorkloadKind::Inference,
+        WorkloadKind::Bursty,
+        WorkloadKind::Training,
+    ];
+    (0..GPUS)
+        .map(|i| {
+            let mut plan = if i < FAILING {
+                let kind = FaultKind::ALL[(host as usize * FAILING + i) % FaultKind::ALL.len()];
+                GpuPlan::failing(kind, rng.random_range(4.0..14.0) * 24.0)
+            } else {
+                GpuPlan::healthy(healthy[i - FAILING])
+            };
+            plan.background_noise = true;
+            plan.hot_aisle = rng.random_bool(0.3);
+            plan
+        })
+        .collect()
+}
+
+/// Runs `host`'s fleet, calling `each` with every snapshot and the failures it brought.
+fn simulate(host: u64, mut each: impl FnMut(&gpu_sentinel::model::Snapshot, Vec<String>)) {
+    let mut fleet = Fleet::from_plans(500 + host, "NVIDIA H100 80GB HBM3", start(), &plans(host));
+    let mut t = 0.0;
+    while t < DAYS * 86_400.0 {
+        t += STEP;
+        fleet.advance(STEP);
+        let failures = fleet
+            .take_failures()
+            .into_iter()
+            .map(|f| {
+                serde_json::json!({"failure": {"uuid": f.uuid, "at": f.at, "family": f.family}})
+                    .to_string()
+            })
+            .collect();
+        each(&fleet.snapshot(), failures);
+    }
+}
+
+fn write_history(path: &Path, hosts: std::ops::Range<u64>) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut out = std::io::BufWriter::new(file);
+    for host in hosts {
+        simulate(host, |snapshot, failures| {
+            let mut snapshot = snapshot.clone();
+            // Keep the file small: processes and all-zero NVLink counters say nothing here.
+            snapshot.processes.clear();
+            for g in &mut snapshot.gpus {
+                g.nvlink
+                    .retain(|l| l.replay + l.recovery + l.crc_flit + l.crc_data > 0);
+            }
+            writeln!(out, "{}", serde_json::to_string(&snapshot).unwrap()).unwrap();
+            for line in failures {
+                writeln!(out, "{line}").unwrap();
+            }
+        });
+    }
+    out.flush().unwrap();
+}
+
+#[test]
+fn train_fits_a_model_that_ranks_failing_gpus_first() {
+    let dir = std::env::temp_dir().join(format!("gpu-sentinel-train-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let history = dir.join("history.jsonl");
+    let model_path = dir.join("model.toml");
+    write_history(&history, 0..3);
+
+    let output = Command::new(env!("CARGO_BIN_EXE_gpu-sentinel"))
+        .args(["train", "--history"])
+        .arg(&history)
+        .arg("--out")
+        .arg(&model_path)
+        // Most families show their precursors in the last three days; a week-long horizon
+        // would label as "at risk" days that nothing could tell from healthy ones.
+        .args(["--horizon", "3d"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success());
+    for words in [
+        "ROC AUC",
+        "precision",
+        "recall",
+        "false alarms/GPU-day",
+        "median lead",
+        "min lead",
+        "fitted",
+        "shipped",
+    ] {
+        assert!(stdout.contains(words), "{words:?} missing");
+    }
+    let fitted_line = stdout.lines().find(|l| l.starts_with("fitted")).unwrap();
+    let auc: f64 = fitted_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(auc > 0.8, "test AUC {auc}");
+
+    let model = RiskModel::load(&model_path).unwrap();
+    assert!(model.weights.iter().all(|w| w.reason.contains("fitted on")));
+
+    // On a host it never saw, the fitted model's highest score before failure is above
+    // every healthy GPU's highest score for most failing GPUs.
+    let mut engine = Engine::new(EngineConfig {
+        risk_model: model,
+        ..EngineConfig::default()
+    });
+    let plans = plans(7);
+    let mut max_score = [0.0f64; GPUS];
+    let mut failed = [false; GPUS];
+    let mut uuids: Vec<String> = Vec::new();
+    simulate(7, |snapshot, failures| {
+        let findings = engine.step(snapshot);
+        if uuids.is_empty() {
+            uuids = findings.gpus.iter().map(|g| g.uuid.clone()).collect();
+        }
+        for line in failures {
+            for (i, u) in uuids.iter().enumerate() {
+                failed[i] |= line.contains(u.as_str());
+            }
+        }
+        for g in &findings.gpus {
+            if let Some(i) = uuids.iter().position(|u| *u == g.uuid)
+                && !failed[i]
+            {
+                max_score[i] = max_score[i].max(g.risk.score);
+            }
+        }
+    });
+    let healthy_max = (FAILING..GPUS).map(|i| max_score[i]).fold(0.0, f64::max);
+    let ranked_above = (0..FAILING)
+        .filter(|&i| plans[i].fault.is_some_and(FaultKind::has_precursors))
+        .filter(|&i| max_score[i] > healthy_max)
+        .count();
+    let with_precursors = (0..FAILING)
+        .filter(|&i| plans[i].fault.is_some_and(FaultKind::has_precursors))
+        .count();
+    println!("unseen host: scores {max_score:.3?}; {ranked_above}/{with_precursors} above healthy");
+    assert!(ranked_above * 4 >= with_precursors * 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
