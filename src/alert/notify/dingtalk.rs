@@ -121,24 +121,7 @@ fn url_encode(text: &str) -> String {
 
 /// The markdown text showing the first `shown` alerts.
 pub fn markdown(notification: &Notification, shown: usize) -> String {
-    let alerts = text::shown(notification);
-    let shown = shown.min(alerts.len());
-    let mut parts = vec![format!("### {}", text::title(notification))];
-    for alert in &alerts[..shown] {
-        parts.push(alert_markdown(&Facts::of(alert, 4000)));
-    }
-    let mut footer = Vec::new();
-    if shown < alerts.len() {
-        footer.push(text::more_marker(alerts.len() - shown));
-    }
-    if !notification.external_url.is_empty() {
-        footer.push(format!("[All alerts]({})", notification.external_url));
-    }
-    if !footer.is_empty() {
-        parts.push(footer.join(" · "));
-    }
-    // DingTalk's markdown needs a blank line to break a line.
-    parts.join("\n\n")
+    text::markdown_message(notification, shown, "###", 4000, alert_markdown)
 }
 
 fn alert_markdown(facts: &Facts) -> String {

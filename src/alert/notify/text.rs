@@ -189,6 +189,36 @@ fn span(seconds: i64) -> String {
     }
 }
 
+/// A markdown message: `heading` and the title, the first `count` alerts each rendered by
+/// `alert` from its facts (long fields cut to `field_bytes`), then "… (N more alerts)" and
+/// the link to all alerts; blocks separated by a blank line, which every chat markdown
+/// dialect reads as a line break.
+pub fn markdown_message(
+    notification: &Notification,
+    count: usize,
+    heading: &str,
+    field_bytes: usize,
+    alert: impl Fn(&Facts) -> String,
+) -> String {
+    let alerts = shown(notification);
+    let shown = count.min(alerts.len());
+    let mut parts = vec![format!("{heading} {}", title(notification))];
+    for a in &alerts[..shown] {
+        parts.push(alert(&Facts::of(a, field_bytes)));
+    }
+    let mut footer = Vec::new();
+    if shown < alerts.len() {
+        footer.push(more_marker(alerts.len() - shown));
+    }
+    if !notification.external_url.is_empty() {
+        footer.push(format!("[All alerts]({})", notification.external_url));
+    }
+    if !footer.is_empty() {
+        parts.push(footer.join(" · "));
+    }
+    parts.join("\n\n")
+}
+
 /// The marker ending a message that could not show every alert.
 pub fn more_marker(hidden: usize) -> String {
     if hidden == 1 {

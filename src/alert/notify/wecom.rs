@@ -62,26 +62,10 @@ impl Notifier for WeComNotifier {
     }
 }
 
-/// The markdown content showing the first `shown` alerts.
+/// The markdown content showing the first `shown` alerts. A 4 KB message holds few
+/// alerts: each one's long fields are kept short.
 pub fn markdown(notification: &Notification, shown: usize) -> String {
-    let alerts = text::shown(notification);
-    let shown = shown.min(alerts.len());
-    let mut parts = vec![format!("## {}", text::title(notification))];
-    for alert in &alerts[..shown] {
-        // A 4 KB message holds few alerts: keep each one's long fields short.
-        parts.push(alert_markdown(&Facts::of(alert, 1000)));
-    }
-    let mut footer = Vec::new();
-    if shown < alerts.len() {
-        footer.push(text::more_marker(alerts.len() - shown));
-    }
-    if !notification.external_url.is_empty() {
-        footer.push(format!("[All alerts]({})", notification.external_url));
-    }
-    if !footer.is_empty() {
-        parts.push(footer.join(" · "));
-    }
-    parts.join("\n\n")
+    text::markdown_message(notification, shown, "##", 1000, alert_markdown)
 }
 
 fn alert_markdown(facts: &Facts) -> String {
