@@ -1,10 +1,13 @@
-//! The command line: `run` (the default), `check-config`, `snapshot`.
+//! The command line: `run` (the default), `check-config`, `snapshot`, `record`.
 //!
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
+mod record;
 mod run;
 mod snapshot;
+
+pub use record::RecordArgs;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +38,8 @@ pub enum Command {
     },
     /// Collect once and print every GPU as a table, or as JSON.
     Snapshot(SnapshotArgs),
+    /// Record snapshots as JSONL, one per line (with failure labels from the simulator).
+    Record(RecordArgs),
 }
 
 /// Where GPU data comes from: real NVML or the simulator.
@@ -107,6 +112,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Run(args)) => run::run(&args),
         Some(Command::CheckConfig { path }) => check_config(&path),
         Some(Command::Snapshot(args)) => snapshot::snapshot(&args),
+        Some(Command::Record(args)) => record::record(&args),
     }
 }
 
