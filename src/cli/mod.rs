@@ -1,13 +1,15 @@
-//! The command line: `run` (the default), `check-config`, `snapshot`, `record`.
+//! The command line: `run` (the default), `check-config`, `snapshot`, `record`, `replay`.
 //!
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
 mod record;
+mod replay;
 mod run;
 mod snapshot;
 
 pub use record::RecordArgs;
+pub use replay::{ReplayArgs, ReplayFormat};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,6 +42,8 @@ pub enum Command {
     Snapshot(SnapshotArgs),
     /// Record snapshots as JSONL, one per line (with failure labels from the simulator).
     Record(RecordArgs),
+    /// Run the engine over a recording (JSONL or an nvidia-smi CSV log) and report.
+    Replay(ReplayArgs),
 }
 
 /// Where GPU data comes from: real NVML or the simulator.
@@ -113,6 +117,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::CheckConfig { path }) => check_config(&path),
         Some(Command::Snapshot(args)) => snapshot::snapshot(&args),
         Some(Command::Record(args)) => record::record(&args),
+        Some(Command::Replay(args)) => replay::replay(&args),
     }
 }
 
