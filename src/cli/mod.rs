@@ -1,15 +1,18 @@
-//! The command line: `run` (the default), `check-config`, `snapshot`, `record`, `replay`.
+//! The command line: `run` (the default), `check-config`, `snapshot`, `record`, `replay`,
+//! `review`.
 //!
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
 mod record;
 mod replay;
+mod review;
 mod run;
 mod snapshot;
 
 pub use record::RecordArgs;
 pub use replay::{ReplayArgs, ReplayFormat};
+pub use review::ReviewArgs;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,6 +47,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Run the engine over a recording (JSONL or an nvidia-smi CSV log) and report.
     Replay(ReplayArgs),
+    /// Rank a running exporter's GPUs by failure risk, with reasons and findings.
+    Review(ReviewArgs),
 }
 
 /// Where GPU data comes from: real NVML or the simulator.
@@ -118,6 +123,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Snapshot(args)) => snapshot::snapshot(&args),
         Some(Command::Record(args)) => record::record(&args),
         Some(Command::Replay(args)) => replay::replay(&args),
+        Some(Command::Review(args)) => review::review(&args),
     }
 }
 
