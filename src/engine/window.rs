@@ -2,7 +2,7 @@
 //!
 //! Three rings of buckets cover the last hour (1-minute buckets), day (15-minute buckets)
 //! and week (2-hour buckets). Each sample is folded into the current bucket of every ring,
-//! so memory is fixed — 240 buckets of ~250 bytes, about 60 KiB per GPU, whatever the
+//! so memory is fixed — 240 buckets of 344 bytes, about 83 KiB per GPU, whatever the
 //! collection interval — and a window summary merges at most 96 buckets. Counters enter as
 //! deltas (see [`Deltas`]), gauges as running statistics, durations as seconds.
 //!
