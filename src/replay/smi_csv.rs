@@ -34,6 +34,10 @@ pub struct SmiCsvOptions {
 /// than its round by more than this is out of order.
 const ROUND_JITTER: Duration = Duration::from_secs(1);
 
+/// Distinct GPUs one log may name. Hosts have at most a few dozen; a log naming more is
+/// garbled, and following every garbled name would grow memory with the file's length.
+const MAX_GPUS: usize = 1024;
+
 /// A GPU seen in the log: to notice a GPU changing index, and to recognise the one named
 /// in an "Unable to determine the device handle" line by its bus id.
 #[derive(Debug, Clone)]
@@ -265,15 +269,33 @@ impl<R: Read> SmiCsvReader<R> {
             self.pool.push(sample);
             return None;
         }
-        self.follow_identity(&mut sample, line, warnings);
+        if !self.follow_identity(&mut sample, line, warnings) {
+            self.pool.push(sample);
+            return None;
+        }
         Some((row.at, sample))
     }
 
-    /// Fills in a UUID when the log has none, and warns when a GPU changes index.
-    fn follow_identity(&mut self, sample: &mut GpuSample, line: u64, warnings: &mut Warnings) {
+    /// Fills in a UUID when the log has none, and warns when a GPU changes index. False
+    /// (with a warning) when the row's GPU cannot be believed: a UUID that is not one, or
+    /// one GPU more than a host can have.
+    fn follow_identity(
+        &mut self,
+        sample: &mut GpuSample,
+        line: u64,
+        warnings: &mut Warnings,
+    ) -> bool {
         use std::fmt::Write as _;
         match self.identity {
-            Some(Field::Uuid) => {}
+            Some(Field::Uuid) => {
+                if !looks_like_uuid(&sample.uuid) {
+                    warnings.at_line(
+                        line,
+                        format_args!("uuid {:?} is not a GPU UUID; row skipped", sample.uuid),
+                    );
+                    return false;
+                }
+            }
             Some(Field::PciBusId) => {
                 sample.uuid.clear();
                 let _ = write!(sample.uuid, "pci-{}", sample.pci_bus_id);
@@ -283,6 +305,7 @@ impl<R: Read> SmiCsvReader<R> {
                 let _ = write!(sample.uuid, "gpu-{}", sample.index);
             }
         }
+        let count = self.known.len();
         match self.known.iter_mut().find(|k| k.uuid == sample.uuid) {
             Some(known) => {
                 if known.index != sample.index {
@@ -296,12 +319,25 @@ impl<R: Read> SmiCsvReader<R> {
                     known.index = sample.index;
                 }
             }
+            None if count >= MAX_GPUS => {
+                warnings.at_line(
+                    line,
+                    format_args!(
+                        "{} would be GPU number {} of this log; rows of new GPUs past \
+                         {MAX_GPUS} are skipped",
+                        sample.uuid,
+                        MAX_GPUS + 1
+                    ),
+                );
+                return false;
+            }
             None => self.known.push(KnownGpu {
                 uuid: sample.uuid.clone(),
                 index: sample.index,
                 pci_bus_id: sample.pci_bus_id.clone(),
             }),
         }
+        true
     }
 
     /// A GPU nvidia-smi reported it could not reach: a sample with `up = false` for the GPU
@@ -322,6 +358,15 @@ impl<R: Read> SmiCsvReader<R> {
         sample.up = false;
         Some((at, sample))
     }
+}
+
+/// nvidia-smi's UUIDs: `GPU-` (or `MIG-` for an instance) and hex groups. A cell of
+/// anything else in the uuid column is a shifted or garbled row, not a new GPU.
+fn looks_like_uuid(uuid: &str) -> bool {
+    let rest = uuid
+        .strip_prefix("GPU-")
+        .or_else(|| uuid.strip_prefix("MIG-"));
+    rest.is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'))
 }
 
 /// `3B:00.0` of `00000000:3B:00.0`: the part of a bus id every spelling shares.

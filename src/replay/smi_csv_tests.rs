@@ -230,3 +230,18 @@ timestamp, index, uuid, serial, temperature.gpu
     assert_eq!(snaps[1].gpus[0].serial, None);
     assert_eq!(snaps[1].gpus[0].temperature_celsius, None);
 }
+
+#[test]
+fn garbled_uuids_and_too_many_gpus_are_refused() {
+    let mut text = String::from("timestamp, uuid, utilization.gpu [%]\n");
+    text.push_str("2026/07/14 08:00:00.000, NVIDIA H100, 10 %\n");
+    for i in 0..=MAX_GPUS {
+        text.push_str(&format!("2026/07/14 08:00:00.000, GPU-{i:08x}, 10 %\n"));
+    }
+    let (snaps, stats, warnings) = read_all(&text, None);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].contains("\"NVIDIA H100\" is not a GPU UUID"));
+    assert!(warnings[1].contains("rows of new GPUs past 1024 are skipped"));
+    assert_eq!(stats.samples, MAX_GPUS as u64);
+    assert_eq!(snaps.len(), 1);
+}
