@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::{binary, run, temp_file};
+use common::{binary, fake_nvml_lib, run, temp_file};
 use gpu_sentinel::model::Snapshot;
 use serde_json::Value;
 
@@ -226,4 +226,47 @@ fn without_nvml_and_without_simulate_it_says_so() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("NVML"), "{stderr}");
+}
+
+#[test]
+fn nvml_is_recorded_through_the_production_path() {
+    // The fake NVML library answers from the simulator; the kernel log is off (the host's
+    // has nothing to do with the simulated GPUs).
+    let lib = fake_nvml_lib();
+    let scenario = temp_file("record-nvml.toml", "[simulation]\ngpus = 2\n");
+    let config = temp_file("record-nvml-config.toml", "[collect]\nkmsg = \"off\"\n");
+    let out_file = temp_file("nvml.jsonl", "");
+    let out = Command::new(binary())
+        .args([
+            "record",
+            "--nvml-lib",
+            lib.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--duration",
+            "1s",
+            "--interval",
+            "250ms",
+            "--out",
+            out_file.to_str().unwrap(),
+        ])
+        .env("RUST_LOG", "warn")
+        .env("FAKE_NVML_SCENARIO", &scenario)
+        .output()
+        .expect("record runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let lines = lines(&text);
+    assert!((3..=4).contains(&lines.len()), "{} lines", lines.len());
+    for line in &lines {
+        let Line::Snapshot(s) = line else {
+            panic!("NVML recordings carry no failure labels");
+        };
+        assert_eq!(s.gpus.len(), 2);
+        assert!(s.gpus.iter().all(|g| g.up && g.uuid.starts_with("GPU-")));
+    }
 }
