@@ -1,11 +1,19 @@
-//! The command line: `run` (the default), `check-config`, `snapshot`, `train`.
+//! The command line: `run` (the default), `check-config`, `snapshot`, `record`, `replay`,
+//! `train`, `review`.
 //!
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
+mod record;
+mod replay;
+mod review;
 mod run;
 mod snapshot;
 mod train;
+
+pub use record::RecordArgs;
+pub use replay::{ReplayArgs, ReplayFormat};
+pub use review::ReviewArgs;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,6 +44,12 @@ pub enum Command {
     },
     /// Collect once and print every GPU as a table, or as JSON.
     Snapshot(SnapshotArgs),
+    /// Record snapshots as JSONL, one per line (with failure labels from the simulator).
+    Record(RecordArgs),
+    /// Run the engine over a recording (JSONL or an nvidia-smi CSV log) and report.
+    Replay(ReplayArgs),
+    /// Rank a running exporter's GPUs by failure risk, with reasons and findings.
+    Review(ReviewArgs),
     /// Fit the failure-risk model on labelled history and print how it does.
     Train(train::TrainArgs),
 }
@@ -110,6 +124,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Run(args)) => run::run(&args),
         Some(Command::CheckConfig { path }) => check_config(&path),
         Some(Command::Snapshot(args)) => snapshot::snapshot(&args),
+        Some(Command::Record(args)) => record::record(&args),
+        Some(Command::Replay(args)) => replay::replay(&args),
+        Some(Command::Review(args)) => review::review(&args),
         Some(Command::Train(args)) => train::train(&args),
     }
 }

@@ -188,12 +188,16 @@ impl Placement {
                 })
             })
             .collect();
-        let total_free: u64 = slots.iter().map(|s| s.free_bytes).sum();
+        // Saturating: memory sizes come from outside (a replayed log may claim anything).
+        let total_free: u64 = slots
+            .iter()
+            .map(|s| s.free_bytes)
+            .fold(0, u64::saturating_add);
         let stranded: u64 = slots
             .iter()
             .filter(|s| s.allocated)
             .map(|s| s.free_bytes)
-            .sum();
+            .fold(0, u64::saturating_add);
         Placement {
             free_gpus: slots.iter().filter(|s| !s.allocated).count(),
             largest_free_memory_bytes: slots.iter().map(|s| s.free_bytes).max().unwrap_or(0),

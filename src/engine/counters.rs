@@ -37,8 +37,14 @@ impl Counters {
             sample
                 .nvlink
                 .iter()
-                .map(|l| l.replay + l.recovery + l.crc_flit + l.crc_data)
-                .sum()
+                // Saturating: counters come from outside (a replayed recording may hold anything).
+                .map(|l| {
+                    l.replay
+                        .saturating_add(l.recovery)
+                        .saturating_add(l.crc_flit)
+                        .saturating_add(l.crc_data)
+                })
+                .fold(0, u64::saturating_add)
         });
         Deltas {
             ecc_corrected: delta(&mut self.corrected, corrected),

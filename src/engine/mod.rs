@@ -34,7 +34,7 @@ use window::{Deltas, Point, Windows};
 const MAX_GAP_SECONDS: f64 = 600.0;
 
 /// How long a GPU may be missing from snapshots before it counts as lost.
-const VANISHED_AFTER_SECONDS: i64 = 120;
+pub const VANISHED_AFTER_SECONDS: i64 = 120;
 
 /// Hardware XIDs remembered per GPU for reasons and rules.
 const RECENT_XIDS: usize = 64;

@@ -2,11 +2,19 @@
 //!
 //! Three rings of buckets cover the last hour (1-minute buckets), day (15-minute buckets)
 //! and week (2-hour buckets). Each sample is folded into the current bucket of every ring,
-//! so memory is fixed — 240 buckets of ~250 bytes, about 60 KiB per GPU, whatever the
+//! so memory is fixed — 240 buckets of 344 bytes, about 83 KiB per GPU, whatever the
 //! collection interval — and a window summary merges at most 96 buckets. Counters enter as
 //! deltas (see [`Deltas`]), gauges as running statistics, durations as seconds.
+//!
+//! Only a ring's newest bucket ever changes (samples, even out-of-order ones, land in it),
+//! so the merge of a run of older, closed buckets stays valid until a bucket opens or falls
+//! out of the window. Each ring remembers a few such merges ([`Memo`]): a summary then
+//! costs two merges instead of up to 96, which is what lets `replay` run the engine over a
+//! week-long nvidia-smi log in seconds. The memo is not state: it is not persisted, compared
+//! or cloned, and a summary comes out the same whether it was remembered or not.
 
 use std::collections::VecDeque;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -210,6 +218,43 @@ pub struct Ring {
     width: i64,
     capacity: usize,
     buckets: VecDeque<Bucket>,
+    #[serde(skip)]
+    memo: Memo,
+}
+
+/// Merges of runs of closed buckets, keyed by the starts of the run's first and last
+/// bucket (closed buckets never change, so the key names the content). Behind a mutex
+/// because summaries take `&self`; it is never contended (one engine, one thread).
+#[derive(Default)]
+struct Memo(Mutex<MemoSlots>);
+
+/// Runs a ring is summarised over per step: `last_hour` and the capacity window share one,
+/// `last_week` and `baseline` need two.
+const MEMO_SLOTS: usize = 4;
+
+#[derive(Default)]
+struct MemoSlots {
+    slots: [Option<(i64, i64, Bucket)>; MEMO_SLOTS],
+    next: usize,
+}
+
+impl Clone for Memo {
+    /// A copy starts with an empty memo: remembering is an optimisation, not state.
+    fn clone(&self) -> Self {
+        Memo::default()
+    }
+}
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Memo")
+    }
 }
 
 impl Ring {
@@ -218,6 +263,7 @@ impl Ring {
             width: width_seconds.max(1),
             capacity: capacity.max(1),
             buckets: VecDeque::with_capacity(capacity),
+            memo: Memo::default(),
         }
     }
 
@@ -247,17 +293,75 @@ impl Ring {
         }
     }
 
-    /// Everything from the buckets that start within `span` seconds before `now`.
+    /// Everything from the buckets that start within `span` seconds before `now`: the
+    /// newest bucket, then the merge of the closed ones before it.
     pub fn summary(&self, now: i64, span: i64) -> Bucket {
         let since = now - span;
         let mut out = Bucket {
             start: since,
             ..Bucket::default()
         };
-        for b in self.buckets.iter().rev() {
-            if b.start + self.width <= since {
-                break;
+        let first = self
+            .buckets
+            .partition_point(|b| b.start + self.width <= since);
+        if let Some((newest, closed)) = self.split_newest(first, self.buckets.len()) {
+            out.merge(newest);
+            if let Some(closed) = closed {
+                self.merge_closed(closed, &mut out);
             }
+        }
+        out
+    }
+
+    /// The newest bucket of `from..to` if it is the ring's newest, and the closed run
+    /// before it; or, when `to` stops short of the newest, no newest and the whole run.
+    #[allow(clippy::type_complexity)]
+    fn split_newest(
+        &self,
+        from: usize,
+        to: usize,
+    ) -> Option<(&Bucket, Option<std::ops::Range<usize>>)> {
+        if from >= to {
+            return None;
+        }
+        let newest = self.buckets.get(to - 1)?;
+        let closed = (from < to - 1).then_some(from..to - 1);
+        Some((newest, closed))
+    }
+
+    /// Merges into `out` the buckets of `range` merged oldest first (remembered);
+    /// `range` must hold closed buckets only.
+    fn merge_closed(&self, range: std::ops::Range<usize>, out: &mut Bucket) {
+        let (Some(first), Some(last)) = (
+            self.buckets.get(range.start),
+            self.buckets.get(range.end.saturating_sub(1)),
+        ) else {
+            return;
+        };
+        let key = (first.start, last.start);
+        let Ok(mut memo) = self.memo.0.lock() else {
+            out.merge(&self.fold(range));
+            return;
+        };
+        if let Some((_, _, bucket)) = memo
+            .slots
+            .iter()
+            .flatten()
+            .find(|(a, b, _)| (*a, *b) == key)
+        {
+            out.merge(bucket);
+            return;
+        }
+        let bucket = self.fold(range);
+        out.merge(&bucket);
+        let next = memo.next;
+        memo.slots[next] = Some((key.0, key.1, bucket));
+        memo.next = (next + 1) % MEMO_SLOTS;
+    }
+
+    fn fold(&self, range: std::ops::Range<usize>) -> Bucket {
+        let mut out = Bucket::default();
+        for b in self.buckets.range(range) {
             out.merge(b);
         }
         out
@@ -325,11 +429,26 @@ impl Windows {
 
     /// The week before the last day: the baseline a GPU's recent behaviour is compared to.
     pub fn baseline(&self, now: i64) -> Bucket {
+        let week = &self.week;
+        let from = week.buckets.partition_point(|b| b.start <= now - WEEK);
+        let to = week
+            .buckets
+            .partition_point(|b| b.start + 2 * HOUR <= now - DAY)
+            .max(from);
         let mut out = Bucket::default();
-        for b in self.week.buckets() {
-            if b.start + 2 * HOUR <= now - DAY && b.start > now - WEEK {
-                out.merge(b);
+        if from >= to {
+            return out;
+        }
+        // Oldest first, the newest bucket (which may still change) last and never remembered.
+        if to == week.buckets.len() {
+            if to - 1 > from {
+                week.merge_closed(from..to - 1, &mut out);
             }
+            if let Some(newest) = week.buckets.back() {
+                out.merge(newest);
+            }
+        } else {
+            week.merge_closed(from..to, &mut out);
         }
         out
     }

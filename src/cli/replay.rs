@@ -1,0 +1,109 @@
+//! `gpu-sentinel replay FILE`: runs the engine over a recording and prints the report.
+//!
+//! The recording streams through: memory stays what one snapshot and the engine's
+//! bounded windows need, however long the file. Warnings about its lines go to standard
+//! error; the report alone goes to standard output, so `--json` output pipes cleanly.
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+
+use crate::config::Config;
+use crate::engine::{Engine, EngineConfig};
+use crate::replay::jsonl::JsonlReader;
+use crate::replay::smi_csv::{SmiCsvOptions, SmiCsvReader};
+use crate::replay::{Format, SnapshotReader, Warnings};
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// The recording: JSONL from `gpu-sentinel record`, or a log of
+    /// `nvidia-smi --query-gpu=… --format=csv -l N`; `-` reads standard input.
+    pub file: PathBuf,
+    /// Format of the recording; guessed from its first bytes when not given.
+    #[arg(long, value_enum)]
+    pub format: Option<ReplayFormat>,
+    /// Print the report as JSON (the `replay --json` contract of DESIGN.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Configuration file: the `[risk]`, `[idle]`, `[cost]` and `[capacity]` settings.
+    #[arg(long, env = "GPU_SENTINEL_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Zone of nvidia-smi's timestamps, which carry none (default UTC), e.g. +08:00.
+    #[arg(long, value_name = "±HH:MM", allow_hyphen_values = true)]
+    pub timezone: Option<String>,
+    /// The `--query-gpu` list of a log written with `--format=csv,noheader`.
+    #[arg(long, value_name = "FIELD,FIELD,…")]
+    pub fields: Option<String>,
+    /// Write the engine's state at the end of the recording to this file (the format of
+    /// the state directory's engine file): start an agent with the recording's history.
+    #[arg(long, value_name = "PATH")]
+    pub save_state: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReplayFormat {
+    /// nvidia-smi CSV, with or without units, with or without a header.
+    SmiCsv,
+    /// JSONL snapshots, as `gpu-sentinel record` writes them.
+    Jsonl,
+}
+
+/// Large reads: the reader is CPU-bound, and fewer system calls help on long logs.
+const READ_BUFFER: usize = 1 << 20;
+
+pub fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let engine_config = EngineConfig::from_config(&config)?;
+    let timezone =
+        crate::replay::smi_fields::parse_offset(args.timezone.as_deref().unwrap_or("UTC"))?;
+    let origin = args.file.display().to_string();
+    // Send: the recording is read on a thread of its own (see `replay::replay`).
+    let input: Box<dyn Read + Send> = if origin == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(
+            File::open(&args.file)
+                .with_context(|| format!("cannot open the recording {origin}"))?,
+        )
+    };
+    let mut input = BufReader::with_capacity(READ_BUFFER, input);
+    let format = match args.format {
+        Some(ReplayFormat::SmiCsv) => Format::SmiCsv,
+        Some(ReplayFormat::Jsonl) => Format::Jsonl,
+        None => Format::guess(&mut input).with_context(|| format!("cannot read {origin}"))?,
+    };
+    let mut reader: Box<dyn SnapshotReader> = match format {
+        Format::Jsonl => Box::new(JsonlReader::new(input)),
+        Format::SmiCsv => Box::new(SmiCsvReader::new(
+            input,
+            SmiCsvOptions {
+                fields: args.fields.clone(),
+                timezone,
+            },
+        )),
+    };
+    let mut warnings = Warnings::to_stderr(origin.clone());
+    let mut engine = Engine::new(engine_config);
+    let report = crate::replay::replay_without_rules(reader.as_mut(), &mut engine, &mut warnings)
+        .with_context(|| format!("replay of {origin}"))?;
+    warnings.finish();
+    if report.samples == 0 {
+        eprintln!("warning: {origin}: no GPU samples in the recording");
+    }
+    if let Some(path) = &args.save_state {
+        crate::engine::store::save(path, &engine.state)
+            .with_context(|| format!("cannot write the engine state to {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(())
+}

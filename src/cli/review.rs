@@ -1,0 +1,282 @@
+//! `gpu-sentinel review [--url URL]`: a running exporter's fleet, most at risk first.
+//!
+//! What an operator reads before a maintenance window: which GPUs to drain or replace and
+//! why. It fetches `/api/v1/gpus` once and ranks the GPUs by failure-risk score (a lost GPU
+//! ahead of an answering one at the same score), each with the known-bad rule that fired,
+//! the largest contributions to its score, and its findings.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Args)]
+pub struct ReviewArgs {
+    /// Base URL of a running gpu-sentinel (or the full /api/v1/gpus URL).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:10400")]
+    pub url: String,
+    /// Give up on the exporter after this long.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+/// The parts of `/api/v1/gpus` the review reads; other fields are ignored.
+#[derive(Debug, Deserialize)]
+pub struct GpusDocument {
+    #[serde(default)]
+    pub at: Option<String>,
+    #[serde(default)]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub risk_threshold: Option<f64>,
+    pub gpus: Vec<ApiGpu>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ApiGpu {
+    pub index: u32,
+    pub uuid: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default = "yes")]
+    pub up: bool,
+    #[serde(default)]
+    pub risk: Option<ApiRisk>,
+    #[serde(default)]
+    pub findings: Vec<String>,
+    #[serde(default)]
+    pub temperature_celsius: Option<f64>,
+    #[serde(default)]
+    pub utilization: Option<ApiUtilization>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ApiUtilization {
+    #[serde(default)]
+    pub gpu: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ApiRisk {
+    pub score: f64,
+    #[serde(default)]
+    pub rule: Option<String>,
+    #[serde(default)]
+    pub contributions: Vec<ApiContribution>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ApiContribution {
+    pub feature: String,
+    pub value: f64,
+    pub contribution: f64,
+}
+
+/// Reasons shown per GPU.
+const TOP_REASONS: usize = 3;
+
+/// The threshold when the exporter does not say (`[risk] threshold`'s default).
+const DEFAULT_THRESHOLD: f64 = 0.7;
+
+pub fn review(args: &ReviewArgs) -> anyhow::Result<()> {
+    let url = gpus_url(&args.url);
+    let body = fetch(&url, args.timeout)?;
+    let doc = parse(&body).with_context(|| format!("{url} did not answer as expected"))?;
+    print!("{}", render(&doc, &url));
+    Ok(())
+}
+
+/// `/api/v1/gpus` under a base URL, unless the URL already names it.
+pub fn gpus_url(base: &str) -> String {
+    let base = base.trim().trim_end_matches('/');
+    let base = if base.contains("://") {
+        base.to_string()
+    } else {
+        format!("http://{base}")
+    };
+    if base.ends_with("/api/v1/gpus") {
+        base
+    } else {
+        format!("{base}/api/v1/gpus")
+    }
+}
+
+fn fetch(url: &str, timeout: Duration) -> anyhow::Result<String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    let mut response = agent.get(url).call().map_err(|e| {
+        anyhow::anyhow!(
+            "cannot reach {url}: {e}\nIs `gpu-sentinel run` listening there? Point --url at it \
+             (default http://127.0.0.1:10400)."
+        )
+    })?;
+    let status = response.status();
+    let body = response
+        .body_mut()
+        .read_to_string()
+        .with_context(|| format!("cannot read the answer of {url}"))?;
+    match status.as_u16() {
+        200 => Ok(body),
+        503 => anyhow::bail!(
+            "{url} answered 503: the exporter has not finished its first collection yet; try again in a few seconds"
+        ),
+        code => anyhow::bail!(
+            "{url} answered HTTP {code}: {}",
+            body.chars().take(200).collect::<String>().trim()
+        ),
+    }
+}
+
+/// The document, checked for what the review needs.
+pub fn parse(body: &str) -> anyhow::Result<GpusDocument> {
+    let doc: GpusDocument = serde_json::from_str(body).map_err(|e| {
+        anyhow::anyhow!(
+            "not a gpu-sentinel /api/v1/gpus document ({e}); expected {{\"gpus\": [{{\"index\", \"uuid\", \"risk\": {{\"score\", …}}, \"findings\", …}}]}}"
+        )
+    })?;
+    anyhow::ensure!(
+        doc.gpus.is_empty() || doc.gpus.iter().any(|g| g.risk.is_some()),
+        "the exporter lists GPUs but no risk scores: it predates the analysis engine (upgrade \
+         gpu-sentinel on that host)"
+    );
+    Ok(doc)
+}
+
+fn score(g: &ApiGpu) -> f64 {
+    g.risk.as_ref().map_or(0.0, |r| r.score)
+}
+
+fn lost(g: &ApiGpu) -> bool {
+    g.findings.iter().any(|f| f == "lost")
+}
+
+/// The ranking as text.
+pub fn render(doc: &GpusDocument, url: &str) -> String {
+    let threshold = doc.risk_threshold.unwrap_or(DEFAULT_THRESHOLD);
+    let mut ranked: Vec<&ApiGpu> = doc.gpus.iter().collect();
+    ranked.sort_by(|a, b| {
+        score(b)
+            .total_cmp(&score(a))
+            .then_with(|| lost(b).cmp(&lost(a)))
+            .then_with(|| a.index.cmp(&b.index))
+    });
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} — host {}, as of {}",
+        url,
+        doc.hostname.as_deref().unwrap_or("?"),
+        doc.at.as_deref().unwrap_or("?")
+    );
+    let at_risk = ranked.iter().filter(|g| score(g) >= threshold).count();
+    let _ = writeln!(
+        out,
+        "{} GPUs: {at_risk} at risk (score ≥ {threshold:.2}), {} lost, {} not answering",
+        ranked.len(),
+        ranked.iter().filter(|g| lost(g)).count(),
+        ranked.iter().filter(|g| !g.up).count()
+    );
+    if ranked.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:>4} {:>4} {:>6}  {:<6} {:>5} {:>5}  {:<24} UUID",
+        "RANK", "GPU", "RISK", "STATE", "UTIL", "TEMP", "NAME"
+    );
+    for (rank, g) in ranked.iter().enumerate() {
+        let state = if lost(g) {
+            "LOST"
+        } else if !g.up {
+            "DOWN"
+        } else {
+            "up"
+        };
+        let flag = if score(g) >= threshold { "!" } else { " " };
+        let util = g
+            .utilization
+            .as_ref()
+            .and_then(|u| u.gpu)
+            .map_or("-".into(), |u| format!("{:.0}%", u * 100.0));
+        let temp = g
+            .temperature_celsius
+            .map_or("-".into(), |t| format!("{t:.0}C"));
+        let name: String = g.name.chars().take(24).collect();
+        let risk = g
+            .risk
+            .as_ref()
+            .map_or("-".to_string(), |r| format!("{:.2}", r.score));
+        let _ = writeln!(
+            out,
+            "{:>4} {:>4} {:>5}{flag}  {:<6} {:>5} {:>5}  {:<24} {}",
+            rank + 1,
+            g.index,
+            risk,
+            state,
+            util,
+            temp,
+            name,
+            g.uuid
+        );
+        let indent = " ".repeat(12);
+        if let Some(rule) = g.risk.as_ref().and_then(|r| r.rule.as_deref()) {
+            let _ = writeln!(
+                out,
+                "{indent}rule: {rule} (a known-bad state, not a prediction)"
+            );
+        }
+        let mut reasons: Vec<&ApiContribution> = g
+            .risk
+            .as_ref()
+            .map(|r| {
+                r.contributions
+                    .iter()
+                    .filter(|c| c.contribution > 0.0)
+                    .collect()
+            })
+            .unwrap_or_default();
+        reasons.sort_by(|a, b| b.contribution.total_cmp(&a.contribution));
+        if !reasons.is_empty() {
+            let text: Vec<String> = reasons
+                .iter()
+                .take(TOP_REASONS)
+                .map(|c| format!("{} {:.2} (+{:.2})", c.feature, c.value, c.contribution))
+                .collect();
+            let _ = writeln!(out, "{indent}reasons: {}", text.join(", "));
+        }
+        if !g.findings.is_empty() {
+            let _ = writeln!(out, "{indent}findings: {}", g.findings.join(", "));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(gpus_url("http://h:1/"), "http://h:1/api/v1/gpus");
+        assert_eq!(gpus_url("h:1"), "http://h:1/api/v1/gpus");
+        assert_eq!(gpus_url("http://h:1/api/v1/gpus"), "http://h:1/api/v1/gpus");
+    }
+
+    #[test]
+    fn documents_without_the_shape_are_refused() {
+        assert!(parse("<html></html>").is_err());
+        assert!(parse("{\"gpus\": [{\"uuid\": \"GPU-a\"}]}").is_err());
+        let err = parse("{\"gpus\": [{\"index\": 0, \"uuid\": \"GPU-a\"}]}").unwrap_err();
+        assert!(err.to_string().contains("no risk scores"), "{err}");
+        assert!(parse("{\"gpus\": []}").is_ok());
+    }
+}

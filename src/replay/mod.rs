@@ -1,0 +1,278 @@
+//! Replaying recordings through the analysis engine.
+//!
+//! A recording is either JSONL snapshots written by `gpu-sentinel record` ([`jsonl`]) or a
+//! log written by `nvidia-smi --query-gpu=… --format=csv -l N` ([`smi_csv`]). Both are read
+//! as a stream — one snapshot in memory at a time, whatever the file's length — and each
+//! snapshot is folded into an [`Engine`] exactly as the live agent would fold it, as fast
+//! as the CPU allows. What the engine found over the whole recording is summed up in a
+//! [`report::Report`], the `replay --json` contract of DESIGN.md.
+//!
+//! Recordings are outside data: a malformed line is a [`Warnings`] entry with its line
+//! number, never a panic and never the end of the replay. Only a file that cannot be read
+//! at all, or a CSV whose columns cannot be known, stops it.
+
+pub mod jsonl;
+pub mod report;
+pub mod smi_csv;
+pub mod smi_fields;
+mod smi_row;
+
+use std::fmt::Display;
+use std::io::BufRead;
+
+use crate::engine::Engine;
+use crate::model::Snapshot;
+use report::{NoRules, ReplayRules, Report, ReportBuilder};
+
+/// What a recording is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `nvidia-smi --query-gpu=… --format=csv[,noheader][,nounits]` output.
+    SmiCsv,
+    /// One [`Snapshot`] per line, plus `{"failure": …}` label lines (`gpu-sentinel record`).
+    Jsonl,
+}
+
+impl Format {
+    /// Guesses the format from the first bytes of a recording: JSONL lines are objects,
+    /// nvidia-smi never writes a `{` first.
+    pub fn guess(reader: &mut impl BufRead) -> std::io::Result<Format> {
+        let head = reader.fill_buf()?;
+        let first = head.iter().find(|b| !b.is_ascii_whitespace());
+        Ok(match first {
+            Some(b'{') => Format::Jsonl,
+            _ => Format::SmiCsv,
+        })
+    }
+}
+
+/// A stream of snapshots read from a recording.
+pub trait SnapshotReader: Send {
+    /// Reads the next snapshot into `into` (whose allocations the reader may reuse);
+    /// false at the end of the recording. Malformed input becomes warnings; only I/O
+    /// errors, and a CSV whose columns cannot be known, are errors.
+    fn next_into(&mut self, into: &mut Snapshot, warnings: &mut Warnings) -> anyhow::Result<bool>;
+
+    /// What was read so far.
+    fn stats(&self) -> ReadStats;
+}
+
+/// Counts a reader keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// GPU samples (CSV rows, or entries of `gpus` in JSONL snapshots) handed to the engine.
+    pub samples: u64,
+    /// Failure label lines skipped (JSONL).
+    pub labels: u64,
+    /// The recording ends in the middle of a line or of a polling round (a capture that was
+    /// killed mid-write): its last snapshot may lack GPUs that were in fact still there.
+    pub truncated_tail: bool,
+}
+
+/// Warnings about a recording, each with its line number, printed to standard error as
+/// they come (up to a limit, so a file of garbage does not bury the report) or collected
+/// for tests.
+#[derive(Debug)]
+pub struct Warnings {
+    /// Prefix of every message: the file name.
+    origin: String,
+    limit: u64,
+    total: u64,
+    collected: Option<Vec<String>>,
+}
+
+/// Warnings printed before the rest are only counted.
+const WARNINGS_SHOWN: u64 = 100;
+
+impl Warnings {
+    /// Warnings printed to standard error, prefixed with `origin` (the file name).
+    pub fn to_stderr(origin: impl Into<String>) -> Warnings {
+        Warnings {
+            origin: origin.into(),
+            limit: WARNINGS_SHOWN,
+            total: 0,
+            collected: None,
+        }
+    }
+
+    /// Warnings kept in memory, for tests.
+    pub fn collecting() -> Warnings {
+        Warnings {
+            origin: "input".into(),
+            limit: u64::MAX,
+            total: 0,
+            collected: Some(Vec::new()),
+        }
+    }
+
+    /// A warning about line `line` (1-based).
+    pub fn at_line(&mut self, line: u64, message: impl Display) {
+        self.emit(format_args!("{}:{line}: {message}", self.origin.clone()));
+    }
+
+    /// A warning about the recording as a whole.
+    pub fn general(&mut self, message: impl Display) {
+        self.emit(format_args!("{}: {message}", self.origin.clone()));
+    }
+
+    fn emit(&mut self, text: std::fmt::Arguments<'_>) {
+        self.total += 1;
+        match &mut self.collected {
+            Some(list) => list.push(text.to_string()),
+            None if self.total <= self.limit => eprintln!("warning: {text}"),
+            None => {}
+        }
+    }
+
+    /// How many warnings were raised.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The collected messages (empty unless made with [`Warnings::collecting`]).
+    pub fn messages(&self) -> &[String] {
+        self.collected.as_deref().unwrap_or_default()
+    }
+
+    /// Says how many warnings were not printed, if any.
+    pub fn finish(&self) {
+        if self.collected.is_none() && self.total > self.limit {
+            eprintln!(
+                "warning: {}: {} more warnings not shown ({} in all)",
+                self.origin,
+                self.total - self.limit,
+                self.total
+            );
+        }
+    }
+}
+
+/// Snapshots handed from the reading thread to the engine at a time: enough that the
+/// threads rarely wait on each other, few enough that memory stays small (on a week of
+/// 8 GPUs, 8 to 512 made no difference in speed; 512 tripled the resident memory).
+const BATCH: usize = 32;
+
+/// Batches in flight between the threads.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// Runs every snapshot of `reader` through `engine` and sums up what it found. The alert
+/// rules see each step's findings and add their alerts to the report.
+///
+/// Reading and parsing run on a thread of their own while the engine steps on this one:
+/// on a long log each takes about half the time, so together they take about the time of
+/// the slower. Batches of snapshots go to the engine over a bounded channel and come back
+/// emptied for reuse, so memory stays the same however long the recording is.
+pub fn replay(
+    reader: &mut dyn SnapshotReader,
+    engine: &mut Engine,
+    rules: &mut dyn ReplayRules,
+    warnings: &mut Warnings,
+) -> anyhow::Result<Report> {
+    let mut report = ReportBuilder::new(engine.config.risk_threshold);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<Snapshot>>(BATCHES_IN_FLIGHT);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<Snapshot>>();
+    let read = std::thread::scope(|scope| {
+        let reading = std::thread::Builder::new()
+            .name("replay-read".into())
+            .spawn_scoped(scope, move || {
+                read_batches(reader, warnings, &full_tx, &empty_rx)
+            });
+        let reading = match reading {
+            Ok(handle) => handle,
+            Err(e) => return Err(anyhow::anyhow!("cannot start the reading thread: {e}")),
+        };
+        for batch in full_rx {
+            for snapshot in &batch {
+                let findings = engine.step(snapshot);
+                report.observe(snapshot, &findings);
+                rules.step(&findings, report.alerts_mut());
+            }
+            // Back whole: the reader refills these snapshots, reusing their buffers. It may
+            // have finished and gone; then nobody needs the batch back.
+            let _ = empty_tx.send(batch);
+        }
+        reading
+            .join()
+            .map_err(|_| anyhow::anyhow!("the reading thread panicked"))?
+    });
+    let stats = read?;
+    if stats.labels > 0 {
+        eprintln!(
+            "note: skipped {} failure label line(s) (training data, not snapshots)",
+            stats.labels
+        );
+    }
+    Ok(report.finish(engine, rules, &stats))
+}
+
+/// The reading thread: fills batches until the end of the recording, refilling the
+/// snapshots of batches the engine sent back.
+fn read_batches(
+    reader: &mut dyn SnapshotReader,
+    warnings: &mut Warnings,
+    full: &std::sync::mpsc::SyncSender<Vec<Snapshot>>,
+    returned: &std::sync::mpsc::Receiver<Vec<Snapshot>>,
+) -> anyhow::Result<ReadStats> {
+    let mut spare: Vec<Snapshot> = Vec::new();
+    let mut containers: Vec<Vec<Snapshot>> = Vec::new();
+    loop {
+        while let Ok(mut back) = returned.try_recv() {
+            spare.append(&mut back);
+            containers.push(back);
+        }
+        let mut batch = containers
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BATCH));
+        let mut more = true;
+        while batch.len() < BATCH {
+            let mut slot = spare.pop().unwrap_or_default();
+            if !reader.next_into(&mut slot, warnings)? {
+                more = false;
+                break;
+            }
+            batch.push(slot);
+        }
+        // The engine side only stops listening when it failed; the error is its to tell.
+        if !batch.is_empty() && full.send(batch).is_err() {
+            break;
+        }
+        if !more {
+            break;
+        }
+    }
+    Ok(reader.stats())
+}
+
+/// [`replay`] without alert rules (until the alerting rules join, the report's `alerts`
+/// stays empty).
+pub fn replay_without_rules(
+    reader: &mut dyn SnapshotReader,
+    engine: &mut Engine,
+    warnings: &mut Warnings,
+) -> anyhow::Result<Report> {
+    replay(reader, engine, &mut NoRules, warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_is_guessed_from_the_first_byte() {
+        let mut jsonl: &[u8] = b"\n  {\"at\": 1}\n";
+        assert_eq!(Format::guess(&mut jsonl).unwrap(), Format::Jsonl);
+        let mut csv: &[u8] = b"timestamp, index\n";
+        assert_eq!(Format::guess(&mut csv).unwrap(), Format::SmiCsv);
+        let mut empty: &[u8] = b"";
+        assert_eq!(Format::guess(&mut empty).unwrap(), Format::SmiCsv);
+    }
+
+    #[test]
+    fn collected_warnings_carry_origin_and_line() {
+        let mut w = Warnings::collecting();
+        w.at_line(7, "bad cell");
+        w.general("no samples");
+        assert_eq!(w.total(), 2);
+        assert_eq!(w.messages(), ["input:7: bad cell", "input: no samples"]);
+    }
+}

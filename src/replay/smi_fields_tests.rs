@@ -1,0 +1,156 @@
+//! Unit tests of nvidia-smi cell, unit and timestamp reading.
+
+use super::*;
+
+fn q(cell: &str, header: Unit, field: Field) -> Cell<f64> {
+    let want = match field.default_unit() {
+        Unit::Watt => Unit::Watt,
+        Unit::Mhz => Unit::Mhz,
+        _ => Unit::None,
+    };
+    quantity(cell.as_bytes(), header, field, want)
+}
+
+#[test]
+fn values_with_and_without_units() {
+    assert_eq!(
+        q("81559 MiB", Unit::None, Field::MemTotal),
+        Cell::Value(81559.0 * 1_048_576.0)
+    );
+    assert_eq!(
+        q("81559", Unit::Mib, Field::MemTotal),
+        Cell::Value(81559.0 * 1_048_576.0)
+    );
+    // No header unit and no value unit: the field's usual unit.
+    assert_eq!(
+        q("2", Unit::None, Field::MemUsed),
+        Cell::Value(2.0 * 1_048_576.0)
+    );
+    assert_eq!(
+        q("69.85 W", Unit::None, Field::PowerDraw),
+        Cell::Value(69.85)
+    );
+    assert_eq!(q("100.00 %", Unit::None, Field::UtilGpu), Cell::Value(1.0));
+    assert_eq!(q("41", Unit::Percent, Field::UtilGpu), Cell::Value(0.41));
+    assert_eq!(q("41", Unit::None, Field::TempGpu), Cell::Value(41.0));
+    assert_eq!(
+        q("345 MHz", Unit::None, Field::Clock(ClockKind::Sm)),
+        Cell::Value(345.0)
+    );
+    assert_eq!(q("[N/A]", Unit::None, Field::TempMemory), Cell::Absent);
+    assert_eq!(q("N/A", Unit::None, Field::TempMemory), Cell::Absent);
+    assert_eq!(
+        q("[Not Supported]", Unit::None, Field::FanSpeed),
+        Cell::Absent
+    );
+    assert_eq!(
+        q(
+            "[Requested functionality has been deprecated]",
+            Unit::None,
+            Field::PowerLimit
+        ),
+        Cell::Absent
+    );
+    assert_eq!(q("[GPU is lost]", Unit::None, Field::TempGpu), Cell::Lost);
+    assert_eq!(q("hot", Unit::None, Field::TempGpu), Cell::Invalid);
+    assert_eq!(q("12 parsecs", Unit::None, Field::TempGpu), Cell::Invalid);
+    assert_eq!(q("inf", Unit::None, Field::TempGpu), Cell::Invalid);
+}
+
+#[test]
+fn decimals_read_exactly_as_the_standard_parser() {
+    for text in [
+        "0",
+        "41",
+        "69.85",
+        "631.95",
+        "0.1",
+        "-3.5",
+        "100.00",
+        "81559",
+        "1e3",
+        "12.",
+        ".5",
+        "123456789012345",
+        "1234567890123456789",
+        "3.14159265358979",
+    ] {
+        let expected = text.parse::<f64>().ok();
+        assert_eq!(decimal(text.as_bytes()), expected, "{text}");
+    }
+    for bad in ["", "-", "1.2.3", "12a", "NaN", "inf"] {
+        assert_eq!(decimal(bad.as_bytes()), None, "{bad}");
+    }
+}
+
+#[test]
+fn flags_masks_and_pstates() {
+    for yes in ["Yes", "Active", "Enabled"] {
+        assert_eq!(flag(yes.as_bytes()), Cell::Value(true));
+    }
+    for no in ["No", "Not Active", "Disabled"] {
+        assert_eq!(flag(no.as_bytes()), Cell::Value(false));
+    }
+    assert_eq!(flag(b"Maybe"), Cell::Invalid);
+    assert_eq!(bitmask(b"0x0000000000000041"), Cell::Value(0x41));
+    assert_eq!(bitmask(b"0xZZ"), Cell::Invalid);
+    assert_eq!(pstate(b"P8"), Cell::Value(8));
+    assert_eq!(pstate(b"[N/A]"), Cell::Absent);
+    assert_eq!(pstate(b"P99"), Cell::Invalid);
+}
+
+#[test]
+fn header_names_and_aliases() {
+    assert_eq!(
+        split_header(" memory.used [MiB] "),
+        ("memory.used", Unit::Mib)
+    );
+    assert_eq!(
+        split_header("temperature.gpu"),
+        ("temperature.gpu", Unit::None)
+    );
+    assert_eq!(
+        Field::lookup("clocks.sm"),
+        Some(Field::Clock(ClockKind::Sm))
+    );
+    assert_eq!(
+        Field::lookup("clocks_throttle_reasons.hw_slowdown"),
+        Some(Field::EventBit(ClockEvents::HW_SLOWDOWN))
+    );
+    assert_eq!(
+        Field::lookup("clocks_event_reasons.active"),
+        Some(Field::EventsActive)
+    );
+    assert_eq!(Field::lookup("clocks_event_reasons.supported"), None);
+    assert_eq!(Field::lookup("pci.domain"), None);
+}
+
+#[test]
+fn timestamps_in_nvidia_smi_format_and_zones() {
+    let mut utc = TimestampParser::new(parse_offset("UTC").unwrap());
+    let t = utc.parse(b"2026/07/14 08:12:38.696").unwrap();
+    assert_eq!(t.to_rfc3339(), "2026-07-14T08:12:38.696+00:00");
+    let t = utc.parse(b"2026/07/14 08:12:39").unwrap();
+    assert_eq!(t.to_rfc3339(), "2026-07-14T08:12:39+00:00");
+    // The cached date is not reused for another date.
+    let t = utc.parse(b"2026/07/15 00:00:00.000").unwrap();
+    assert_eq!(t.to_rfc3339(), "2026-07-15T00:00:00+00:00");
+    let mut east = TimestampParser::new(parse_offset("+08:00").unwrap());
+    let t = east.parse(b"2026/07/14 08:12:38.696").unwrap();
+    assert_eq!(t.to_rfc3339(), "2026-07-14T00:12:38.696+00:00");
+    let t = east.parse(b"2026-07-14T08:12:38Z").unwrap();
+    assert_eq!(t.to_rfc3339(), "2026-07-14T08:12:38+00:00");
+    assert!(utc.parse(b"2026/13/14 08:12:38.696").is_none());
+    assert!(utc.parse(b"yesterday").is_none());
+    assert!(utc.parse(b"2026/07/14 08:1x:38.696").is_none());
+}
+
+#[test]
+fn offsets() {
+    assert_eq!(
+        parse_offset("-05:30").unwrap().local_minus_utc(),
+        -(5 * 3600 + 30 * 60)
+    );
+    assert!(parse_offset("08:00").is_err());
+    assert!(parse_offset("+25:00").is_err());
+}

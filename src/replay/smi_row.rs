@@ -1,0 +1,348 @@
+//! One nvidia-smi CSV row into one [`GpuSample`].
+//!
+//! Every mapped cell is read as bytes into the sample; values that several columns can give
+//! (`power.draw` or its average; the hex mask or one column per clock-event reason; the
+//! retired-page and remapped-row families) are gathered first and settled once the row is
+//! read. A cell that is not a value of its field leaves the value empty and is warned about
+//! with its line; the row itself is kept.
+
+use chrono::{DateTime, Utc};
+use csv::ByteRecord;
+
+use super::Warnings;
+use super::smi_fields::{
+    Cell, ClockKind, Field, TimestampParser, Unit, bitmask, flag, placeholder, pstate, quantity,
+    text,
+};
+use crate::model::{ClockEvents, GpuSample, HostInfo, RemappedRows, RetiredPages};
+
+/// One column of the log.
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub name: String,
+    pub field: Option<Field>,
+    pub unit: Unit,
+}
+
+/// Counts and byte sizes above this are not believed: 2^53 is where an f64 stops holding
+/// every integer, far beyond any real GPU (9 PB of memory), and keeping values under it
+/// means the engine's sums of them cannot overflow.
+const LARGEST_COUNT: f64 = 9_007_199_254_740_992.0;
+
+/// A whole, non-negative, believable number.
+fn whole(v: f64) -> Option<u64> {
+    ((0.0..=LARGEST_COUNT).contains(&v) && v.fract() == 0.0).then_some(v as u64)
+}
+
+/// A byte size: believable and non-negative (MiB with decimals round to whole bytes).
+fn bytes(v: f64) -> Option<u64> {
+    (0.0..=LARGEST_COUNT).contains(&v).then(|| v.round() as u64)
+}
+
+fn small(v: f64) -> Option<u32> {
+    whole(v).and_then(|v| u32::try_from(v).ok())
+}
+
+/// Per-row values gathered from several columns, settled once the row is read.
+#[derive(Debug, Default)]
+struct Gathered {
+    power_draw: Option<f64>,
+    power_average: Option<f64>,
+    power_instant: Option<f64>,
+    power_limit: Option<f64>,
+    enforced_limit: Option<f64>,
+    gen_current: Option<u32>,
+    gen_gpu: Option<u32>,
+    mask: Option<u64>,
+    bits: Option<u64>,
+    retired: [Option<u64>; 2],
+    retired_pending: Option<bool>,
+    remap: [Option<u64>; 2],
+    remap_pending: Option<bool>,
+    remap_failure: Option<bool>,
+    /// Which of uuid, name and bus id the row gave (the others are cleared).
+    texts: [bool; 3],
+}
+
+/// What reading the cells of one row noticed besides values.
+#[derive(Debug, Default)]
+struct Flags {
+    /// A cell said the GPU is lost or needs a reset.
+    lost: bool,
+    /// This cell is not a value of its field.
+    invalid: bool,
+}
+
+impl Flags {
+    fn take<T>(&mut self, cell: Cell<T>) -> Option<T> {
+        match cell {
+            Cell::Value(v) => Some(v),
+            Cell::Absent => None,
+            Cell::Lost => {
+                self.lost = true;
+                None
+            }
+            Cell::Invalid => {
+                self.invalid = true;
+                None
+            }
+        }
+    }
+}
+
+/// What a row was, besides its sample.
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    pub at: DateTime<Utc>,
+    /// The row named its GPU (uuid, bus id or index cell not empty).
+    pub has_identity: bool,
+}
+
+/// Clears a sample for reuse. Its identity strings are kept (and their capacity): the row
+/// overwrites them where they differ, and [`read`] clears those the row did not give.
+pub fn recycle(sample: &mut GpuSample) {
+    let uuid = std::mem::take(&mut sample.uuid);
+    let name = std::mem::take(&mut sample.name);
+    let bus = std::mem::take(&mut sample.pci_bus_id);
+    *sample = GpuSample {
+        uuid,
+        name,
+        pci_bus_id: bus,
+        up: true,
+        ..GpuSample::default()
+    };
+}
+
+/// Sets `target` to the cell's text unless it already holds it (the common case: the same
+/// GPU's identity, round after round). False when the cell is not UTF-8.
+fn set_text(target: &mut String, cell: &[u8]) -> bool {
+    if target.as_bytes() == cell {
+        return true;
+    }
+    let Ok(value) = std::str::from_utf8(cell) else {
+        return false;
+    };
+    target.clear();
+    target.push_str(value);
+    true
+}
+
+fn set_opt_text(target: &mut Option<String>, value: &str) {
+    match target {
+        Some(t) if t == value => {}
+        _ => *target = Some(value.to_string()),
+    }
+}
+
+/// Reads a record into a recycled `sample`, and the host-wide cells into `host`. `None`
+/// (with a warning) when the row has no usable timestamp.
+pub fn read(
+    record: &ByteRecord,
+    columns: &[Column],
+    timestamps: &mut TimestampParser,
+    host: &mut HostInfo,
+    sample: &mut GpuSample,
+    line: u64,
+    warnings: &mut Warnings,
+) -> Option<Row> {
+    let mut at = None;
+    let mut has_identity = false;
+    let mut got = Gathered::default();
+    let mut lost = false;
+    for (column, cell) in columns.iter().zip(record.iter()) {
+        let Some(field) = column.field else {
+            continue;
+        };
+        // nvidia-smi separates cells with ", ".
+        let cell = cell.trim_ascii();
+        let mut flags = Flags::default();
+        let number = |want: Unit| quantity(cell, column.unit, field, want);
+        match field {
+            Field::Timestamp => match timestamps.parse(cell) {
+                Some(t) => at = Some(t),
+                None => {
+                    warnings.at_line(
+                        line,
+                        format_args!(
+                            "cannot read timestamp {:?}; row skipped",
+                            String::from_utf8_lossy(cell)
+                        ),
+                    );
+                    return None;
+                }
+            },
+            Field::Uuid | Field::Name | Field::PciBusId => match placeholder::<()>(cell) {
+                None => {
+                    let (target, slot) = match field {
+                        Field::Uuid => (&mut sample.uuid, 0),
+                        Field::Name => (&mut sample.name, 1),
+                        _ => (&mut sample.pci_bus_id, 2),
+                    };
+                    if set_text(target, cell) {
+                        got.texts[slot] = true;
+                        has_identity |= slot != 1;
+                    } else {
+                        flags.invalid = true;
+                    }
+                }
+                Some(other) => {
+                    flags.take(other);
+                }
+            },
+            Field::Serial => {
+                if let Some(t) = flags.take(text(cell)) {
+                    set_opt_text(&mut sample.serial, t);
+                }
+            }
+            Field::DriverVersion => {
+                if let Cell::Value(t) = text(cell) {
+                    set_opt_text(&mut host.driver_version, t);
+                }
+            }
+            Field::Hostname => {
+                if let Cell::Value(t) = text(cell) {
+                    set_text(&mut host.hostname, t.as_bytes());
+                }
+            }
+            Field::Index => {
+                if let Some(i) = flags.take(number(Unit::None).and_then(small)) {
+                    sample.index = i;
+                    has_identity = true;
+                }
+            }
+            Field::MigMode => sample.mig_enabled = flags.take(flag(cell)),
+            Field::UtilGpu => sample.utilization.gpu = flags.take(number(Unit::None)),
+            Field::UtilMemory => sample.utilization.memory_copy = flags.take(number(Unit::None)),
+            Field::UtilEncoder => sample.utilization.encoder = flags.take(number(Unit::None)),
+            Field::UtilDecoder => sample.utilization.decoder = flags.take(number(Unit::None)),
+            Field::FanSpeed => sample.fan_speed_ratio = flags.take(number(Unit::None)),
+            Field::MemTotal | Field::MemUsed | Field::MemFree | Field::MemReserved => {
+                let value = flags.take(number(Unit::None).and_then(bytes));
+                let memory = &mut sample.memory;
+                match field {
+                    Field::MemTotal => memory.total_bytes = value,
+                    Field::MemUsed => memory.used_bytes = value,
+                    Field::MemFree => memory.free_bytes = value,
+                    _ => memory.reserved_bytes = value,
+                }
+            }
+            Field::TempGpu => sample.temperature_celsius = flags.take(number(Unit::None)),
+            Field::TempMemory => sample.memory_temperature_celsius = flags.take(number(Unit::None)),
+            Field::PowerDraw => got.power_draw = flags.take(number(Unit::Watt)),
+            Field::PowerDrawAverage => got.power_average = flags.take(number(Unit::Watt)),
+            Field::PowerDrawInstant => got.power_instant = flags.take(number(Unit::Watt)),
+            Field::PowerLimit => got.power_limit = flags.take(number(Unit::Watt)),
+            Field::EnforcedPowerLimit => got.enforced_limit = flags.take(number(Unit::Watt)),
+            Field::Clock(kind) | Field::ClockMax(kind) => {
+                let mhz = flags.take(number(Unit::Mhz).and_then(|v| small(v.round())));
+                let clocks = if matches!(field, Field::Clock(_)) {
+                    &mut sample.clocks
+                } else {
+                    &mut sample.clocks_max
+                };
+                match kind {
+                    ClockKind::Sm => clocks.sm = mhz,
+                    ClockKind::Memory => clocks.memory = mhz,
+                    ClockKind::Graphics => clocks.graphics = mhz,
+                    ClockKind::Video => clocks.video = mhz,
+                }
+            }
+            Field::Pstate => sample.performance_state = flags.take(pstate(cell)),
+            Field::EventsActive => got.mask = flags.take(bitmask(cell)),
+            Field::EventBit(bit) => {
+                if let Some(on) = flags.take(flag(cell)) {
+                    let bits = got.bits.get_or_insert(0);
+                    if on {
+                        *bits |= bit;
+                    }
+                }
+            }
+            Field::EccCorrectedVolatile
+            | Field::EccCorrectedAggregate
+            | Field::EccUncorrectedVolatile
+            | Field::EccUncorrectedAggregate => {
+                let count = flags.take(number(Unit::None).and_then(whole));
+                let ecc = &mut sample.ecc;
+                match field {
+                    Field::EccCorrectedVolatile => ecc.corrected_volatile = count,
+                    Field::EccCorrectedAggregate => ecc.corrected_aggregate = count,
+                    Field::EccUncorrectedVolatile => ecc.uncorrected_volatile = count,
+                    _ => ecc.uncorrected_aggregate = count,
+                }
+            }
+            Field::RetiredSbe => got.retired[0] = flags.take(number(Unit::None).and_then(whole)),
+            Field::RetiredDbe => got.retired[1] = flags.take(number(Unit::None).and_then(whole)),
+            Field::RetiredPending => got.retired_pending = flags.take(flag(cell)),
+            Field::RemapCorrectable => {
+                got.remap[0] = flags.take(number(Unit::None).and_then(whole))
+            }
+            Field::RemapUncorrectable => {
+                got.remap[1] = flags.take(number(Unit::None).and_then(whole))
+            }
+            Field::RemapPending => got.remap_pending = flags.take(flag(cell)),
+            Field::RemapFailure => got.remap_failure = flags.take(flag(cell)),
+            Field::PcieGen => got.gen_current = flags.take(number(Unit::None).and_then(small)),
+            Field::PcieGenGpu => got.gen_gpu = flags.take(number(Unit::None).and_then(small)),
+            Field::PcieWidth => {
+                sample.pcie.link_width = flags.take(number(Unit::None).and_then(small))
+            }
+        }
+        lost |= flags.lost;
+        if flags.invalid {
+            warnings.at_line(
+                line,
+                format_args!(
+                    "{}: cannot read {:?}; left empty",
+                    column.name,
+                    String::from_utf8_lossy(cell)
+                ),
+            );
+        }
+    }
+    settle(sample, &got, lost);
+    Some(Row {
+        at: at?,
+        has_identity,
+    })
+}
+
+/// Values given by more than one column, settled once the row is read.
+fn settle(sample: &mut GpuSample, got: &Gathered, lost: bool) {
+    for (given, text) in
+        got.texts
+            .iter()
+            .zip([&mut sample.uuid, &mut sample.name, &mut sample.pci_bus_id])
+    {
+        if !given {
+            text.clear();
+        }
+    }
+    sample.power_watts = got.power_draw.or(got.power_average).or(got.power_instant);
+    // The enforced limit is the one the GPU obeys; the requested one may be above it.
+    sample.power_limit_watts = got.enforced_limit.or(got.power_limit);
+    sample.pcie.link_generation = got.gen_current.or(got.gen_gpu);
+    if got.mask.is_some() || got.bits.is_some() {
+        sample.clock_events = Some(ClockEvents(got.mask.unwrap_or(0) | got.bits.unwrap_or(0)));
+    }
+    if got.retired.iter().any(Option::is_some) || got.retired_pending.is_some() {
+        sample.retired_pages = Some(RetiredPages {
+            sbe: got.retired[0].unwrap_or(0),
+            dbe: got.retired[1].unwrap_or(0),
+            pending: got.retired_pending.unwrap_or(false),
+        });
+    }
+    if got.remap.iter().any(Option::is_some)
+        || got.remap_pending.is_some()
+        || got.remap_failure.is_some()
+    {
+        sample.remapped_rows = Some(RemappedRows {
+            correctable: got.remap[0].unwrap_or(0),
+            uncorrectable: got.remap[1].unwrap_or(0),
+            pending: got.remap_pending.unwrap_or(false),
+            failure: got.remap_failure.unwrap_or(false),
+        });
+    }
+    if lost {
+        sample.up = false;
+    }
+}
