@@ -76,8 +76,14 @@ fn report_has_exactly_the_contract_keys() {
             ])
         );
     }
-    // Alerts join with the alert rules; until then the array is there and empty.
-    assert_eq!(report["alerts"], serde_json::json!([]));
+    // The fixture's GPU 1 holds memory at 0% for the idle window: the default rules fire.
+    let alerts = report["alerts"].as_array().expect("alerts array");
+    assert!(
+        alerts
+            .iter()
+            .any(|a| a["alertname"] == "GpuAllocatedIdle" && a["gpu"] == "1"),
+        "{alerts:#?}"
+    );
 }
 
 #[test]
@@ -274,6 +280,44 @@ fn replay_of_a_simulated_recording_finds_the_faults() {
     let healthy = gpu(&report, 0);
     assert!(healthy["max_risk"].as_f64().unwrap() < 0.5, "{healthy:#}");
     assert_eq!(healthy["lost"], false);
+
+    // The default alert rules ran over the recording.
+    let alerts = report["alerts"].as_array().unwrap();
+    let alert = |name: &str, gpu: &str| {
+        alerts
+            .iter()
+            .find(|a| a["alertname"] == name && a["gpu"] == gpu)
+            .unwrap_or_else(|| panic!("no {name} on GPU {gpu}: {alerts:#?}"))
+    };
+    let lost = alert("GpuLost", "4");
+    assert_eq!(lost["severity"], "critical");
+    assert!(lost["uuid"].as_str().unwrap().starts_with("GPU-"));
+    assert!(
+        lost["starts_at"].is_string() && lost["ends_at"].is_null(),
+        "{lost}"
+    );
+    alert("GpuHardwareXid", "1");
+    alert("GpuAllocatedIdle", "5");
+    alert("GpuGhostProcess", "6");
+    assert!(
+        alerts
+            .iter()
+            .all(|a| a["gpu"] != "0" || a["alertname"] == "GpuLongRunningProcess")
+    );
+    for a in alerts {
+        let keys: BTreeSet<&str> = a.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from([
+                "alertname",
+                "uuid",
+                "gpu",
+                "severity",
+                "starts_at",
+                "ends_at"
+            ])
+        );
+    }
 
     // The same recording read from standard input, format named.
     let text = run_with_stdin(&["replay", "--json", "--format", "jsonl", "-"], &file);

@@ -13,6 +13,7 @@ use clap::{Args, ValueEnum};
 
 use crate::config::Config;
 use crate::engine::{Engine, EngineConfig};
+use crate::replay::alerts::ReplayAlerting;
 use crate::replay::jsonl::JsonlReader;
 use crate::replay::smi_csv::{SmiCsvOptions, SmiCsvReader};
 use crate::replay::{Format, SnapshotReader, Warnings};
@@ -90,7 +91,8 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     };
     let mut warnings = Warnings::to_stderr(origin.clone());
     let mut engine = Engine::new(engine_config);
-    let report = crate::replay::replay_without_rules(reader.as_mut(), &mut engine, &mut warnings)
+    let mut rules = ReplayAlerting::from_config(&config)?;
+    let report = crate::replay::replay(reader.as_mut(), &mut engine, &mut rules, &mut warnings)
         .with_context(|| format!("replay of {origin}"))?;
     warnings.finish();
     if report.samples == 0 {

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{CapacityConfig, CostConfig, IdleConfig};
 use crate::model::{ClockEvents, GpuSample, ProcessSample, Snapshot};
 use counters::Counters;
-use window::{Deltas, Point, Windows};
+use window::{Deltas, Point, Summaries, Windows};
 
 /// Longest gap between two samples of a GPU that still counts as observed time. Beyond
 /// it (the agent was down, the log has a hole) the time is not attributed to anything.
@@ -209,7 +209,8 @@ impl GpuFindings {
             new_hardware_xids: Vec::new(),
             hardware_xids_24h: recent_distinct(&state.recent_xids, now),
             row_remap_failure: false,
-            uncorrectable_ecc_24h: state.windows.last_day(now).deltas.ecc_uncorrected,
+            // Set with the risk, from the step's one summary of the windows.
+            uncorrectable_ecc_24h: 0.0,
             cost: state.cost.view(),
             readings: Readings::default(),
         }
@@ -413,7 +414,7 @@ impl Engine {
             new_hardware_xids,
             hardware_xids_24h,
             row_remap_failure: sample.remapped_rows.is_some_and(|r| r.failure),
-            uncorrectable_ecc_24h: state.windows.last_day(now).deltas.ecc_uncorrected,
+            uncorrectable_ecc_24h: 0.0,
             cost,
             readings: Readings::of(sample),
         }
@@ -421,17 +422,28 @@ impl Engine {
 
     /// Risk needs every GPU's windows updated first: PCIe replays are compared with the
     /// node's other GPUs.
+    /// Each GPU's windows are summarised once here and shared by its features, its
+    /// findings and the peers' comparison.
     fn assess_risk(&self, now: i64, snapshot: &Snapshot, gpus: &mut [GpuFindings]) {
-        let peers = risk::Peers::of(self.state.gpus.values(), now);
-        for finding in gpus.iter_mut() {
-            let Some(state) = self.state.gpus.get(&finding.uuid) else {
+        let summaries: Vec<Option<(&GpuState, Summaries)>> = gpus
+            .iter()
+            .map(|f| {
+                let state = self.state.gpus.get(&f.uuid)?;
+                Some((state, state.windows.summaries(now)))
+            })
+            .collect();
+        let peers = risk::Peers::of(summaries.iter().flatten().map(|(_, s)| &s.day));
+        for (finding, summary) in gpus.iter_mut().zip(&summaries) {
+            let Some((state, windows)) = summary else {
                 continue;
             };
+            finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
             finding.risk = risk::assess(
                 &self.config.risk_model,
                 &risk::RiskInput {
                     now,
                     state,
+                    windows,
                     sample: snapshot.gpu_by_uuid(&finding.uuid),
                     peers: &peers,
                 },

@@ -372,6 +372,16 @@ impl Ring {
     }
 }
 
+/// The spans risk features and findings read, summarised once per GPU per step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summaries {
+    pub hour: Bucket,
+    pub day: Bucket,
+    pub week: Bucket,
+    /// The week before the last day.
+    pub baseline: Bucket,
+}
+
 /// The three windows of one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Windows {
@@ -414,6 +424,16 @@ impl Windows {
     /// The last week, from 2-hour buckets.
     pub fn last_week(&self, now: i64) -> Bucket {
         self.week.summary(now, WEEK)
+    }
+
+    /// The last hour, day and week, and the baseline, at `now`.
+    pub fn summaries(&self, now: i64) -> Summaries {
+        Summaries {
+            hour: self.last_hour(now),
+            day: self.last_day(now),
+            week: self.last_week(now),
+            baseline: self.baseline(now),
+        }
     }
 
     /// The last `span` seconds, from the finest ring that covers them.

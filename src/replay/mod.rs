@@ -11,6 +11,7 @@
 //! number, never a panic and never the end of the replay. Only a file that cannot be read
 //! at all, or a CSV whose columns cannot be known, stops it.
 
+pub mod alerts;
 pub mod jsonl;
 pub mod report;
 pub mod smi_csv;
@@ -22,7 +23,7 @@ use std::io::BufRead;
 
 use crate::engine::Engine;
 use crate::model::Snapshot;
-use report::{NoRules, ReplayRules, Report, ReportBuilder};
+use report::{ReplayRules, Report, ReportBuilder};
 
 /// What a recording is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,16 +242,6 @@ fn read_batches(
         }
     }
     Ok(reader.stats())
-}
-
-/// [`replay`] without alert rules (until the alerting rules join, the report's `alerts`
-/// stays empty).
-pub fn replay_without_rules(
-    reader: &mut dyn SnapshotReader,
-    engine: &mut Engine,
-    warnings: &mut Warnings,
-) -> anyhow::Result<Report> {
-    replay(reader, engine, &mut NoRules, warnings)
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //!
 //! Per GPU it keeps the highest and the last risk score, the first time the score reached
 //! the `[risk]` threshold, whether the GPU was lost at the end, and every finding that
-//! held at some step. The alert rules push into [`Report::alerts`] through [`ReplayRules`];
-//! until they are wired in, [`NoRules`] leaves it empty.
+//! held at some step. The alert rules push into [`Report::alerts`] through [`ReplayRules`]
+//! (the default rules: `replay::alerts`).
 //!
 //! A GPU whose rows stop before the end of the log is lost. The engine only calls a GPU
 //! lost after it has been missing for [`VANISHED_AFTER_SECONDS`], so when a log ends sooner
@@ -68,13 +68,6 @@ pub trait ReplayRules {
     fn step(&mut self, findings: &Findings, alerts: &mut Vec<ReportAlert>);
     /// The recording ended at `end` (alerts still firing keep `ends_at` null).
     fn finish(&mut self, _end: DateTime<Utc>, _alerts: &mut Vec<ReportAlert>) {}
-}
-
-/// No alert rules: the report's `alerts` stays empty.
-pub struct NoRules;
-
-impl ReplayRules for NoRules {
-    fn step(&mut self, _findings: &Findings, _alerts: &mut Vec<ReportAlert>) {}
 }
 
 /// RFC 3339 as the report writes it: UTC, `Z`, milliseconds only where present.

@@ -133,10 +133,20 @@ impl History {
                 let Some(state) = engine.state.gpus.get(&sample.uuid) else {
                     continue;
                 };
-                let peers = peers.get_or_insert_with(|| Peers::of(engine.state.gpus.values(), now));
+                let peers = peers.get_or_insert_with(|| {
+                    let days: Vec<_> = engine
+                        .state
+                        .gpus
+                        .values()
+                        .map(|g| g.windows.last_day(now))
+                        .collect();
+                    Peers::of(days.iter())
+                });
+                let windows = state.windows.summaries(now);
                 let x = risk::features(&RiskInput {
                     now,
                     state,
+                    windows: &windows,
                     sample: Some(sample),
                     peers,
                 });

@@ -7,7 +7,7 @@
 //! GPU with nothing to report, so a model's bias is the healthy score.
 
 use super::RiskInput;
-use crate::engine::window::DAY;
+use crate::engine::window::{DAY, Summaries};
 
 /// Every feature the model can weigh, with what it measures. The order is the order of
 /// [`features`]' output and of training columns.
@@ -105,12 +105,12 @@ const STEADY_POWER_SWING: f64 = 0.03;
 
 /// Feature values in [`FEATURES`] order.
 pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
-    let now = input.now;
-    let w = &input.state.windows;
-    let hour = w.last_hour(now);
-    let day = w.last_day(now);
-    let week = w.last_week(now);
-    let base = w.baseline(now);
+    let Summaries {
+        hour,
+        day,
+        week,
+        baseline: base,
+    } = input.windows;
     // Counts of the last day are taken over the whole day, observed or not: a burst in
     // the first minutes of a fresh agent must not read as a rate of thousands a day.
     let per_hour = |count: f64, seconds: f64| {

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::GpuState;
-use super::window::{DAY, WEEK};
+use super::window::{Bucket, DAY, Summaries, WEEK};
 use crate::model::GpuSample;
 
 mod features;
@@ -126,9 +126,9 @@ pub struct Peers {
 }
 
 impl Peers {
-    pub fn of<'a>(gpus: impl Iterator<Item = &'a GpuState>, now: i64) -> Peers {
-        let mut rates: Vec<f64> = gpus
-            .map(|g| g.windows.last_day(now))
+    /// From every GPU's last day.
+    pub fn of<'a>(days: impl Iterator<Item = &'a Bucket>) -> Peers {
+        let mut rates: Vec<f64> = days
             .filter(|d| d.seconds > 0.0)
             // Over the whole day, as the features count it.
             .map(|d| d.deltas.pcie_replays * 3600.0 / d.seconds.max(DAY as f64))
@@ -149,6 +149,8 @@ impl Peers {
 pub struct RiskInput<'a> {
     pub now: i64,
     pub state: &'a GpuState,
+    /// The state's windows summarised at `now` (once per step, shared with the findings).
+    pub windows: &'a Summaries,
     /// This step's sample; None when the GPU is missing from the snapshot.
     pub sample: Option<&'a GpuSample>,
     pub peers: &'a Peers,
@@ -174,7 +176,7 @@ pub fn rule(input: &RiskInput<'_>) -> Option<&'static str> {
     {
         return Some("row_remap_failure");
     }
-    let uncorrected = state.windows.last_week(input.now).deltas.ecc_uncorrected;
+    let uncorrected = input.windows.week.deltas.ecc_uncorrected;
     if uncorrected > 0.0 && xid_seen(&[48, 63, 64]) {
         return Some("uncorrectable_memory_error");
     }
