@@ -143,3 +143,31 @@ fn a_hanging_advice_server_does_not_hold_alerts_back() {
     );
     assert!(body["alerts"][0]["annotations"].get("advice").is_none());
 }
+
+#[test]
+fn the_fleet_digest_goes_out_on_its_interval() {
+    let hook = HttpServer::start(vec![]);
+    let chat = HttpServer::start(vec![Answer::json(
+        200,
+        r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"GPU 1 is most at risk."},"finish_reason":"stop"}]}"#,
+    )]);
+    let extra = format!(
+        "[advice]\nenabled = true\nbase_url = \"{}\"\napi_key_env = \"GS_TEST_API_KEY\"\ndigest_interval = \"2s\"\n",
+        chat.url("")
+    );
+    let _agent = agent("digest", &hook, &extra);
+    let (body, _) = wait_for_alert(&hook, "GpuFleetDigest", Duration::from_secs(30));
+    let digest = &body["alerts"][0];
+    assert_eq!(digest["labels"]["severity"], "info");
+    assert_eq!(
+        digest["annotations"]["description"],
+        "GPU 1 is most at risk."
+    );
+    // The digest request carries the fleet, most at risk first.
+    let asked = chat
+        .requests()
+        .into_iter()
+        .find(|r| r.text().contains("summarise"))
+        .expect("a digest request");
+    assert!(asked.text().contains("gpus"), "{}", asked.text());
+}
