@@ -138,19 +138,7 @@ fn alert_markdown(facts: &Facts) -> String {
         facts.name,
         facts.severity
     )];
-    if !facts.location.is_empty() {
-        lines.push(facts.location.clone());
-    }
-    for (label, value) in [
-        ("Summary", &facts.summary),
-        ("Description", &facts.description),
-        ("Runbook", &facts.runbook),
-        ("Advice", &facts.advice),
-    ] {
-        if let Some(v) = value {
-            lines.push(format!("**{label}:** {v}"));
-        }
-    }
+    lines.extend(facts.markdown_fields());
     lines.push(format!("*{}*", facts.when));
     lines.join("\n\n")
 }

@@ -158,19 +158,7 @@ fn template(tone: Tone) -> &'static str {
 fn markdown(facts: &Facts) -> String {
     let status = if facts.firing { "" } else { " — resolved" };
     let mut lines = vec![format!("**{}** ({}){status}", facts.name, facts.severity)];
-    if !facts.location.is_empty() {
-        lines.push(facts.location.clone());
-    }
-    for (label, value) in [
-        ("Summary", &facts.summary),
-        ("Description", &facts.description),
-        ("Runbook", &facts.runbook),
-        ("Advice", &facts.advice),
-    ] {
-        if let Some(v) = value {
-            lines.push(format!("**{label}:** {v}"));
-        }
-    }
+    lines.extend(facts.markdown_fields());
     lines.push(facts.when.clone());
     lines.join("\n")
 }

@@ -117,6 +117,26 @@ pub struct Facts {
 }
 
 impl Facts {
+    /// The location line (when known), then each field present as `**Label:** value`, in
+    /// the order every chat message shows them.
+    pub fn markdown_fields(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if !self.location.is_empty() {
+            lines.push(self.location.clone());
+        }
+        for (label, value) in [
+            ("Summary", &self.summary),
+            ("Description", &self.description),
+            ("Runbook", &self.runbook),
+            ("Advice", &self.advice),
+        ] {
+            if let Some(v) = value {
+                lines.push(format!("**{label}:** {v}"));
+            }
+        }
+        lines
+    }
+
     /// Reads an alert; `field_bytes` bounds the description and advice, a quarter of it
     /// the summary and runbook (they are one-liners).
     pub fn of(alert: &Alert, field_bytes: usize) -> Facts {

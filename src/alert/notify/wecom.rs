@@ -79,19 +79,7 @@ fn alert_markdown(facts: &Facts) -> String {
         format!("<font color=\"comment\">{}</font>", facts.severity)
     };
     let mut lines = vec![format!("**{}** {badge}", facts.name)];
-    if !facts.location.is_empty() {
-        lines.push(facts.location.clone());
-    }
-    for (label, value) in [
-        ("Summary", &facts.summary),
-        ("Description", &facts.description),
-        ("Runbook", &facts.runbook),
-        ("Advice", &facts.advice),
-    ] {
-        if let Some(v) = value {
-            lines.push(format!("**{label}:** {v}"));
-        }
-    }
+    lines.extend(facts.markdown_fields());
     lines.push(format!("<font color=\"comment\">{}</font>", facts.when));
     lines.join("\n")
 }
