@@ -160,16 +160,18 @@ fn common<'a>(mut sets: impl Iterator<Item = &'a LabelSet>) -> LabelSet {
     out
 }
 
+/// A label set from pairs, for the alerting modules' tests.
+#[cfg(test)]
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> LabelSet {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn labels(pairs: &[(&str, &str)]) -> LabelSet {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn fingerprints_depend_on_labels_only() {

@@ -378,6 +378,7 @@ fn label_text(labels: &LabelSet) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alert::labels;
 
     fn route(text: &str) -> Route {
         let config: crate::config::Config = toml::from_str(text).unwrap();
@@ -539,13 +540,6 @@ mod tests {
         let sent = d.tick(&mut state, &resolved, t0 + TimeDelta::seconds(70));
         assert_eq!(sent.len(), 1, "a change goes out at once");
         assert_eq!(sent[0].alerts[0].state, AlertState::Resolved);
-    }
-
-    fn labels(pairs: &[(&str, &str)]) -> LabelSet {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::http::{BodyCheck, Endpoint, Reply, body_code};
+use super::http::{BodyCheck, Endpoint, Reply, errcode_verdict};
 use super::text::{self, Facts, Tone};
 use super::{Notifier, NotifyError, hmac_sha256_base64};
 use crate::alert::Notification;
@@ -155,21 +155,7 @@ fn emoji(tone: Tone) -> &'static str {
 
 /// DingTalk's in-body verdict (see the module docs for the codes).
 fn check(reply: &Reply, _now: DateTime<Utc>) -> Option<Result<(), NotifyError>> {
-    let (code, message) = body_code(reply, "errcode", "errmsg")?;
-    let reason = format!("DingTalk errcode {code}: {message}");
-    match code {
-        0 if reply.status < 300 => Some(Ok(())),
-        0 => None,
-        -1 => Some(Err(NotifyError::Retry {
-            reason,
-            after: None,
-        })),
-        130101 => Some(Err(NotifyError::Retry {
-            reason,
-            after: Some(THROTTLE),
-        })),
-        _ => Some(Err(NotifyError::Drop { reason })),
-    }
+    errcode_verdict(reply, "DingTalk", 130101, THROTTLE)
 }
 
 #[cfg(test)]

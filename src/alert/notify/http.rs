@@ -372,6 +372,33 @@ pub fn body_code(reply: &Reply, field: &str, message_field: &str) -> Option<(i64
     Some((code, message))
 }
 
+/// The verdict of a chat robot that answers `{"errcode": N, "errmsg": …}` (DingTalk and
+/// WeCom): 0 is delivered (when the status says so too), -1 "system busy" and the robot's
+/// rate-limit code are retried (the latter after `rate_limit_wait`), any other code is
+/// dropped, as Alertmanager's own WeChat integration does. None: not such a body.
+pub fn errcode_verdict(
+    reply: &Reply,
+    service: &str,
+    rate_limit_code: i64,
+    rate_limit_wait: Duration,
+) -> Option<Result<(), NotifyError>> {
+    let (code, message) = body_code(reply, "errcode", "errmsg")?;
+    let reason = format!("{service} errcode {code}: {message}");
+    match code {
+        0 if reply.status < 300 => Some(Ok(())),
+        0 => None,
+        -1 => Some(Err(NotifyError::Retry {
+            reason,
+            after: None,
+        })),
+        c if c == rate_limit_code => Some(Err(NotifyError::Retry {
+            reason,
+            after: Some(rate_limit_wait),
+        })),
+        _ => Some(Err(NotifyError::Drop { reason })),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

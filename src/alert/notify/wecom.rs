@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::http::{BodyCheck, Endpoint, Reply, body_code};
+use super::http::{BodyCheck, Endpoint, Reply, errcode_verdict};
 use super::text::{self, Facts};
 use super::{Notifier, NotifyError};
 use crate::alert::Notification;
@@ -86,19 +86,5 @@ fn alert_markdown(facts: &Facts) -> String {
 
 /// WeCom's in-body verdict (see the module docs for the codes).
 fn check(reply: &Reply, _now: DateTime<Utc>) -> Option<Result<(), NotifyError>> {
-    let (code, message) = body_code(reply, "errcode", "errmsg")?;
-    let reason = format!("WeCom errcode {code}: {message}");
-    match code {
-        0 if reply.status < 300 => Some(Ok(())),
-        0 => None,
-        -1 => Some(Err(NotifyError::Retry {
-            reason,
-            after: None,
-        })),
-        45009 => Some(Err(NotifyError::Retry {
-            reason,
-            after: Some(RATE_WINDOW),
-        })),
-        _ => Some(Err(NotifyError::Drop { reason })),
-    }
+    errcode_verdict(reply, "WeCom", 45009, RATE_WINDOW)
 }
