@@ -381,6 +381,15 @@ mod tests {
     }
 
     #[test]
+    fn resolutions_must_outlive_the_longest_group_interval() {
+        let text = "[alerting]\nresolved_retention = \"15m\"\n[alerting.route]\n\
+                    [[alerting.route.routes]]\ngroup_interval = \"30m\"\n";
+        let err = Config::parse(text).unwrap_err();
+        assert_eq!(err[0].key.as_deref(), Some("alerting.resolved_retention"));
+        assert_eq!(err[0].line, Some(2));
+    }
+
+    #[test]
     fn syntax_error_has_a_line() {
         let err = Config::parse("[collect\ninterval = 5").unwrap_err();
         assert_eq!(err[0].line, Some(1));

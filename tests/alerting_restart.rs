@@ -66,12 +66,17 @@ fn undelivered_notifications_survive_kill_minus_nine() {
         accepted.iter().any(|r| r.text().contains("GpuLost")),
         "GpuLost delivered after the restart"
     );
-    // Exactly one GpuLost notification was accepted: the restart neither lost nor re-fired it.
+    // Exactly one GpuLost notification was accepted, and it is the one the first agent
+    // stored: the same alert (same startsAt), not one the restarted agent fired afresh
+    // (that would have superseded it in the outbox with a later start).
     std::thread::sleep(Duration::from_secs(2));
-    let lost_accepted = hook.requests()[before..]
+    let lost: Vec<serde_json::Value> = hook.requests()[before..]
         .iter()
         .filter(|r| r.text().contains("\"GpuLost\""))
-        .count();
-    assert_eq!(lost_accepted, 1);
+        .map(|r| r.json())
+        .collect();
+    assert_eq!(lost.len(), 1);
+    let started = |body: &serde_json::Value| body["alerts"][0]["startsAt"].clone();
+    assert_eq!(started(&lost[0]), started(&refused[0].json()));
     let _ = std::fs::remove_dir_all(&state);
 }

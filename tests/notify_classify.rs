@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::alerts::{alert, no_env, notification, receiver, resolved};
+use common::alerts::{alert, no_env, notification, receiver};
 use common::http_server::{Answer, HttpServer};
 use gpu_sentinel::alert::notify::dingtalk::DingTalkNotifier;
 use gpu_sentinel::alert::notify::feishu::FeishuNotifier;
@@ -365,29 +365,4 @@ fn build_resolves_urls_and_secrets_from_the_environment() {
         )
         .unwrap_or_else(|e| panic!("{kind}: {e}"));
     }
-}
-
-#[test]
-fn send_resolved_false_leaves_resolutions_out() {
-    let server = HttpServer::start(vec![Answer::ok()]);
-    let mut entry = receiver("ops", "webhook", Some(&server.url("/hook")));
-    entry.send_resolved = false;
-    let notifier = build(&entry, &no_env).expect("built");
-    let firing = alert("GpuLost", "critical", 1);
-    let gone = resolved(alert("GpuLost", "critical", 2));
-    notifier
-        .send(&notification("ops", vec![firing, gone.clone()]))
-        .expect("sent");
-    notifier
-        .send(&notification("ops", vec![gone]))
-        .expect("nothing to send is a success");
-    let requests = server.requests();
-    assert_eq!(
-        requests.len(),
-        1,
-        "an all-resolved notification is not sent"
-    );
-    let alerts = requests[0].json()["alerts"].clone();
-    assert_eq!(alerts.as_array().map(Vec::len), Some(1));
-    assert_eq!(alerts[0]["labels"]["gpu"], "1");
 }

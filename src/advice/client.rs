@@ -146,12 +146,14 @@ impl ChatClient {
             .send(body.as_bytes())
             .map_err(transport)?;
         let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        // Seconds or an HTTP date, read as the notifiers read it.
+        let retry_after = crate::alert::notify::http::retry_after(
+            response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()),
+            chrono::Utc::now(),
+        );
         let text = response
             .body_mut()
             .with_config()

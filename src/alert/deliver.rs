@@ -3,11 +3,13 @@
 //! integrations.
 //!
 //! **One worker thread per receiver.** A receiver that hangs or is down holds back only its
-//! own notifications; each worker sends one notification at a time, so a receiver sees its
-//! notifications in order and is never hit by parallel requests. Every send is bounded by the
-//! receiver's timeout inside the notifier (its HTTP client); the worker records when its send
-//! started, so a send stuck past that shows in [`DeliveryStats::in_flight`] rather than
-//! silently.
+//! own notifications; each worker sends one notification at a time, so a receiver is never hit
+//! by parallel requests. Due entries go oldest first, except that an entry that failed waits
+//! for its retry behind entries never tried, so one poisonous message cannot block the rest;
+//! a group's newer notification supersedes its older one, so a group is never told an old
+//! state after a new one. Every send is bounded by the receiver's timeout inside the notifier
+//! (its HTTP client); the worker records when its send started, so a send stuck past that
+//! shows in `gpu_sentinel_delivery_in_flight_seconds` rather than silently.
 //!
 //! **Outcomes.** `Ok` removes the entry (`sent`). [`NotifyError::Retry`] keeps it and backs
 //! the whole receiver off — the failure is about the receiver, not the message — by
@@ -276,14 +278,20 @@ impl Delivery {
     /// Stores a notification in the outbox and wakes its receiver's worker. Never blocks on
     /// a receiver. When the store fails the notification is kept in memory and still sent.
     pub fn submit(&self, notification: &Notification) -> Enqueued {
+        self.submit_due_at(notification, Utc::now())
+    }
+
+    /// Like [`Delivery::submit`], not sent before `due_at` (a notification waiting for
+    /// advice): stored at once, so a crash while it waits loses nothing.
+    pub fn submit_due_at(&self, notification: &Notification, due_at: DateTime<Utc>) -> Enqueued {
         let now = Utc::now();
         let outbox = &self.shared.outbox;
-        let done = match outbox.enqueue(notification, now) {
+        let done = match outbox.enqueue_due_at(notification, now, due_at) {
             Ok(done) => done,
             Err(e) => {
                 self.shared.store_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!("{e}; this notification is kept in memory only");
-                outbox.enqueue_in_memory(notification, now)
+                outbox.enqueue_in_memory(notification, now, due_at)
             }
         };
         let receiver = &notification.receiver;

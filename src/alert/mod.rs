@@ -140,11 +140,23 @@ impl Notification {
         common(self.alerts.iter().map(|a| &a.annotations))
     }
 
-    /// The highest severity in the group (critical > warning > info).
+    /// The highest severity among the group's firing alerts (critical > warning > info),
+    /// or among all of them when none fires: a resolved critical next to a firing warning
+    /// is not a critical notification.
     pub fn severity(&self) -> &str {
+        let firing: Vec<&Alert> = self
+            .alerts
+            .iter()
+            .filter(|a| a.state == AlertState::Firing)
+            .collect();
+        let pool: Vec<&Alert> = if firing.is_empty() {
+            self.alerts.iter().collect()
+        } else {
+            firing
+        };
         ["critical", "warning", "info"]
             .into_iter()
-            .find(|s| self.alerts.iter().any(|a| a.severity() == *s))
+            .find(|s| pool.iter().any(|a| a.severity() == *s))
             .unwrap_or("")
     }
 }

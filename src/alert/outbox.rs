@@ -192,7 +192,16 @@ impl Outbox {
             path: path.to_path_buf(),
             db,
         };
-        let entries = store.load()?;
+        let mut entries = store.load()?;
+        // Entries written while the store was failing may have been superseded in memory
+        // only: of each receiver's group, the newest entry is the one that counts.
+        let stale = stale_on_load(&entries);
+        if !stale.is_empty() {
+            store.write(&[], &stale)?;
+            for id in &stale {
+                entries.remove(id);
+            }
+        }
         let next_id = entries.keys().next_back().map_or(1, |id| id + 1);
         Ok(Outbox {
             store: Some(store),
@@ -269,20 +278,38 @@ impl Outbox {
         notification: &Notification,
         now: DateTime<Utc>,
     ) -> Result<Enqueued, OutboxError> {
-        self.insert(notification, now, true)
+        self.insert(notification, now, now, true)
+    }
+
+    /// Like [`Outbox::enqueue`], but not due before `due_at`: durable at once, sent later
+    /// unless a newer notification of its group supersedes it first.
+    pub fn enqueue_due_at(
+        &self,
+        notification: &Notification,
+        now: DateTime<Utc>,
+        due_at: DateTime<Utc>,
+    ) -> Result<Enqueued, OutboxError> {
+        self.insert(notification, now, due_at, true)
     }
 
     /// Like [`Outbox::enqueue`] but in memory only: for when the store failed and the
     /// notification must still go out.
-    pub fn enqueue_in_memory(&self, notification: &Notification, now: DateTime<Utc>) -> Enqueued {
+    pub fn enqueue_in_memory(
+        &self,
+        notification: &Notification,
+        now: DateTime<Utc>,
+        due_at: DateTime<Utc>,
+    ) -> Enqueued {
         // Without the store nothing can fail.
-        self.insert(notification, now, false).unwrap_or_default()
+        self.insert(notification, now, due_at, false)
+            .unwrap_or_default()
     }
 
     fn insert(
         &self,
         notification: &Notification,
         now: DateTime<Utc>,
+        due_at: DateTime<Utc>,
         durable: bool,
     ) -> Result<Enqueued, OutboxError> {
         let mut state = self.lock();
@@ -292,7 +319,7 @@ impl Outbox {
             notification: notification.clone(),
             enqueued_at: now,
             attempts: 0,
-            next_attempt_at: now,
+            next_attempt_at: due_at.max(now),
             last_error: None,
         };
         let superseded = superseded_ids(&state, &notification.receiver, &notification.group_key);
@@ -478,6 +505,22 @@ impl Outbox {
         // one insert/remove), so a poisoned lock is still safe to use.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Every entry but the newest of its (receiver, group).
+fn stale_on_load(entries: &BTreeMap<EntryId, OutboxEntry>) -> Vec<EntryId> {
+    let mut newest: BTreeMap<(&str, &str), EntryId> = BTreeMap::new();
+    let mut stale = Vec::new();
+    for (id, e) in entries {
+        let key = (
+            e.notification.receiver.as_str(),
+            e.notification.group_key.as_str(),
+        );
+        if let Some(older) = newest.insert(key, *id) {
+            stale.push(older);
+        }
+    }
+    stale
 }
 
 fn superseded_ids(state: &State, receiver: &str, group_key: &str) -> Vec<EntryId> {

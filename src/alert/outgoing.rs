@@ -1,16 +1,17 @@
 //! The outgoing side of alerting: advice (when enabled) and then durable delivery.
 //!
-//! A due notification goes to the outbox at once unless it is critical and advice is on.
-//! Then it waits for the advisor at most `max_wait` (wall time: advice is a real-time
-//! service even when the simulator runs fast), goes out with the `advice` annotation if
-//! the answer came, or without it — and the advice follows as a repeat of the group's
-//! notification once it arrives. Advice never blocks or delays an alert beyond `max_wait`.
+//! Every due notification goes to the outbox at once. A critical one, with advice on, is
+//! stored due `max_wait` from now (wall time: advice is a real-time service even when the
+//! simulator runs fast); when the advice comes sooner it is stored again with the `advice`
+//! annotation and supersedes the waiting one, and when it comes later it follows as a
+//! repeat of the group's notification. Advice never delays an alert beyond `max_wait`, and
+//! a crash while waiting loses nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
 use super::deliver::{Delivery, DeliveryOptions, DeliveryStats, Target, max_per_minute};
 use super::notify::{Settings, build_with};
@@ -27,15 +28,15 @@ pub struct Outgoing {
     advisor: Option<Advisor>,
     redaction: Redaction,
     hostname: String,
-    /// Critical notifications waiting for advice, with when they started waiting.
-    held: Vec<(Notification, Instant)>,
-    /// Groups sent without advice whose advice is still owed: their last notification.
-    owed: BTreeMap<String, Notification>,
+    /// Alertmanager receivers: machine consumers, not sent the digest.
+    alertmanagers: BTreeSet<String>,
+    /// Critical notifications already in the outbox (due at `max_wait` at the latest)
+    /// whose advice is awaited, by receiver and group, with the key the advice is under.
+    awaiting: BTreeMap<(String, String), (String, Notification)>,
     digest_every: Option<Duration>,
     last_digest: Option<Instant>,
     digest_route: Option<Route>,
 }
-
 impl Outgoing {
     /// Builds notifiers for every receiver (a missing environment variable is an error
     /// naming it), opens the outbox in `state_dir` (in memory without one), starts delivery
@@ -83,118 +84,83 @@ impl Outgoing {
             advisor,
             redaction: Redaction::from(&config.advice),
             hostname,
-            held: Vec::new(),
-            owed: BTreeMap::new(),
+            alertmanagers: config
+                .alerting
+                .receivers
+                .iter()
+                .filter(|r| r.kind == "alertmanager")
+                .map(|r| r.name.clone())
+                .collect(),
+            awaiting: BTreeMap::new(),
             digest_every: config.advice.digest_interval,
             last_digest: None,
             digest_route,
         })
     }
 
-    /// Hands this step's due notifications on, and moves held and owed ones along.
+    /// Hands this step's due notifications on, and sends advice that has come in.
+    ///
+    /// Every notification is stored in the outbox at once, so a crash loses nothing. One
+    /// that wants advice is stored due `max_wait` from now: if the advice comes first it
+    /// is stored again with the advice attached (superseding the waiting one); if it
+    /// comes later, it follows as a repeat of the group's notification.
     pub fn step(&mut self, due: Vec<Notification>, findings: &Findings) {
         for n in due {
-            let wants_advice =
-                self.advisor.is_some() && n.severity() == "critical" && n.status() == "firing";
-            if !wants_advice {
-                self.owed.remove(&n.group_key);
-                self.send(n);
+            let group = (n.receiver.clone(), n.group_key.clone());
+            // A newer notification of the group makes any awaited advice for it moot.
+            self.awaiting.remove(&group);
+            let wants_advice = n.status() == "firing" && n.severity() == "critical";
+            let Some(advisor) = self.advisor.as_ref().filter(|_| wants_advice) else {
+                self.send(&n, None);
                 continue;
-            }
-            if let Some(advisor) = &self.advisor {
-                if advisor.status(&n.group_key) == AdviceStatus::Unrequested {
-                    let summary =
-                        alert_summary(&n.alerts, findings, &self.hostname, self.redaction);
-                    advisor.request(&n.group_key, &summary);
+            };
+            let key = advice_key(&n);
+            // Asked for each new set of firing alerts; the advisor answers one group key
+            // once, retries failures after a while, and keeps answers for repeats.
+            let summary = alert_summary(&n.alerts, findings, &self.hostname, self.redaction);
+            advisor.request(&key, &summary);
+            match advisor.status(&key) {
+                AdviceStatus::Ready(text) => self.send(&with_advice(n, &text), None),
+                AdviceStatus::Failed => self.send(&n, None),
+                AdviceStatus::Pending { .. } | AdviceStatus::Unrequested => {
+                    let wait = TimeDelta::from_std(advisor.max_wait()).unwrap_or_default();
+                    self.send(&n, Some(Utc::now() + wait));
+                    self.awaiting.insert(group, (key, n));
                 }
             }
-            // A newer notification of the same group replaces one still held.
-            self.held.retain(|(h, _)| h.group_key != n.group_key);
-            self.held.push((n, Instant::now()));
         }
         self.poll();
         self.digest(findings);
     }
 
-    /// Releases held notifications whose wait is over and sends advice that came late.
+    /// Sends advice that has come in for notifications already stored.
     pub fn poll(&mut self) {
-        self.release_held();
-        self.pay_owed();
-    }
-
-    /// When [`Outgoing::poll`] next has something to do: a held notification's `max_wait`
-    /// ending, or a second from now while advice is awaited.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        let advisor = self.advisor.as_ref()?;
-        let held = self
-            .held
-            .iter()
-            .map(|(_, since)| *since + advisor.max_wait())
-            .min();
-        let soon = (!self.held.is_empty() || !self.owed.is_empty())
-            .then(|| Instant::now() + Duration::from_secs(1));
-        match (held, soon) {
-            (Some(h), Some(s)) => Some(h.min(s)),
-            (h, s) => h.or(s),
-        }
-    }
-
-    /// Held notifications whose advice came, or whose `max_wait` ran out, go out.
-    fn release_held(&mut self) {
         let Some(advisor) = &self.advisor else {
             return;
         };
-        let max_wait = advisor.max_wait();
-        let mut still = Vec::new();
-        let mut ready = Vec::new();
-        for (mut n, since) in std::mem::take(&mut self.held) {
-            match advisor.status(&n.group_key) {
-                AdviceStatus::Ready(text) => {
-                    attach(&mut n, &text);
-                    ready.push(n);
-                }
-                AdviceStatus::Pending { .. } | AdviceStatus::Unrequested
-                    if since.elapsed() < max_wait =>
-                {
-                    still.push((n, since));
-                }
-                AdviceStatus::Failed => ready.push(n),
-                _ => {
-                    self.owed.insert(n.group_key.clone(), n.clone());
-                    ready.push(n);
-                }
-            }
-        }
-        self.held = still;
-        for n in ready {
-            self.send(n);
-        }
-    }
-
-    /// Advice that arrived after its group went out follows as a repeat with it attached.
-    fn pay_owed(&mut self) {
-        let Some(advisor) = &self.advisor else {
-            return;
-        };
-        let mut paid = Vec::new();
-        for (key, n) in &self.owed {
+        let mut settled = Vec::new();
+        for (group, (key, n)) in &self.awaiting {
             match advisor.status(key) {
                 AdviceStatus::Ready(text) => {
-                    let mut n = n.clone();
-                    attach(&mut n, &text);
-                    n.created_at = Utc::now().max(n.created_at);
-                    paid.push((key.clone(), Some(n)));
+                    settled.push((group.clone(), Some(with_advice(n.clone(), &text))))
                 }
-                AdviceStatus::Failed | AdviceStatus::Unrequested => paid.push((key.clone(), None)),
+                AdviceStatus::Failed | AdviceStatus::Unrequested => {
+                    settled.push((group.clone(), None))
+                }
                 AdviceStatus::Pending { .. } => {}
             }
         }
-        for (key, n) in paid {
-            self.owed.remove(&key);
-            if let Some(n) = n {
-                self.send(n);
+        for (group, advised) in settled {
+            self.awaiting.remove(&group);
+            if let Some(n) = advised {
+                self.send(&n, None);
             }
         }
+    }
+
+    /// When [`Outgoing::poll`] next has something to do: soon, while advice is awaited.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        (!self.awaiting.is_empty()).then(|| Instant::now() + Duration::from_millis(250))
     }
 
     /// The periodic fleet digest, sent as an info notification along the routing tree.
@@ -216,18 +182,24 @@ impl Outgoing {
             .matches(&notification.alerts[0].labels)
             .iter()
             .map(|r| r.receiver.clone())
+            .filter(|r| !self.alertmanagers.contains(r))
             .collect();
         for receiver in receivers {
-            self.send(Notification {
+            let n = Notification {
                 receiver,
                 ..notification.clone()
-            });
+            };
+            self.send(&n, None);
         }
     }
 
-    fn send(&self, n: Notification) {
+    /// Stores `n` for delivery, not due before `due_at` when given.
+    fn send(&self, n: &Notification, due_at: Option<DateTime<Utc>>) {
         if let Some(delivery) = &self.delivery {
-            delivery.submit(&n);
+            match due_at {
+                Some(at) => delivery.submit_due_at(n, at),
+                None => delivery.submit(n),
+            };
         }
     }
 
@@ -256,10 +228,26 @@ impl Outgoing {
     }
 }
 
-fn attach(n: &mut Notification, advice: &str) {
+fn with_advice(mut n: Notification, advice: &str) -> Notification {
     for a in &mut n.alerts {
         a.annotations.insert("advice".into(), advice.to_string());
     }
+    n
+}
+
+/// Where a group's advice is kept: the group and the set of alerts firing in it, so a new
+/// incident in the same group (or the same Alertmanager list) gets advice of its own.
+fn advice_key(n: &Notification) -> String {
+    let mut labels = LabelSet::new();
+    for a in n.alerts.iter().filter(|a| a.state == AlertState::Firing) {
+        labels.insert(format!("{:016x}", a.fingerprint()), String::new());
+    }
+    format!(
+        "{}/{}#{:016x}",
+        n.receiver,
+        n.group_key,
+        super::fingerprint(&labels)
+    )
 }
 
 /// The digest as a notification of one info alert, `GpuFleetDigest`.

@@ -192,8 +192,16 @@ struct GroupState {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DispatchState {
     groups: BTreeMap<String, GroupState>,
-    last_push: Option<DateTime<Utc>>,
-    last_pushed: BTreeMap<u64, AlertState>,
+    /// Per Alertmanager receiver: when its list was last pushed, and what it held.
+    #[serde(default)]
+    pushed: BTreeMap<String, Pushed>,
+}
+
+/// The last list pushed to one Alertmanager receiver.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Pushed {
+    at: Option<DateTime<Utc>>,
+    alerts: BTreeMap<u64, AlertState>,
 }
 
 /// Turns the alert book into notifications, tick by tick.
@@ -215,12 +223,13 @@ impl Dispatcher {
         now: DateTime<Utc>,
     ) -> Vec<Notification> {
         let mut out = self.push_to_alertmanagers(state, book, now);
+        // Muted alerts stay in the book (and on /api/v1/alerts); they are only not notified.
+        let muted = super::rules::inhibited(book);
         let mut current: BTreeMap<String, (&Route, LabelSet, Vec<&Alert>)> = BTreeMap::new();
-        for alert in book
-            .alerts
-            .values()
-            .filter(|a| a.state != AlertState::Pending)
-        {
+        for (fingerprint, alert) in &book.alerts {
+            if alert.state == AlertState::Pending || muted.contains(fingerprint) {
+                continue;
+            }
             for route in self.route.matches(&alert.labels) {
                 let Some(info) = self.receivers.get(&route.receiver) else {
                     continue;
@@ -284,7 +293,11 @@ impl Dispatcher {
             }
             let now_set: BTreeMap<u64, AlertState> =
                 members.iter().map(|a| (a.fingerprint(), a.state)).collect();
-            let changed = now_set != group.last_sent;
+            // A new firing alert, or a resolution the receiver wants, is a change; an alert
+            // leaving a group that does not send resolutions is not (Alertmanager's rule).
+            let changed = now_set
+                .iter()
+                .any(|(fp, s)| group.last_sent.get(fp) != Some(s));
             let firing = members.iter().any(|a| a.state == AlertState::Firing);
             let after = |from: DateTime<Utc>, wait: Duration| now >= from + delta(wait);
             let due = match group.last_flush {
@@ -313,55 +326,59 @@ impl Dispatcher {
         out
     }
 
-    /// The whole alert list for each Alertmanager receiver, when it changed or the resend
-    /// interval passed. Firing alerts leave `ends_at` unset: the Alertmanager notifier sets
-    /// it four intervals past the moment it actually sends, as Prometheus does, so a list
-    /// that waited in the outbox through an outage does not arrive already expired.
+    /// For each Alertmanager receiver, the alerts the routing tree sends it (pending ones
+    /// aside), pushed when the list changed or the resend interval passed. Inhibition is
+    /// Alertmanager's own business there. Firing alerts leave `ends_at` unset: the
+    /// Alertmanager notifier sets it four intervals past the moment it actually sends, as
+    /// Prometheus does, so a list that waited in the outbox through an outage does not
+    /// arrive already expired.
     fn push_to_alertmanagers(
         &self,
         state: &mut DispatchState,
         book: &AlertBook,
         now: DateTime<Utc>,
     ) -> Vec<Notification> {
-        let targets: Vec<&String> = self
-            .receivers
-            .iter()
-            .filter(|(_, info)| info.alertmanager)
-            .map(|(name, _)| name)
-            .collect();
-        if targets.is_empty() {
-            return Vec::new();
-        }
-        let listed: Vec<&Alert> = book
-            .alerts
-            .values()
-            .filter(|a| a.state != AlertState::Pending)
-            .collect();
-        let set: BTreeMap<u64, AlertState> =
-            listed.iter().map(|a| (a.fingerprint(), a.state)).collect();
-        let resend_due = state
-            .last_push
-            .is_none_or(|last| now >= last + delta(self.resend_interval));
-        if listed.is_empty() || (set == state.last_pushed && !resend_due) {
-            if listed.is_empty() {
-                state.last_pushed.clear();
+        let mut out = Vec::new();
+        for (receiver, info) in &self.receivers {
+            if !info.alertmanager {
+                continue;
             }
-            return Vec::new();
-        }
-        state.last_push = Some(now);
-        state.last_pushed = set;
-        let alerts: Vec<Alert> = listed.into_iter().cloned().collect();
-        targets
-            .into_iter()
-            .map(|receiver| Notification {
+            let listed: Vec<(&u64, &Alert)> = book
+                .alerts
+                .iter()
+                .filter(|(_, a)| a.state != AlertState::Pending)
+                .filter(|(_, a)| {
+                    self.route
+                        .matches(&a.labels)
+                        .iter()
+                        .any(|r| &r.receiver == receiver)
+                })
+                .collect();
+            let set: BTreeMap<u64, AlertState> =
+                listed.iter().map(|(fp, a)| (**fp, a.state)).collect();
+            let last = state.pushed.entry(receiver.clone()).or_default();
+            let resend_due = last
+                .at
+                .is_none_or(|at| now >= at + delta(self.resend_interval));
+            if listed.is_empty() {
+                last.alerts.clear();
+                continue;
+            }
+            if set == last.alerts && !resend_due {
+                continue;
+            }
+            last.at = Some(now);
+            last.alerts = set;
+            out.push(Notification {
                 receiver: receiver.clone(),
                 group_key: format!("alertmanager:{receiver}"),
                 group_labels: LabelSet::new(),
-                alerts: alerts.clone(),
+                alerts: listed.into_iter().map(|(_, a)| a.clone()).collect(),
                 created_at: now,
                 external_url: self.external_url.clone(),
-            })
-            .collect()
+            });
+        }
+        out
     }
 }
 
@@ -448,6 +465,116 @@ mod tests {
             resend_interval: Duration::from_secs(60),
             external_url: String::new(),
         }
+    }
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-05-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn without_send_resolved_a_resolution_neither_goes_out_nor_counts_as_a_change() {
+        let mut d = dispatcher(false);
+        d.receivers.get_mut("ops").unwrap().send_resolved = false;
+        let mut state = DispatchState::default();
+        let at = |s: i64| t0() + TimeDelta::seconds(s);
+        let two = book_with(
+            &[
+                ("GpuLost", "1", AlertState::Firing),
+                ("GpuLost", "2", AlertState::Firing),
+            ],
+            t0(),
+        );
+        assert!(d.tick(&mut state, &two, at(0)).is_empty(), "group_wait");
+        assert_eq!(d.tick(&mut state, &two, at(10)).len(), 1);
+        let one_resolved = book_with(
+            &[
+                ("GpuLost", "1", AlertState::Firing),
+                ("GpuLost", "2", AlertState::Resolved),
+            ],
+            t0(),
+        );
+        assert!(d.tick(&mut state, &one_resolved, at(100)).is_empty());
+        let all_resolved = book_with(
+            &[
+                ("GpuLost", "1", AlertState::Resolved),
+                ("GpuLost", "2", AlertState::Resolved),
+            ],
+            t0(),
+        );
+        assert!(d.tick(&mut state, &all_resolved, at(200)).is_empty());
+    }
+
+    #[test]
+    fn alertmanager_receivers_get_only_what_their_routes_send_them() {
+        let mut receivers = BTreeMap::new();
+        for (name, alertmanager) in [("am", true), ("chat", false)] {
+            receivers.insert(
+                name.to_string(),
+                ReceiverInfo {
+                    alertmanager,
+                    send_resolved: true,
+                },
+            );
+        }
+        let d = Dispatcher {
+            route: route(
+                "[alerting.route]\nreceiver = \"chat\"\n\
+                 [[alerting.route.routes]]\nmatchers = [\"alertname=GpuLost\"]\nreceiver = \"am\"\n",
+            ),
+            receivers,
+            resend_interval: Duration::from_secs(60),
+            external_url: String::new(),
+        };
+        let book = book_with(
+            &[
+                ("GpuLost", "1", AlertState::Firing),
+                ("GpuGhostProcess", "2", AlertState::Firing),
+            ],
+            t0(),
+        );
+        let sent = d.tick(
+            &mut DispatchState::default(),
+            &book,
+            t0() + TimeDelta::seconds(10),
+        );
+        let to_am: Vec<&str> = sent
+            .iter()
+            .filter(|n| n.receiver == "am")
+            .flat_map(|n| n.alerts.iter().map(|a| a.name()))
+            .collect();
+        assert_eq!(to_am, ["GpuLost"]);
+    }
+
+    #[test]
+    fn muted_alerts_are_not_notified() {
+        let d = dispatcher(false);
+        let mut book = book_with(
+            &[
+                ("GpuLost", "1", AlertState::Firing),
+                ("GpuHardwareXid", "1", AlertState::Firing),
+            ],
+            t0(),
+        );
+        for a in book.alerts.values_mut() {
+            a.labels.insert("uuid".into(), "GPU-1".into());
+        }
+        let book = AlertBook {
+            alerts: book
+                .alerts
+                .into_values()
+                .map(|a| (a.fingerprint(), a))
+                .collect(),
+        };
+        let mut state = DispatchState::default();
+        d.tick(&mut state, &book, t0());
+        let sent = d.tick(&mut state, &book, t0() + TimeDelta::seconds(10));
+        let names: Vec<&str> = sent
+            .iter()
+            .flat_map(|n| n.alerts.iter().map(|a| a.name()))
+            .collect();
+        assert_eq!(names, ["GpuLost"]);
     }
 
     #[test]

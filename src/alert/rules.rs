@@ -4,8 +4,8 @@
 //! Evaluation is pure: time comes from the findings, so `replay` fires exactly the alerts
 //! the live agent would have. Known-bad hardware states (`GpuLost`, `GpuHardwareXid`,
 //! `GpuRowRemapFailure`, `GpuUncorrectableEccErrors`) fire at once. A lost GPU inhibits its
-//! other alerts: the one that matters is that it is gone; likewise a ghost process
-//! inhibits `GpuAllocatedIdle` on its GPU.
+//! other alerts, and a ghost process `GpuAllocatedIdle` on its GPU ([`inhibited`]): they
+//! keep firing in the book but are not notified.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -333,15 +333,8 @@ pub struct RuleInput<'a> {
     pub hostname: &'a str,
 }
 
-/// Every candidate alert the rules produce now, lost GPUs' other alerts inhibited.
+/// Every candidate alert the rules produce now (inhibition comes later: [`inhibited`]).
 pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
-    let lost: Vec<&str> = input
-        .findings
-        .gpus
-        .iter()
-        .filter(|g| g.lost)
-        .map(|g| g.uuid.as_str())
-        .collect();
     let mut out = Vec::new();
     for rule in rules {
         match &rule.condition {
@@ -349,11 +342,6 @@ pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
             Condition::CollectionFailing => collection_rule(rule, input, &mut out),
             _ => {
                 for gpu in &input.findings.gpus {
-                    let inhibited =
-                        rule.condition != Condition::Lost && lost.contains(&gpu.uuid.as_str());
-                    if inhibited {
-                        continue;
-                    }
                     if let Some((value, description)) = gpu_condition(&rule.condition, gpu) {
                         out.push(candidate(
                             rule,
@@ -430,8 +418,7 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
         Condition::RiskHigh(threshold) => (g.up && g.risk.score >= *threshold)
             .then(|| (format!("{:.2}", g.risk.score), reasons())),
         Condition::ThermalSlowdown => g.thermal_slowdown.then(|| ("active".into(), "Clocks are cut by thermal slowdown.".into())),
-        // A ghost explains an idle allocation; GpuGhostProcess is the alert that says why.
-        Condition::AllocatedIdle => (g.idle.allocated_idle && g.idle.ghosts.is_empty()).then(|| {
+        Condition::AllocatedIdle => g.idle.allocated_idle.then(|| {
             let minutes = g.idle.allocated_idle_seconds / 60.0;
             (format!("{minutes:.0} min"), format!("Memory is held while utilization stayed under the idle threshold for {minutes:.0} minutes."))
         }),
@@ -541,6 +528,34 @@ fn candidate(
         annotations,
         for_: rule.for_,
     }
+}
+
+/// Fingerprints of the alerts that are muted, as Alertmanager's inhibit rules would: every
+/// other alert of a GPU while its `GpuLost` fires (the one that matters is that it is
+/// gone), and `GpuAllocatedIdle` while a `GpuGhostProcess` of the same GPU fires (the
+/// ghost explains the idle allocation). Muted alerts keep their lifecycle; they are only
+/// not notified, so a GPU that comes back does not re-fire what was already known.
+pub fn inhibited(book: &AlertBook) -> std::collections::BTreeSet<u64> {
+    let firing_on = |name: &str| -> Vec<&str> {
+        book.alerts
+            .values()
+            .filter(|a| a.state == AlertState::Firing && a.name() == name)
+            .filter_map(|a| a.labels.get("uuid").map(String::as_str))
+            .collect()
+    };
+    let lost = firing_on("GpuLost");
+    let ghosts = firing_on("GpuGhostProcess");
+    book.alerts
+        .iter()
+        .filter(|(_, a)| {
+            let Some(uuid) = a.labels.get("uuid").map(String::as_str) else {
+                return false;
+            };
+            (a.name() != "GpuLost" && lost.contains(&uuid))
+                || (a.name() == "GpuAllocatedIdle" && ghosts.contains(&uuid))
+        })
+        .map(|(fp, _)| *fp)
+        .collect()
 }
 
 /// Every alert's state, keyed by fingerprint: what survives a restart.

@@ -253,6 +253,20 @@ pub(super) fn problems(
             ));
         }
     }
+    // A group notifies its resolutions at most every group_interval; resolved alerts must
+    // be kept at least that long, or a group loses them before it says so.
+    let longest = longest_group_interval(&alerting.route, DEFAULT_GROUP_INTERVAL);
+    if alerting.resolved_retention < longest {
+        out.push((
+            "alerting.resolved_retention",
+            format!(
+                "{} is shorter than the longest group_interval ({}): resolutions would be \
+                 forgotten before their group notifies them",
+                humantime::format_duration(alerting.resolved_retention),
+                humantime::format_duration(longest)
+            ),
+        ));
+    }
     check_route(
         &alerting.route,
         &names,
@@ -290,6 +304,16 @@ pub(super) fn problems(
         out.push(("advice.max_tokens", "must be above 0".into()));
     }
     out
+}
+
+/// The longest group_interval in the tree, unset ones inheriting from their parent.
+fn longest_group_interval(route: &RouteConfig, inherited: Duration) -> Duration {
+    let own = route.group_interval.unwrap_or(inherited);
+    route
+        .routes
+        .iter()
+        .map(|child| longest_group_interval(child, own))
+        .fold(own, Duration::max)
 }
 
 fn check_route(

@@ -122,6 +122,17 @@ pub(super) fn render_delivery(families: &mut Families, stats: &DeliveryStats) {
     families
         .family(&OUTBOX_DURABLE)
         .push(&[], flag(stats.durable));
+    families
+        .family(&OUTBOX_STORE_ERRORS)
+        .push(&[], stats.store_errors as f64);
+    families
+        .family(&RATE_LIMIT_SUMMARIES)
+        .push(&[], stats.summaries as f64);
+    // A send stuck in a receiver shows here rather than silently.
+    let in_flight = families.family(&DELIVERY_IN_FLIGHT);
+    for (receiver, running) in &stats.in_flight {
+        in_flight.push(&[receiver], running.as_secs_f64());
+    }
 }
 
 /// LLM advice request outcomes.
@@ -131,4 +142,7 @@ pub(super) fn render_advice(families: &mut Families, stats: &AdviceStats) {
     for (outcome, n) in &stats.requests {
         family.push(&[outcome], *n as f64);
     }
+    families
+        .family(&ADVICE_CACHED)
+        .push(&[], stats.cached as f64);
 }

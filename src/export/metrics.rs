@@ -424,6 +424,26 @@ pub const OUTBOX_DURABLE: MetricDef = gauge(
     &[],
     "1 when the outbox is on disk; 0 when its store failed and it runs in memory.",
 );
+pub const OUTBOX_STORE_ERRORS: MetricDef = counter(
+    "gpu_sentinel_outbox_store_errors_total",
+    &[],
+    "Writes to the outbox's store that failed (the notification was kept in memory).",
+);
+pub const RATE_LIMIT_SUMMARIES: MetricDef = counter(
+    "gpu_sentinel_rate_limit_summaries_total",
+    &[],
+    "Summary messages sent in place of several notifications to rate-limited receivers.",
+);
+pub const DELIVERY_IN_FLIGHT: MetricDef = gauge(
+    "gpu_sentinel_delivery_in_flight_seconds",
+    &["receiver"],
+    "How long the send in progress to a receiver has run, in seconds; absent when idle.",
+);
+pub const ADVICE_CACHED: MetricDef = gauge(
+    "gpu_sentinel_advice_cached",
+    &[],
+    "Alert groups whose LLM advice is held in the cache.",
+);
 pub const ADVICE_REQUESTS: MetricDef = counter(
     "gpu_sentinel_advice_requests_total",
     &["outcome"],
@@ -436,7 +456,11 @@ pub const ALERTING: &[MetricDef] = &[
     NOTIFICATIONS,
     OUTBOX_PENDING,
     OUTBOX_DURABLE,
+    OUTBOX_STORE_ERRORS,
+    RATE_LIMIT_SUMMARIES,
+    DELIVERY_IN_FLIGHT,
     ADVICE_REQUESTS,
+    ADVICE_CACHED,
 ];
 
 /// Every native family, in exposition order.

@@ -30,7 +30,7 @@ pub mod wecom;
 
 use std::time::Duration;
 
-use super::{AlertState, Notification};
+use super::Notification;
 use crate::config::ReceiverConfig;
 
 pub use http::{BodyCheck, Reply, classify, redacted_url, retry_after};
@@ -161,34 +161,9 @@ pub fn build_with(
             };
         built.map_err(|e| format!("receiver {name:?}: {e}"))?
     };
-    // Alertmanager must hear about resolutions whatever send_resolved says: it is how its
-    // alerts end (Prometheus behaves the same).
-    if !receiver.send_resolved && kind != "alertmanager" {
-        return Ok(Box::new(FiringOnly(notifier)));
-    }
+    // `send_resolved` is the dispatcher's to apply (`alert::route`): it decides what a
+    // group's notification holds, and Alertmanager receivers always hear of resolutions.
     Ok(notifier)
-}
-
-/// `send_resolved = false`: resolved alerts are left out, and a notification with nothing
-/// firing is not sent at all (Alertmanager's rule).
-struct FiringOnly(Box<dyn Notifier>);
-
-impl Notifier for FiringOnly {
-    fn send(&self, notification: &Notification) -> Result<(), NotifyError> {
-        if !notification
-            .alerts
-            .iter()
-            .any(|a| a.state == AlertState::Resolved)
-        {
-            return self.0.send(notification);
-        }
-        let mut firing = notification.clone();
-        firing.alerts.retain(|a| a.state == AlertState::Firing);
-        if firing.alerts.is_empty() {
-            return Ok(());
-        }
-        self.0.send(&firing)
-    }
 }
 
 /// base64(HMAC-SHA256(key, message)): the signature both Feishu and DingTalk use, with
