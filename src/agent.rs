@@ -265,18 +265,20 @@ fn gpus_document(snapshot: &Snapshot, findings: &Findings, threshold: f64) -> By
                     ..GpuSample::default()
                 }),
             };
+            let processes = snapshot
+                .processes
+                .iter()
+                .filter(|p| p.is_on(&sample))
+                .collect();
+            let xids = snapshot
+                .events
+                .iter()
+                .filter(|e| e.is_on(&sample))
+                .collect();
             GpuView {
                 sample,
-                processes: snapshot
-                    .processes
-                    .iter()
-                    .filter(|p| p.uuid == f.uuid)
-                    .collect(),
-                xids: snapshot
-                    .events
-                    .iter()
-                    .filter(|e| e.uuid.as_deref() == Some(f.uuid.as_str()))
-                    .collect(),
+                processes,
+                xids,
                 lost: f.lost,
                 risk: &f.risk,
                 findings: f.kinds(threshold),

@@ -192,13 +192,14 @@ impl ClockEvents {
         ("display_clock_setting", Self::DISPLAY_CLOCK_SETTING),
     ];
 
-    pub fn contains(self, bit: u64) -> bool {
-        self.0 & bit != 0
+    /// Whether any of `bits` is set.
+    pub fn intersects(self, bits: u64) -> bool {
+        self.0 & bits != 0
     }
 
     /// Thermal slowdown of either kind (software or hardware).
     pub fn thermal(self) -> bool {
-        self.contains(Self::SW_THERMAL_SLOWDOWN | Self::HW_THERMAL_SLOWDOWN)
+        self.intersects(Self::SW_THERMAL_SLOWDOWN | Self::HW_THERMAL_SLOWDOWN)
     }
 }
 
@@ -369,7 +370,8 @@ pub struct XidEvent {
     pub gpu: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
-    /// Normalised `0000:3B:00.0` form, as NVML writes it.
+    /// As the source wrote it (NVML `00000000:3B:00.0`, the kernel log `0000:3b:00`);
+    /// compare through [`crate::source::kmsg::normalize_pci_bus_id`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci_bus_id: Option<String>,
     pub xid: u32,
@@ -379,7 +381,39 @@ pub struct XidEvent {
     pub message: Option<String>,
 }
 
+impl ProcessSample {
+    /// Whether this process runs on `gpu`: by UUID, or by index where the source gave none.
+    pub fn is_on(&self, gpu: &GpuSample) -> bool {
+        if self.uuid.is_empty() {
+            self.gpu == gpu.index
+        } else {
+            self.uuid == gpu.uuid
+        }
+    }
+}
+
+impl XidEvent {
+    /// Whether this XID is `gpu`'s: by UUID; without one, by PCI bus id (compared in one
+    /// normalised form, as NVML, the kernel log and the simulator each write it
+    /// differently), else by index.
+    pub fn is_on(&self, gpu: &GpuSample) -> bool {
+        if let Some(uuid) = &self.uuid {
+            return *uuid == gpu.uuid;
+        }
+        let normal = crate::source::kmsg::normalize_pci_bus_id;
+        match self.pci_bus_id.as_deref().and_then(normal) {
+            Some(bus) => normal(&gpu.pci_bus_id).is_some_and(|g| g == bus),
+            None => self.gpu == Some(gpu.index),
+        }
+    }
+}
+
 impl Snapshot {
+    /// The GPU an XID belongs to ([`XidEvent::is_on`]).
+    pub fn gpu_of(&self, event: &XidEvent) -> Option<&GpuSample> {
+        self.gpus.iter().find(|g| event.is_on(g))
+    }
+
     /// The sample of the GPU with this UUID.
     pub fn gpu_by_uuid(&self, uuid: &str) -> Option<&GpuSample> {
         self.gpus.iter().find(|g| g.uuid == uuid)

@@ -166,6 +166,15 @@ pub(super) fn problems(
             format!("{:?} is not one of {}", cost.owner, OWNER_KINDS.join(", ")),
         ));
     }
+    if idle.memory_floor_mib > 1 << 20 {
+        out.push((
+            "idle.memory_floor_mib",
+            format!(
+                "{} MiB is more than any GPU holds (1 TiB)",
+                idle.memory_floor_mib
+            ),
+        ));
+    }
     if !(capacity.buffer.is_finite() && capacity.buffer >= 1.0) {
         out.push((
             "capacity.buffer",

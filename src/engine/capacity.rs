@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{CapacityConfig, IdleConfig};
-use crate::model::Snapshot;
+use crate::model::{ProcessSample, Snapshot};
 
 /// Direction of scaling advice.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,8 +43,6 @@ impl Direction {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CapacityState {
     pub current: Direction,
-    /// Unix seconds since which `current` holds.
-    pub since: Option<i64>,
     /// A different direction the load points at, and since when.
     pub candidate: Option<(Direction, i64)>,
 }
@@ -106,12 +104,8 @@ pub fn advise(
         state.candidate = Some((raw, since));
         if now - since >= config.hold.as_secs() as i64 {
             state.current = raw;
-            state.since = Some(now);
             state.candidate = None;
         }
-    }
-    if state.since.is_none() {
-        state.since = Some(now);
     }
 
     let needed = ((demand * config.buffer).ceil() as usize).max(1);
@@ -169,18 +163,15 @@ pub struct Placement {
 impl Placement {
     /// The answering GPUs of a snapshot.
     pub fn of(snapshot: &Snapshot, idle: &IdleConfig) -> Placement {
-        let floor = idle.memory_floor_mib << 20;
         let slots: Vec<Slot> = snapshot
             .gpus
             .iter()
             .filter(|g| g.up)
             .filter_map(|g| {
                 let free_bytes = g.memory.free_bytes?;
-                let has_process = snapshot
-                    .processes
-                    .iter()
-                    .any(|p| p.uuid == g.uuid || (p.uuid.is_empty() && p.gpu == g.index));
-                let allocated = has_process || g.memory.used_bytes.is_some_and(|u| u > floor);
+                let processes: Vec<&ProcessSample> =
+                    snapshot.processes.iter().filter(|p| p.is_on(g)).collect();
+                let allocated = super::idle::allocated(g, &processes, idle);
                 Some(Slot {
                     index: g.index,
                     free_bytes,

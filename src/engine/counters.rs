@@ -13,26 +13,45 @@ use crate::model::GpuSample;
 /// The last value seen of each counter the engine differentiates.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counters {
-    corrected: Option<u64>,
-    uncorrected: Option<u64>,
+    #[serde(default)]
+    corrected: Ecc,
+    #[serde(default)]
+    uncorrected: Ecc,
     pcie_replays: Option<u64>,
     nvlink_errors: Option<u64>,
+}
+
+/// Baselines of one ECC count in its two scopes. Each scope is only ever differenced
+/// against itself: the aggregate count is the lifetime total and the volatile one the
+/// count since the driver loaded, so one minus the other is no increase at all.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Ecc {
+    volatile: Option<u64>,
+    aggregate: Option<u64>,
+}
+
+impl Ecc {
+    /// The increase: from the volatile count when this sample has it (it moves with the
+    /// driver), else from the aggregate one (nvidia-smi logs that only carry aggregate
+    /// columns, a volatile read that failed this tick).
+    fn update(&mut self, volatile: Option<u64>, aggregate: Option<u64>) -> f64 {
+        let from_aggregate = delta(&mut self.aggregate, aggregate);
+        if volatile.is_some() {
+            delta(&mut self.volatile, volatile)
+        } else {
+            // The volatile baseline is stale once a tick went uncounted by it; starting it
+            // afresh keeps the errors the aggregate just counted from being counted twice.
+            self.volatile = None;
+            from_aggregate
+        }
+    }
 }
 
 impl Counters {
     /// Deltas since the previous sample; XIDs and failed calls are not counters and are
     /// filled by the caller.
     pub fn update(&mut self, sample: &GpuSample) -> Deltas {
-        // Volatile counts when present (they move with the driver); aggregate otherwise,
-        // e.g. in nvidia-smi logs that only carry the aggregate column.
-        let corrected = sample
-            .ecc
-            .corrected_volatile
-            .or(sample.ecc.corrected_aggregate);
-        let uncorrected = sample
-            .ecc
-            .uncorrected_volatile
-            .or(sample.ecc.uncorrected_aggregate);
+        let ecc = &sample.ecc;
         let nvlink = (!sample.nvlink.is_empty()).then(|| {
             sample
                 .nvlink
@@ -47,8 +66,12 @@ impl Counters {
                 .fold(0, u64::saturating_add)
         });
         Deltas {
-            ecc_corrected: delta(&mut self.corrected, corrected),
-            ecc_uncorrected: delta(&mut self.uncorrected, uncorrected),
+            ecc_corrected: self
+                .corrected
+                .update(ecc.corrected_volatile, ecc.corrected_aggregate),
+            ecc_uncorrected: self
+                .uncorrected
+                .update(ecc.uncorrected_volatile, ecc.uncorrected_aggregate),
             pcie_replays: delta(&mut self.pcie_replays, sample.pcie.replay_counter),
             nvlink_errors: delta(&mut self.nvlink_errors, nvlink),
             ..Deltas::default()
@@ -97,6 +120,22 @@ mod tests {
         c.update(&sample(500, None));
         assert_eq!(c.update(&sample(4, None)).ecc_corrected, 4.0);
         assert_eq!(c.update(&sample(6, None)).ecc_corrected, 2.0);
+    }
+
+    #[test]
+    fn a_failed_volatile_read_does_not_count_the_lifetime_total() {
+        let mut c = Counters::default();
+        let mut s = sample(3, None);
+        s.ecc.corrected_aggregate = Some(5000);
+        c.update(&s);
+        s.ecc.corrected_volatile = None;
+        s.ecc.corrected_aggregate = Some(5001);
+        assert_eq!(c.update(&s).ecc_corrected, 1.0);
+        s.ecc.corrected_volatile = Some(5);
+        s.ecc.corrected_aggregate = Some(5003);
+        assert_eq!(c.update(&s).ecc_corrected, 0.0, "a fresh volatile baseline");
+        s.ecc.corrected_volatile = Some(6);
+        assert_eq!(c.update(&s).ecc_corrected, 1.0);
     }
 
     #[test]

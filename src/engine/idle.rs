@@ -100,6 +100,16 @@ pub struct IdleFindings {
 
 const MIB: u64 = 1 << 20;
 
+/// Someone holds memory on the GPU: a process does, or (where no process list exists, as in
+/// nvidia-smi logs) memory in use is above the floor. Placement counts free GPUs by it too.
+pub fn allocated(sample: &GpuSample, processes: &[&ProcessSample], config: &IdleConfig) -> bool {
+    let held_by_processes = processes
+        .iter()
+        .any(|p| p.used_memory_bytes.is_none_or(|b| b > 0));
+    let floor = config.memory_floor_mib.saturating_mul(MIB);
+    held_by_processes || sample.memory.used_bytes.is_some_and(|used| used > floor)
+}
+
 /// Updates `state` with one sample and returns what holds now.
 pub fn update(
     state: &mut IdleState,

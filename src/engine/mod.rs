@@ -29,9 +29,15 @@ use crate::model::{ClockEvents, GpuSample, ProcessSample, Snapshot};
 use counters::Counters;
 use window::{Deltas, Point, Summaries, Windows};
 
-/// Longest gap between two samples of a GPU that still counts as observed time. Beyond
-/// it (the agent was down, the log has a hole) the time is not attributed to anything.
+/// Shortest gap between two samples of a GPU that may count as a hole (the agent was down,
+/// the log has one): time across a hole is attributed to nothing. The limit is this or four
+/// times the source's usual cadence, whichever is longer, so a simulator at 600× speed
+/// (50 simulated minutes between samples) is not all holes.
 const MAX_GAP_SECONDS: f64 = 600.0;
+
+/// Snapshot gaps the cadence is the median of: enough that one outage does not move it,
+/// few enough that a changed collection interval is adopted within minutes.
+const CADENCE_SAMPLES: usize = 15;
 
 /// How long a GPU may be missing from snapshots before it counts as lost.
 pub const VANISHED_AFTER_SECONDS: i64 = 120;
@@ -128,6 +134,28 @@ pub struct EngineState {
     pub capacity: capacity::CapacityState,
     /// Unix seconds of the last snapshot.
     pub last_at: Option<i64>,
+    /// The latest gaps between snapshots, seconds: the source's cadence is their median.
+    #[serde(default)]
+    pub gaps: VecDeque<i64>,
+}
+
+impl EngineState {
+    /// Longest gap between a GPU's samples that is still observed time.
+    fn max_gap(&self) -> f64 {
+        let mut gaps: Vec<i64> = self.gaps.iter().copied().collect();
+        gaps.sort_unstable();
+        let cadence = gaps.get(gaps.len() / 2).copied().unwrap_or(0) as f64;
+        MAX_GAP_SECONDS.max(4.0 * cadence)
+    }
+
+    fn note_gap(&mut self, now: i64) {
+        if let Some(gap) = self.last_at.map(|last| now - last).filter(|g| *g > 0) {
+            self.gaps.push_back(gap);
+            while self.gaps.len() > CADENCE_SAMPLES {
+                self.gaps.pop_front();
+            }
+        }
+    }
 }
 
 /// Current format of [`EngineState`]; state of another version is discarded with a warning.
@@ -271,30 +299,34 @@ impl Engine {
     /// Folds one snapshot into the state and returns what holds now.
     pub fn step(&mut self, snapshot: &Snapshot) -> Findings {
         let now = snapshot.at.timestamp();
+        self.state.note_gap(now);
+        let max_gap = self.state.max_gap();
         let mut gpus = Vec::with_capacity(snapshot.gpus.len());
-        let mut seen = Vec::with_capacity(snapshot.gpus.len());
         for sample in &snapshot.gpus {
             let processes: Vec<&ProcessSample> = snapshot
                 .processes
                 .iter()
-                .filter(|p| p.uuid == sample.uuid || (p.uuid.is_empty() && p.gpu == sample.index))
+                .filter(|p| p.is_on(sample))
                 .collect();
             let xids: Vec<u32> = snapshot
                 .events
                 .iter()
-                .filter(|e| {
-                    e.uuid.as_deref() == Some(sample.uuid.as_str())
-                        || (e.uuid.is_none() && e.gpu == Some(sample.index))
-                })
+                .filter(|e| e.is_on(sample))
                 .map(|e| e.xid)
                 .collect();
-            seen.push(sample.uuid.clone());
-            gpus.push(self.step_gpu(now, sample, &processes, &xids));
+            gpus.push(self.step_gpu(now, max_gap, sample, &processes, &xids));
         }
+        let seen: std::collections::HashSet<&str> =
+            snapshot.gpus.iter().map(|g| g.uuid.as_str()).collect();
+        // A GPU missing for a week (replaced, or an RMA) is forgotten: it should not stay
+        // lost, and alerting, forever.
+        self.state.gpus.retain(|uuid, state| {
+            seen.contains(uuid.as_str()) || now - state.last_seen <= window::WEEK
+        });
         // GPUs the engine knew that this snapshot no longer lists: gone from NVML, or
         // their rows stopped in a log. They stay in the findings, lost once the gap is long.
         for state in self.state.gpus.values_mut() {
-            if seen.contains(&state.uuid) {
+            if seen.contains(state.uuid.as_str()) {
                 continue;
             }
             if state.last_up.is_some() && now - state.last_seen > VANISHED_AFTER_SECONDS {
@@ -332,6 +364,7 @@ impl Engine {
     fn step_gpu(
         &mut self,
         now: i64,
+        max_gap: f64,
         sample: &GpuSample,
         processes: &[&ProcessSample],
         xids: &[u32],
@@ -341,8 +374,19 @@ impl Engine {
             .gpus
             .entry(sample.uuid.clone())
             .or_insert_with(|| GpuState::new(sample, now));
-        let seconds = ((now - state.last_seen) as f64).clamp(0.0, MAX_GAP_SECONDS);
-        state.last_seen = now;
+        // Time is attributed only between close samples: across a longer gap (the agent was
+        // down, the log has a hole) nothing is known, and a clock stepping back adds nothing.
+        let gap = (now - state.last_seen) as f64;
+        let seconds = if (0.0..=max_gap).contains(&gap) {
+            gap
+        } else {
+            0.0
+        };
+        if gap > max_gap {
+            // Idle runs are runs of consecutive samples; one broken by a gap starts over.
+            state.idle = idle::IdleState::default();
+        }
+        state.last_seen = state.last_seen.max(now);
         state.index = sample.index;
         if !sample.name.is_empty() {
             state.name.clone_from(&sample.name);
@@ -368,8 +412,6 @@ impl Engine {
                 while state.recent_xids.len() > RECENT_XIDS {
                     state.recent_xids.pop_front();
                 }
-            } else {
-                deltas.xid_other += 1.0;
             }
         }
         deltas.failed_calls = f64::from(sample.failed_calls);
@@ -377,15 +419,12 @@ impl Engine {
         state.windows.add(&Point {
             at: now,
             seconds,
-            up: sample.up,
             utilization: sample.utilization.gpu,
             temperature: sample.temperature_celsius,
             memory_temperature: sample.memory_temperature_celsius,
             power: sample.power_watts,
             thermal_slowdown: events.thermal(),
-            power_slowdown: events
-                .contains(ClockEvents::HW_POWER_BRAKE_SLOWDOWN | ClockEvents::SW_POWER_CAP),
-            power_brake: events.contains(ClockEvents::HW_POWER_BRAKE_SLOWDOWN),
+            power_brake: events.intersects(ClockEvents::HW_POWER_BRAKE_SLOWDOWN),
             collect_seconds: sample.up.then_some(sample.collect_seconds),
             deltas,
         });

@@ -106,3 +106,32 @@ fn the_state_stays_small() {
     // Eight GPUs, a full week of windows.
     assert!(bytes < 4 << 20, "{bytes} bytes");
 }
+
+#[test]
+fn an_outage_attributes_no_time_but_a_slow_cadence_does() {
+    let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+    let mut engine = Engine::new(EngineConfig::default());
+    let day_seconds = |engine: &Engine, at: i64| -> f64 {
+        let state = engine.state.gpus.values().next().unwrap();
+        state.windows.last_day(at).seconds
+    };
+    for _ in 0..30 {
+        fleet.advance(60.0);
+        engine.step(&fleet.snapshot());
+    }
+    let before = day_seconds(&engine, fleet.now().timestamp());
+    // An hour with no samples (the agent was down), then one more sample.
+    fleet.advance(3600.0);
+    engine.step(&fleet.snapshot());
+    let after = day_seconds(&engine, fleet.now().timestamp());
+    assert_eq!(after, before, "the hole counts for nothing");
+
+    // A source that always samples every 50 minutes (the simulator at 600x) is no hole.
+    let mut slow = Engine::new(EngineConfig::default());
+    let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+    for _ in 0..10 {
+        fleet.advance(3000.0);
+        slow.step(&fleet.snapshot());
+    }
+    assert!(day_seconds(&slow, fleet.now().timestamp()) >= 8.0 * 3000.0);
+}

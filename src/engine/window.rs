@@ -2,7 +2,7 @@
 //!
 //! Three rings of buckets cover the last hour (1-minute buckets), day (15-minute buckets)
 //! and week (2-hour buckets). Each sample is folded into the current bucket of every ring,
-//! so memory is fixed — 240 buckets of 344 bytes, about 83 KiB per GPU, whatever the
+//! so memory is fixed — 240 buckets of 288 bytes, about 68 KiB per GPU, whatever the
 //! collection interval — and a window summary merges at most 96 buckets. Counters enter as
 //! deltas (see [`Deltas`]), gauges as running statistics, durations as seconds.
 //!
@@ -31,7 +31,10 @@ pub struct Stat {
 
 impl Stat {
     pub fn add(&mut self, value: f64) {
-        if !value.is_finite() {
+        // Gauges are temperatures, watts, ratios and seconds: far below this. A value past
+        // it (a corrupt recording) would overflow the sum of squares into infinity, which
+        // JSON cannot hold, and cost the whole saved state on the next load.
+        if !value.is_finite() || value.abs() > 1e12 {
             return;
         }
         if self.n == 0 {
@@ -94,8 +97,18 @@ pub struct Deltas {
     pub pcie_replays: f64,
     pub nvlink_errors: f64,
     pub xid_hardware: f64,
-    pub xid_other: f64,
     pub failed_calls: f64,
+}
+
+impl Deltas {
+    fn add(&mut self, o: &Deltas) {
+        self.ecc_corrected += o.ecc_corrected;
+        self.ecc_uncorrected += o.ecc_uncorrected;
+        self.pcie_replays += o.pcie_replays;
+        self.nvlink_errors += o.nvlink_errors;
+        self.xid_hardware += o.xid_hardware;
+        self.failed_calls += o.failed_calls;
+    }
 }
 
 /// One sample as the windows see it.
@@ -105,13 +118,11 @@ pub struct Point {
     pub at: i64,
     /// Seconds this sample stands for (time since the previous one, capped).
     pub seconds: f64,
-    pub up: bool,
     pub utilization: Option<f64>,
     pub temperature: Option<f64>,
     pub memory_temperature: Option<f64>,
     pub power: Option<f64>,
     pub thermal_slowdown: bool,
-    pub power_slowdown: bool,
     /// The external power brake is asserted (HW power-brake slowdown): unlike the software
     /// power cap, a sign of trouble in power delivery rather than of a busy GPU.
     pub power_brake: bool,
@@ -127,17 +138,13 @@ pub struct Bucket {
     pub samples: u32,
     /// Seconds covered by samples, up or not.
     pub seconds: f64,
-    /// Seconds covered by samples of a GPU that answered.
-    pub up_seconds: f64,
     pub utilization: Stat,
     pub temperature: Stat,
-    pub memory_temperature: Stat,
     /// Memory minus GPU temperature, where both are known.
     pub memory_gap: Stat,
     pub power: Stat,
     pub collect_seconds: Stat,
     pub thermal_slowdown_seconds: f64,
-    pub power_slowdown_seconds: f64,
     /// Seconds under the external power brake; absent from state saved before it existed.
     #[serde(default)]
     pub power_brake_seconds: f64,
@@ -148,12 +155,8 @@ impl Bucket {
     fn add(&mut self, p: &Point) {
         self.samples += 1;
         self.seconds += p.seconds;
-        if p.up {
-            self.up_seconds += p.seconds;
-        }
         self.utilization.add_opt(p.utilization);
         self.temperature.add_opt(p.temperature);
-        self.memory_temperature.add_opt(p.memory_temperature);
         if let (Some(m), Some(g)) = (p.memory_temperature, p.temperature) {
             self.memory_gap.add(m - g);
         }
@@ -162,44 +165,24 @@ impl Bucket {
         if p.thermal_slowdown {
             self.thermal_slowdown_seconds += p.seconds;
         }
-        if p.power_slowdown {
-            self.power_slowdown_seconds += p.seconds;
-        }
         if p.power_brake {
             self.power_brake_seconds += p.seconds;
         }
-        let d = &mut self.deltas;
-        d.ecc_corrected += p.deltas.ecc_corrected;
-        d.ecc_uncorrected += p.deltas.ecc_uncorrected;
-        d.pcie_replays += p.deltas.pcie_replays;
-        d.nvlink_errors += p.deltas.nvlink_errors;
-        d.xid_hardware += p.deltas.xid_hardware;
-        d.xid_other += p.deltas.xid_other;
-        d.failed_calls += p.deltas.failed_calls;
+        self.deltas.add(&p.deltas);
     }
 
     /// Folds `other` into `self` (the start of `self` is kept).
     pub fn merge(&mut self, other: &Bucket) {
         self.samples += other.samples;
         self.seconds += other.seconds;
-        self.up_seconds += other.up_seconds;
         self.utilization.merge(&other.utilization);
         self.temperature.merge(&other.temperature);
-        self.memory_temperature.merge(&other.memory_temperature);
         self.memory_gap.merge(&other.memory_gap);
         self.power.merge(&other.power);
         self.collect_seconds.merge(&other.collect_seconds);
         self.thermal_slowdown_seconds += other.thermal_slowdown_seconds;
-        self.power_slowdown_seconds += other.power_slowdown_seconds;
         self.power_brake_seconds += other.power_brake_seconds;
-        let (d, o) = (&mut self.deltas, &other.deltas);
-        d.ecc_corrected += o.ecc_corrected;
-        d.ecc_uncorrected += o.ecc_uncorrected;
-        d.pcie_replays += o.pcie_replays;
-        d.nvlink_errors += o.nvlink_errors;
-        d.xid_hardware += o.xid_hardware;
-        d.xid_other += o.xid_other;
-        d.failed_calls += o.failed_calls;
+        self.deltas.add(&other.deltas);
     }
 
     /// Events per day at this bucket's rate, from the seconds it covers.
@@ -273,7 +256,9 @@ impl Ring {
     }
 
     fn add(&mut self, p: &Point) {
-        let start = p.at.div_euclid(self.width) * self.width;
+        // A ring read back from a damaged state file could say 0.
+        let width = self.width.max(1);
+        let start = p.at.div_euclid(width) * width;
         match self.buckets.back_mut() {
             Some(last) if last.start == start => last.add(p),
             // A sample older than the newest bucket (clock stepped back, out-of-order input)
@@ -482,7 +467,6 @@ mod tests {
         Point {
             at,
             seconds: 60.0,
-            up: true,
             utilization: Some(util),
             temperature: Some(60.0),
             memory_temperature: Some(70.0),
@@ -492,6 +476,12 @@ mod tests {
             },
             ..Point::default()
         }
+    }
+
+    #[test]
+    fn bucket_size_is_as_documented() {
+        // The module docs and BENCHMARKS.md quote this size; change them with it.
+        assert_eq!(std::mem::size_of::<Bucket>(), 288);
     }
 
     #[test]

@@ -161,7 +161,7 @@ fn clocks(families: &mut Families, up: &[&GpuLabels]) {
     for g in up {
         if let Some(events) = g.sample.clock_events {
             for (reason, bit) in ClockEvents::REASONS {
-                family.push(&[&g.index, g.uuid, reason], flag(events.contains(bit)));
+                family.push(&[&g.index, g.uuid, reason], flag(events.intersects(bit)));
             }
         }
     }

@@ -79,20 +79,7 @@ impl ExportState {
 }
 
 fn resolve_gpu(snapshot: &Snapshot, event: &XidEvent) -> (Option<u32>, String) {
-    let matched = event
-        .uuid
-        .as_deref()
-        .and_then(|uuid| snapshot.gpu_by_uuid(uuid))
-        .or_else(|| event.gpu.and_then(|index| snapshot.gpu_by_index(index)))
-        .or_else(|| {
-            event.pci_bus_id.as_deref().and_then(|bus| {
-                snapshot
-                    .gpus
-                    .iter()
-                    .find(|g| g.pci_bus_id.eq_ignore_ascii_case(bus))
-            })
-        });
-    match matched {
+    match snapshot.gpu_of(event) {
         Some(gpu) => (Some(gpu.index), gpu.uuid.clone()),
         None => (event.gpu, event.uuid.clone().unwrap_or_default()),
     }

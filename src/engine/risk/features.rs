@@ -120,9 +120,11 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
             0.0
         }
     };
+    // Shares of the day likewise: two minutes under the power brake in a fresh agent's
+    // first two minutes are not a day spent there.
     let share = |seconds: f64| {
         if day.seconds > 0.0 {
-            (seconds / day.seconds).clamp(0.0, 1.0)
+            (seconds / day.seconds.max(DAY as f64)).clamp(0.0, 1.0)
         } else {
             0.0
         }
@@ -137,7 +139,9 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
     let nvlink_hour = per_hour(day.deltas.nvlink_errors, day.seconds);
     let nvlink_base = per_hour(base.deltas.nvlink_errors, base.seconds);
     let rows = input.sample.and_then(|s| s.remapped_rows);
-    let remapped = rows.map_or(0.0, |r| (r.correctable + r.uncorrectable) as f64);
+    let remapped = rows.map_or(0.0, |r| {
+        r.correctable.saturating_add(r.uncorrectable) as f64
+    });
     let pending = rows.is_some_and(|r| r.pending);
     let gap = hour.memory_gap.mean().unwrap_or(0.0);
     let temp = hour.temperature.mean().unwrap_or(0.0);
