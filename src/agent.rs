@@ -29,7 +29,7 @@ use crate::engine::risk::Assessment;
 use crate::engine::{Engine, Findings, store};
 use crate::export::{ExportState, Exposition, RenderInput, RenderOptions};
 use crate::model::{GpuSample, ProcessSample, Snapshot, XidEvent};
-use crate::source::{CollectHealth, Source};
+use crate::source::Source;
 
 /// How often the engine's state is written to the state directory (and at shutdown).
 const SAVE_EVERY: Duration = Duration::from_secs(300);
@@ -37,8 +37,7 @@ const SAVE_EVERY: Duration = Duration::from_secs(300);
 /// Everything served about one collection, rendered once.
 #[derive(Debug)]
 pub struct Published {
-    pub snapshot: Snapshot,
-    pub health: CollectHealth,
+    /// Kept for `/api/v1/recommendations?gpus=…`, which fits jobs on the placement.
     pub findings: Findings,
     pub metrics: Exposition,
     /// `/api/v1/alerts` body.
@@ -92,8 +91,7 @@ impl Collector {
     ) -> Collector {
         let state_path = state_dir.as_deref().map(store::path_in);
         if let Some(path) = &state_path {
-            engine.state = store::load(path);
-            engine.state.version = crate::engine::STATE_VERSION;
+            engine = Engine::with_state(engine.config, store::load(path));
             tracing::info!(
                 "engine state at {}: {} GPUs remembered",
                 path.display(),
@@ -133,12 +131,13 @@ impl Collector {
     /// One collection, rendered and published.
     pub fn tick(&mut self) {
         let collection = self.source.collect();
-        let render_began = Instant::now();
+        let analyse_began = Instant::now();
         let health = collection.health;
         let snapshot = collection.snapshot;
         let findings = self.engine.step(&snapshot);
         let notifications = self.alerting.step(&findings, Some(&health));
         self.outgoing.step(notifications, &findings);
+        let render_began = Instant::now();
         let alert_counts = self.alerting.counts();
         let delivery = self.outgoing.delivery_stats();
         let advice = self.outgoing.advice_stats();
@@ -162,8 +161,10 @@ impl Collector {
         let gpus_json = gpus_document(&snapshot, &findings, threshold);
         let recommendations_json = to_json(&Recommendations::new(&findings, None));
         // Reported in the next exposition: rendering never reads a clock itself.
+        let analysed = render_began.duration_since(analyse_began).as_secs_f64();
+        self.export_state.set_stage_seconds("analyse", analysed);
         self.export_state
-            .set_last_render_seconds(render_began.elapsed().as_secs_f64());
+            .set_stage_seconds("render", render_began.elapsed().as_secs_f64());
         tracing::debug!(
             gpus = snapshot.gpus.len(),
             collect_s = health.seconds,
@@ -172,8 +173,6 @@ impl Collector {
             "published a collection"
         );
         self.latest.set(Published {
-            snapshot,
-            health,
             findings,
             metrics,
             alerts_json,

@@ -46,7 +46,8 @@ pub struct CollectConfig {
     /// Time between two collections of every GPU. Scrapes never trigger a collection.
     #[serde(deserialize_with = "duration")]
     pub interval: Duration,
-    /// Path of `libnvidia-ml.so.1`; empty means the system's library search path.
+    /// Path of `libnvidia-ml.so.1`. Unset: the system's library search path, then the
+    /// usual driver directories (`/usr/lib/x86_64-linux-gnu`, `/usr/local/nvidia/lib64`, …).
     pub nvml_lib: Option<PathBuf>,
     /// Kernel log read for XID lines: `/dev/kmsg`, a file that a log shipper appends to,
     /// or `"off"`. NVML's event wait reports only the last XID when several arrive at once,
@@ -89,6 +90,9 @@ pub struct ExportConfig {
     pub listen: SocketAddr,
     /// Also expose dcgm-exporter's `DCGM_FI_*` names, units and labels.
     pub dcgm_compat: bool,
+    /// Spelling of the host label in dcgm-compatible series: "Hostname" as dcgm-exporter
+    /// up to 4.7 writes it, or "hostname" as 4.6.0-4.8.3 and later do.
+    pub dcgm_hostname_label: String,
     /// Most per-process series (`gpu_process_*`) in one exposition; the processes using the
     /// most memory are kept. Bounds cardinality on hosts with many short jobs.
     pub max_process_series: usize,
@@ -103,6 +107,7 @@ impl Default for ExportConfig {
         Self {
             listen: SocketAddr::from(([0, 0, 0, 0], 10400)),
             dcgm_compat: false,
+            dcgm_hostname_label: "Hostname".into(),
             max_process_series: 256,
             max_label_length: 128,
             hostname: String::new(),
@@ -168,6 +173,10 @@ impl Default for SimulationConfig {
         }
     }
 }
+
+/// Fastest simulated time: a million simulated seconds per second keeps simulated dates
+/// representable for decades of wall time.
+pub const MAX_SIM_SPEED: f64 = 1e6;
 
 /// Fault families the simulator knows, as written in `[simulation] faults`.
 pub const SIMULATED_FAULTS: [&str; 9] = [
@@ -240,6 +249,15 @@ impl Config {
                 ),
             ));
         }
+        if !["Hostname", "hostname"].contains(&self.export.dcgm_hostname_label.as_str()) {
+            out.push((
+                "export.dcgm_hostname_label",
+                format!(
+                    "{:?} is neither \"Hostname\" nor \"hostname\"",
+                    self.export.dcgm_hostname_label
+                ),
+            ));
+        }
         let min_label = crate::export::families::MIN_LABEL_LENGTH;
         if self.export.max_label_length < min_label {
             out.push((
@@ -253,10 +271,10 @@ impl Config {
                 format!("{} is outside 1..4096", self.simulation.gpus),
             ));
         }
-        if !(self.simulation.speed.is_finite() && self.simulation.speed > 0.0) {
+        if !(self.simulation.speed > 0.0 && self.simulation.speed <= MAX_SIM_SPEED) {
             out.push((
                 "simulation.speed",
-                format!("{} must be a positive number", self.simulation.speed),
+                format!("{} is outside (0, {MAX_SIM_SPEED}]", self.simulation.speed),
             ));
         }
         if !(self.simulation.fault_hours.is_finite() && self.simulation.fault_hours > 0.0) {

@@ -30,9 +30,13 @@ pub struct ServerState {
     /// Shown on the landing page, e.g. "simulator (8 GPUs, 1x speed)".
     pub source: String,
     pub version: &'static str,
+    /// When the server started (the first collection may take a while).
+    pub started: std::time::Instant,
+    /// `/healthz` fails when nothing was published for this long.
+    pub stale_after: Duration,
 }
 
-/// Serves until `shutdown` changes; returns the bound address through `bound` first.
+/// Serves until `shutdown` changes.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<ServerState>,
@@ -103,21 +107,44 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
                 let mut resp = bytes(StatusCode::OK, METRICS_CONTENT_TYPE, p.metrics.gzip.clone());
                 resp.headers_mut()
                     .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                resp.headers_mut()
+                    .insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
                 resp
             }
-            Some(p) => bytes(StatusCode::OK, METRICS_CONTENT_TYPE, p.metrics.text.clone()),
+            Some(p) => {
+                let mut resp = bytes(StatusCode::OK, METRICS_CONTENT_TYPE, p.metrics.text.clone());
+                resp.headers_mut()
+                    .insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+                resp
+            }
             None => not_ready(),
         },
-        "/healthz" => match latest {
-            Some(p) => text(
-                StatusCode::OK,
-                &format!(
-                    "ok: last collection {:.1}s ago\n",
-                    p.published.elapsed().as_secs_f64()
-                ),
-            ),
-            None => text(StatusCode::OK, "ok: first collection running\n"),
-        },
+        // Liveness: a collector that died or hangs in a driver call publishes nothing new;
+        // past `stale_after` the agent says so, and an orchestrator may restart it.
+        "/healthz" => {
+            let age = latest
+                .as_ref()
+                .map_or(state.started.elapsed(), |p| p.published.elapsed());
+            let status = if age > state.stale_after {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            };
+            let what = if latest.is_some() {
+                "last collection"
+            } else {
+                "started, no collection yet,"
+            };
+            let word = if status == StatusCode::OK {
+                "ok"
+            } else {
+                "stale"
+            };
+            text(
+                status,
+                &format!("{word}: {what} {:.1}s ago\n", age.as_secs_f64()),
+            )
+        }
         "/readyz" => match latest {
             Some(_) => text(StatusCode::OK, "ready\n"),
             None => not_ready(),

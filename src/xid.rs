@@ -46,7 +46,7 @@ pub enum XidClass {
 }
 
 impl XidClass {
-    /// Every class, in label order, for exporters that pre-declare label values.
+    /// Every class, in label order.
     pub const ALL: [XidClass; 7] = [
         XidClass::Application,
         XidClass::Memory,

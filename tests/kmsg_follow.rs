@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use gpu_sentinel::model::{XidEvent, XidSource};
-use gpu_sentinel::source::kmsg::KmsgFollower;
+use gpu_sentinel::source::kmsg::{KmsgEvent, KmsgFollower};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -50,11 +50,15 @@ fn append(path: &Path, text: &str) {
     f.write_all(text.as_bytes()).expect("append");
 }
 
-fn next(rx: &Receiver<XidEvent>) -> XidEvent {
+fn next_marked(rx: &Receiver<KmsgEvent>) -> KmsgEvent {
     rx.recv_timeout(WAIT).expect("an XID event within 5 s")
 }
 
-fn nothing_more(rx: &Receiver<XidEvent>) {
+fn next(rx: &Receiver<KmsgEvent>) -> XidEvent {
+    next_marked(rx).event
+}
+
+fn nothing_more(rx: &Receiver<KmsgEvent>) {
     if let Ok(e) = rx.recv_timeout(Duration::from_millis(700)) {
         panic!("unexpected event {e:?}");
     }
@@ -73,7 +77,12 @@ fn reads_a_file_from_the_start_then_follows_appends() {
     let (tx, rx) = channel();
     let follower = KmsgFollower::spawn(&log, tx).expect("spawn");
 
-    let e = next(&rx);
+    let first = next_marked(&rx);
+    assert!(
+        first.backlog,
+        "a line that was there before following began"
+    );
+    let e = first.event;
     assert_eq!((e.xid, e.source), (48, XidSource::Kmsg));
     assert_eq!(e.pci_bus_id.as_deref(), Some("0000:3B:00.0"));
     assert_eq!(e.message.as_deref(), Some("DBE"));
@@ -86,7 +95,9 @@ fn reads_a_file_from_the_start_then_follows_appends() {
     );
     nothing_more(&rx);
     append(&log, "3, pid=77, name=python, Graphics Exception\n");
-    let e = next(&rx);
+    let appended = next_marked(&rx);
+    assert!(!appended.backlog, "written after following began");
+    let e = appended.event;
     assert_eq!((e.xid, e.pci_bus_id.as_deref()), (13, Some("0000:3C:00.0")));
     follower.stop();
 }
@@ -157,7 +168,7 @@ fn dev_kmsg_is_read_and_stopped_without_blocking() {
         Ok(follower) => {
             // The backlog since boot is read; any XID in it must be well formed.
             std::thread::sleep(Duration::from_millis(300));
-            for e in rx.try_iter() {
+            for KmsgEvent { event: e, .. } in rx.try_iter() {
                 assert_eq!(e.source, XidSource::Kmsg);
                 assert!(e.pci_bus_id.is_some());
                 assert!(e.at <= chrono::Utc::now());

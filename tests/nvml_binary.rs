@@ -201,3 +201,17 @@ fn analysis_state_survives_a_restart() {
     assert!(after >= before, "cost went from {before} back to {after}");
     let _ = std::fs::remove_dir_all(&state_dir);
 }
+
+#[test]
+fn a_collector_stuck_in_a_driver_call_fails_liveness_but_keeps_serving() {
+    let agent = start(
+        "stuck",
+        "[simulation]\ngpus = 1\n[[fault]]\nfunction = \"nvmlDeviceGetPowerUsage\"\ndelay_ms = 60000\nafter_seconds = 2.0\n",
+    );
+    agent.metrics();
+    assert_eq!(agent.get("/healthz").status, 200);
+    agent.wait_until(Duration::from_secs(30), |a| a.get("/healthz").status == 503);
+    assert!(agent.get("/healthz").text().starts_with("stale"));
+    // The last exposition is still served: Prometheus sees old data, and the stale health.
+    assert_eq!(agent.get("/metrics").status, 200);
+}

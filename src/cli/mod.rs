@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::Config;
+use crate::config::{Config, MAX_SIM_SPEED};
 
 /// Per-host NVIDIA GPU agent: Prometheus exporter, failure-risk and idle analysis, alerting.
 #[derive(Debug, Parser)]
@@ -105,8 +105,8 @@ impl SourceArgs {
         }
         if let Some(x) = self.sim_speed {
             anyhow::ensure!(
-                x.is_finite() && x > 0.0,
-                "--sim-speed {x} must be a positive number"
+                x > 0.0 && x <= MAX_SIM_SPEED,
+                "--sim-speed {x} is outside (0, {MAX_SIM_SPEED}]"
             );
             config.simulation.speed = x;
         }

@@ -22,8 +22,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     // Open the source first: without NVML there is nothing to serve, and the operator
     // should hear so within seconds, not after the server is up.
     let source = crate::source::open(&config, args.source.simulate)?;
-    let mut options = crate::export::RenderOptions::from_config(&config.export);
-    options.currency.clone_from(&config.cost.currency);
+    let options = crate::export::RenderOptions::from_config(&config);
     let engine = Engine::new(EngineConfig::from_config(&config)?);
     let external_url = format!(
         "http://{}:{}/api/v1/alerts",
@@ -54,6 +53,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         latest,
         source: collector.describe(),
         version: env!("CARGO_PKG_VERSION"),
+        started: std::time::Instant::now(),
+        // Three missed collections, and never less than ten seconds: a slow call is not yet
+        // a dead agent.
+        stale_after: (config.collect.interval * 3).max(Duration::from_secs(10)),
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

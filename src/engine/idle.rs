@@ -152,9 +152,11 @@ pub fn update(
     let mut zero_sm = BTreeMap::new();
     for p in processes {
         let holds = p.used_memory_bytes.is_none_or(|b| b > 0);
-        // NVML reports utilization only for processes that ran since the last sample.
-        let computing = p.sm_utilization.is_some_and(|u| u > 0.0);
-        if holds && !computing {
+        // Sources report 0 for a process that did not run since the last sample; no value
+        // at all (per-process utilization unsupported, as under MIG) tells nothing, and
+        // nothing is not evidence of a ghost.
+        let idle = p.sm_utilization.is_some_and(|u| u <= 0.0);
+        if holds && idle {
             let since = state.zero_sm_since.get(&p.pid).copied().unwrap_or(now);
             zero_sm.insert(p.pid, since);
             let dead = matches!(
@@ -277,15 +279,17 @@ mod tests {
     #[test]
     fn a_dead_process_holding_memory_becomes_a_ghost_after_the_window() {
         let mut state = IdleState::default();
-        let alive = process(10, None, Liveness::Running);
-        let ghost = process(11, None, Liveness::Gone);
+        let alive = process(10, Some(0.0), Liveness::Running);
+        let ghost = process(11, Some(0.0), Liveness::Gone);
+        // No utilization at all (unsupported, as under MIG) is no evidence of a ghost.
+        let unknown = process(12, None, Liveness::Orphaned);
         let mut last = IdleFindings::default();
         for minute in 0..=30 {
             last = update(
                 &mut state,
                 minute * 60,
                 &gpu(0.0, 41 * GIB),
-                &[&alive, &ghost],
+                &[&alive, &ghost, &unknown],
                 &config(),
             );
             if minute < 30 {

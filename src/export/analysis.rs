@@ -19,6 +19,10 @@ pub(super) fn render_analysis(
     options: &RenderOptions,
 ) {
     families.declare(ANALYSIS);
+    families.family(&COST).set_help(format!(
+        "Cost of the GPU's time in {} since gpu-sentinel started keeping state, by state (busy, idle).",
+        options.currency
+    ));
     let mut gpus: Vec<_> = findings.gpus.iter().collect();
     gpus.sort_by_key(|g| g.index);
     for g in &gpus {
@@ -52,10 +56,6 @@ pub(super) fn render_analysis(
                 .push(&id, g.idle.long_running.len() as f64);
         }
         let cost = families.family(&COST);
-        cost.set_help(format!(
-            "Cost of the GPU's time in {} since gpu-sentinel started keeping state, by state (busy, idle).",
-            options.currency
-        ));
         cost.push(&[&index, &g.uuid, "busy"], g.cost.busy);
         cost.push(&[&index, &g.uuid, "idle"], g.cost.idle);
         let owners = families.family(&OWNER_SECONDS);

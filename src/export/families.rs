@@ -1,7 +1,7 @@
 //! [`Families`]: the metric families of one exposition under construction, in the order
 //! they will be written, and their encoding to Prometheus text format 0.0.4.
 //!
-//! Renderers (the native one, the dcgm-exporter one, and later the analysis modules) ask
+//! Renderers (the native one, the dcgm-exporter one, the analysis one) ask
 //! for a family by its [`MetricDef`] and push samples into it. A family asked for the
 //! first time is appended, so the exposition follows the order renderers ask in; a family
 //! that ends up with no samples is left out entirely. Every label value passes through one

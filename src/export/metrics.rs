@@ -5,9 +5,9 @@
 //! exposition, the order families appear in (catalogue order, so golden files are stable),
 //! and the metrics reference `docs/metrics.md` ([`reference_markdown`]), which a test keeps
 //! in sync. Names follow DESIGN.md's table: base units (bytes, seconds, watts, joules,
-//! hertz, degrees Celsius), ratios 0–1, `_total` on counters only. Analysis families (risk,
-//! idle, cost, …) join the catalogue when their module lands; the renderer takes any
-//! [`MetricDef`], so they append without changing it.
+//! hertz, degrees Celsius), ratios 0–1, `_total` on counters only. [`NATIVE`] comes from
+//! the snapshot and collection health, [`ANALYSIS`] from the engine's findings, and
+//! [`ALERTING`] from alerting and delivery.
 
 use std::fmt::Write as _;
 

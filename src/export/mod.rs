@@ -9,10 +9,9 @@
 //! - [`metrics`]: the catalogue of native families and the metrics reference.
 //! - [`families`]: the families under construction and their text encoding.
 //! - `render`: the native families; [`dcgm`]: dcgm-exporter's names, units and labels.
-//! - [`state`]: what is carried across ticks (XID counters, last XID per GPU).
-//!
-//! More families (the analysis engine's) are appended by building [`Families`] with
-//! [`families`] and pushing into it before [`Exposition::from_families`].
+//! - [`state`]: what is carried across ticks (XID counters, last XID per GPU, stage times).
+//! - `analysis`: the engine's findings, the alerts and the delivery and advice counters,
+//!   rendered after the native families when [`RenderInput`] carries them.
 
 mod analysis;
 pub mod dcgm;
@@ -86,7 +85,11 @@ impl RenderOptions {
     pub fn new(config: &ExportConfig, resolved_hostname: String) -> RenderOptions {
         RenderOptions {
             dcgm_compat: config.dcgm_compat,
-            dcgm_hostname_label: HostnameLabel::default(),
+            dcgm_hostname_label: if config.dcgm_hostname_label == "hostname" {
+                HostnameLabel::Lowercase
+            } else {
+                HostnameLabel::Capitalised
+            },
             max_process_series: config.max_process_series,
             max_label_length: config.max_label_length,
             hostname: resolved_hostname,
@@ -96,14 +99,19 @@ impl RenderOptions {
         }
     }
 
-    /// Options from `[export]`, resolving an empty `hostname` to this host's name.
-    pub fn from_config(config: &ExportConfig) -> RenderOptions {
-        let hostname = if config.hostname.is_empty() {
+    /// Options from a configuration: `[export]`, resolving an empty `hostname` to this
+    /// host's name, and `[cost] currency`.
+    pub fn from_config(config: &crate::config::Config) -> RenderOptions {
+        let export = &config.export;
+        let hostname = if export.hostname.is_empty() {
             crate::host::hostname()
         } else {
-            config.hostname.clone()
+            export.hostname.clone()
         };
-        RenderOptions::new(config, hostname)
+        RenderOptions {
+            currency: config.cost.currency.clone(),
+            ..RenderOptions::new(export, hostname)
+        }
     }
 }
 

@@ -326,7 +326,9 @@ fn self_metrics(
         .push(&[], flag(health.source_up));
     let family = families.family(&COLLECT_DURATION);
     family.push(&["collect"], health.seconds);
-    family.push_some(&["render"], state.last_render_seconds());
+    for (stage, seconds) in state.stage_seconds() {
+        family.push(&[stage], seconds);
+    }
     let at = snapshot.at.timestamp_millis() as f64 / 1000.0;
     families.family(&LAST_COLLECT_TIMESTAMP).push(&[], at);
     let family = families.family(&COLLECT_ERRORS);

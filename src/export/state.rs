@@ -3,7 +3,8 @@
 //! A snapshot carries only the XIDs seen since the previous one, but Prometheus wants
 //! counters that only grow, and dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS` shows the last XID
 //! of each GPU until another arrives. Both live here, owned by the collection loop and
-//! handed to every [`render`](super::render) call. Nothing else is kept across ticks.
+//! handed to every [`render`](super::render) call, with the time the previous collection's
+//! later stages took (which the caller measures, so rendering reads no clock).
 
 use std::collections::BTreeMap;
 
@@ -17,8 +18,9 @@ pub struct ExportState {
     xid_totals: BTreeMap<XidKey, u64>,
     /// The last XID of each GPU, by UUID.
     last_xid: BTreeMap<String, u32>,
-    /// Wall time of the previous render, as measured by its caller.
-    last_render_seconds: Option<f64>,
+    /// Wall time of the previous collection's stages after `collect` (`analyse`,
+    /// `render`), as measured by the caller.
+    stage_seconds: BTreeMap<&'static str, f64>,
 }
 
 /// The labels of one `gpu_xid_errors_total` series. Orders by GPU index (unmatched GPUs,
@@ -66,15 +68,17 @@ impl ExportState {
         self.last_xid.get(uuid).copied()
     }
 
-    /// Records how long the last render took, to be shown by the next exposition as
-    /// `gpu_sentinel_collect_duration_seconds{stage="render"}`. The caller measures it,
-    /// so that rendering stays free of clock reads and golden files stay exact.
-    pub fn set_last_render_seconds(&mut self, seconds: f64) {
-        self.last_render_seconds = Some(seconds);
+    /// Records how long a stage of the last collection took (`analyse`: the engine and
+    /// alerting; `render`: the exposition and the API documents), shown by the next
+    /// exposition as `gpu_sentinel_collect_duration_seconds{stage}`. The caller measures
+    /// it, so rendering stays free of clock reads and golden files stay exact.
+    pub fn set_stage_seconds(&mut self, stage: &'static str, seconds: f64) {
+        self.stage_seconds.insert(stage, seconds);
     }
 
-    pub fn last_render_seconds(&self) -> Option<f64> {
-        self.last_render_seconds
+    /// Recorded stage times, by stage.
+    pub fn stage_seconds(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
+        self.stage_seconds.iter().map(|(s, v)| (*s, *v))
     }
 }
 

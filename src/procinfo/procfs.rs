@@ -22,6 +22,9 @@ pub struct ProcFs {
     max_command: usize,
     clock_ticks: u64,
     users: Mutex<Option<Passwd>>,
+    /// This `/proc` shows a PID namespace of its own (a container without `hostPID`): the
+    /// host PIDs NVML reports are not in it, so a missing one says nothing about liveness.
+    foreign_pids: bool,
 }
 
 /// A parsed passwd file, reloaded when its modification time or size changes.
@@ -53,12 +56,25 @@ impl ProcFs {
             max_command: 256,
             clock_ticks: u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100),
             users: Mutex::new(None),
+            foreign_pids: false,
         }
     }
 
-    /// The host's own `/proc`.
+    /// The agent's own `/proc`. In a PID namespace of its own (a container without
+    /// `hostPID`), the PIDs NVML reports cannot be looked up: they are reported with
+    /// liveness unknown, never as gone — every job would otherwise look like a ghost.
     pub fn host() -> Self {
-        Self::new("/proc")
+        let mut table = Self::new("/proc");
+        table.foreign_pids =
+            nested_pid_namespace(&std::fs::read_to_string("/proc/self/status").unwrap_or_default());
+        if table.foreign_pids {
+            tracing::warn!(
+                "gpu-sentinel runs in a PID namespace of its own: GPU processes cannot be \
+                 resolved to owners, and ghost processes cannot be told (in Kubernetes, run \
+                 the pod with hostPID: true)"
+            );
+        }
+        table
     }
 
     /// Reads user names from this passwd-format file instead of `/etc/passwd`.
@@ -165,6 +181,12 @@ impl ProcFs {
     }
 }
 
+/// Whether `/proc/self/status` (its `NSpid:` line lists this process's PID in each
+/// namespace from the outermost in) shows more than one PID namespace.
+fn nested_pid_namespace(status: &str) -> bool {
+    status_field(status, "NSpid:").is_some_and(|v| v.split_whitespace().count() > 1)
+}
+
 impl ProcessTable for ProcFs {
     fn lookup(&self, pid: u32) -> ProcessInfo {
         let stat = match self.stat(pid) {
@@ -177,6 +199,9 @@ impl ProcessTable for ProcFs {
                     std::fs::symlink_metadata(self.root.join(pid.to_string())),
                     Err(e) if e.kind() == io::ErrorKind::NotFound
                 );
+                if self.foreign_pids {
+                    return ProcessInfo::default();
+                }
                 if dir_gone || e.raw_os_error() == Some(libc::ESRCH) {
                     return ProcessInfo {
                         liveness: Liveness::Gone,
@@ -299,6 +324,25 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nested_pid_namespace_is_recognised() {
+        assert!(!nested_pid_namespace("Name:\tagent\nNSpid:\t4242\n"));
+        assert!(nested_pid_namespace("Name:\tagent\nNSpid:\t4242\t1\n"));
+        assert!(
+            !nested_pid_namespace("Name:\tagent\n"),
+            "old kernels have no NSpid"
+        );
+    }
+
+    #[test]
+    fn foreign_pids_are_unknown_not_gone() {
+        let mut table = ProcFs::new("/nonexistent-proc");
+        table.foreign_pids = true;
+        assert_eq!(table.lookup(123).liveness, Liveness::Unknown);
+        table.foreign_pids = false;
+        assert_eq!(table.lookup(123).liveness, Liveness::Gone);
+    }
 
     #[test]
     fn stat_with_parentheses_in_the_name() {

@@ -9,9 +9,7 @@
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Instant;
 
-use chrono::{DateTime, Utc};
-
-use super::kmsg::{KmsgFollower, XidDeduper, resolve_gpu};
+use super::kmsg::{KmsgEvent, KmsgFollower, XidDeduper, resolve_gpu};
 use super::{Collection, FamilyHealth, Source};
 use crate::config::CollectConfig;
 use crate::model::XidEvent;
@@ -21,11 +19,10 @@ use crate::procinfo::{self, ProcFs};
 pub struct HostSource {
     inner: Box<dyn Source>,
     procfs: Option<ProcFs>,
-    kmsg: Option<(KmsgFollower, Receiver<XidEvent>)>,
+    kmsg: Option<(KmsgFollower, Receiver<KmsgEvent>)>,
     /// Why the kernel log is not followed, when it should be; reported as failed health.
     kmsg_problem: Option<String>,
     dedup: XidDeduper,
-    started: DateTime<Utc>,
     /// Kernel-log XIDs from before this start seen so far (logged, not counted).
     backlog_seen: usize,
 }
@@ -59,7 +56,6 @@ impl HostSource {
             kmsg,
             kmsg_problem,
             dedup: XidDeduper::default(),
-            started: Utc::now(),
             backlog_seen: 0,
         }
     }
@@ -72,8 +68,8 @@ impl HostSource {
             return Vec::new();
         };
         let mut fresh = Vec::new();
-        for event in rx.try_iter() {
-            if event.at >= self.started {
+        for KmsgEvent { event, backlog } in rx.try_iter() {
+            if !backlog {
                 fresh.push(event);
                 continue;
             }
@@ -99,15 +95,16 @@ impl Source for HostSource {
         let mut collection = self.inner.collect();
         let snapshot = &mut collection.snapshot;
 
+        let host_began = Instant::now();
         let began = Instant::now();
         if let Some(procfs) = &self.procfs {
             procinfo::enrich(procfs, &mut snapshot.processes);
+            collection.health.families.push(FamilyHealth {
+                name: "procfs",
+                seconds: began.elapsed().as_secs_f64(),
+                success: true,
+            });
         }
-        collection.health.families.push(FamilyHealth {
-            name: "procfs",
-            seconds: began.elapsed().as_secs_f64(),
-            success: true,
-        });
 
         let began = Instant::now();
         for event in std::mem::take(&mut snapshot.events) {
@@ -125,6 +122,8 @@ impl Source for HostSource {
             seconds: began.elapsed().as_secs_f64(),
             success: self.kmsg_problem.is_none(),
         });
+        // The host's part is part of the collection.
+        collection.health.seconds += host_began.elapsed().as_secs_f64();
         collection
     }
 

@@ -9,6 +9,11 @@
 //!   truncation and rotation by checking size and inode every [`TICK`] at end of file.
 //!
 //! Neither loop spins: every path through them either consumes input or sleeps.
+//!
+//! What was already in the log when following began (the ring buffer's records since boot,
+//! a log file's existing lines) is sent marked as backlog: the follower knows it has caught
+//! up when it first reaches the end, which no timestamp can tell (a log line may carry
+//! none, or one from a previous boot).
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -32,6 +37,14 @@ pub const TICK: Duration = Duration::from_millis(250);
 /// Longest line kept; the rest of a longer line is dropped. Driver lines are < 1 KiB; this
 /// only bounds memory when a file without newlines is followed by mistake.
 const MAX_LINE: usize = 64 * 1024;
+
+/// One XID read from the kernel log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KmsgEvent {
+    pub event: XidEvent,
+    /// Read before the follower first reached the end of the log: from before it started.
+    pub backlog: bool,
+}
 
 /// A kernel log that cannot be followed.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +76,7 @@ impl KmsgFollower {
     ///
     /// The open happens here, so a missing or forbidden path is reported to the caller
     /// with its fix. The thread ends when stopped, dropped, or when `tx`'s receiver is gone.
-    pub fn spawn(path: &Path, tx: Sender<XidEvent>) -> Result<Self, KmsgError> {
+    pub fn spawn(path: &Path, tx: Sender<KmsgEvent>) -> Result<Self, KmsgError> {
         let err = |source| KmsgError {
             path: path.to_path_buf(),
             source,
@@ -129,14 +142,18 @@ impl Drop for KmsgFollower {
 /// ring buffer, so the backlog since boot (or since the buffer last wrapped) is read first.
 /// That is deliberate: XIDs logged while the agent was down (a restart, an upgrade) are
 /// still seen, with their original times, so the engine can place them correctly.
-fn follow_device(mut file: File, path: &Path, tx: &Sender<XidEvent>, stop: &AtomicBool) {
+fn follow_device(mut file: File, path: &Path, tx: &Sender<KmsgEvent>, stop: &AtomicBool) {
     // One record is at most ~1 KiB of text plus its dictionary; the kernel fails a read
     // into a buffer too small for the record with EINVAL.
     let mut buf = vec![0u8; 16 * 1024];
     let mut failures = 0u32;
+    let mut backlog = true;
     while !stop.load(Ordering::Relaxed) {
         match file.read(&mut buf) {
-            Ok(0) => wait_readable(&file),
+            Ok(0) => {
+                backlog = false;
+                wait_readable(&file);
+            }
             Ok(n) => {
                 failures = 0;
                 let record = String::from_utf8_lossy(&buf[..n]);
@@ -145,12 +162,15 @@ fn follow_device(mut file: File, path: &Path, tx: &Sender<XidEvent>, stop: &Atom
                         .monotonic_us
                         .and_then(|us| wall_from_monotonic(us, Utc::now()))
                         .unwrap_or_else(Utc::now);
-                    if tx.send(event(x, at)).is_err() {
+                    if tx.send(event(x, at, backlog)).is_err() {
                         return;
                     }
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(&file),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                backlog = false;
+                wait_readable(&file);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             // EPIPE: the ring buffer overwrote records we had not read yet. The next read
             // continues from the oldest record still there; the lost ones are gone.
@@ -184,10 +204,12 @@ fn wait_readable(file: &File) {
 }
 
 /// A regular file: read it from the start, then follow appends like `tail -F`.
-fn follow_file(file: File, path: &Path, tx: &Sender<XidEvent>, stop: &AtomicBool) {
+fn follow_file(file: File, path: &Path, tx: &Sender<KmsgEvent>, stop: &AtomicBool) {
+    // Until the first end of file, what is read was there before we started.
+    let backlog = std::cell::Cell::new(true);
     // Returning false ends the read: a stop request is honoured even in the middle of a
     // long backlog.
-    let mut handle = |line: &str| {
+    let handle = |line: &str| {
         if stop.load(Ordering::Relaxed) {
             return false;
         }
@@ -198,19 +220,19 @@ fn follow_file(file: File, path: &Path, tx: &Sender<XidEvent>, stop: &AtomicBool
         let at = prefix_wall_time(line, now)
             .or_else(|| x.monotonic_us.and_then(|us| wall_from_monotonic(us, now)))
             .unwrap_or(now);
-        tx.send(event(x, at)).is_ok()
+        tx.send(event(x, at, backlog.get())).is_ok()
     };
     let mut tail = Tail::new(file);
     while !stop.load(Ordering::Relaxed) {
-        match tail.read_lines(&mut handle) {
+        match tail.read_lines(handle) {
             Err(Disconnected) => return,
             Ok(true) => continue,
-            Ok(false) => {}
+            Ok(false) => backlog.set(false),
         }
         std::thread::sleep(TICK);
         if let Some(next) = tail.check_rotation(path) {
             // Lines the writer added to the old file after our last read, before renaming it.
-            if tail.read_lines(&mut handle).is_err() {
+            if tail.read_lines(handle).is_err() {
                 return;
             }
             tail = next;
@@ -305,15 +327,18 @@ impl Tail {
     }
 }
 
-fn event(x: KmsgXid, at: DateTime<Utc>) -> XidEvent {
-    XidEvent {
-        at,
-        gpu: None,
-        uuid: None,
-        pci_bus_id: Some(x.pci_bus_id),
-        xid: x.xid,
-        source: XidSource::Kmsg,
-        message: (!x.message.is_empty()).then_some(x.message),
+fn event(x: KmsgXid, at: DateTime<Utc>, backlog: bool) -> KmsgEvent {
+    KmsgEvent {
+        event: XidEvent {
+            at,
+            gpu: None,
+            uuid: None,
+            pci_bus_id: Some(x.pci_bus_id),
+            xid: x.xid,
+            source: XidSource::Kmsg,
+            message: (!x.message.is_empty()).then_some(x.message),
+        },
+        backlog,
     }
 }
 

@@ -16,5 +16,5 @@ pub mod follow;
 pub mod parse;
 
 pub use dedup::{XidDeduper, resolve_gpu};
-pub use follow::{KmsgError, KmsgFollower};
+pub use follow::{KmsgError, KmsgEvent, KmsgFollower};
 pub use parse::{KmsgXid, normalize_pci_bus_id, parse_line};

@@ -31,6 +31,8 @@ pub struct Slot {
     /// Whether the GPU answered last tick, and ever, to log transitions once.
     pub was_up: bool,
     pub ever_up: bool,
+    /// MIG mode last tick: what a GPU supports changes with it.
+    pub mig_enabled: Option<bool>,
 }
 
 /// What reading one GPU produced.
@@ -108,6 +110,14 @@ pub fn read_gpu(
             sample.mig_enabled = c
                 .call("nvmlDeviceGetMigMode", "", || device.mig_mode())
                 .map(|m| m.current == 1);
+            // In MIG mode the whole-GPU utilization calls answer NOT_SUPPORTED; after MIG is
+            // turned off they work again, so what was learnt under the other mode is forgotten.
+            if sample.mig_enabled.is_some() && slot.mig_enabled != sample.mig_enabled {
+                if slot.mig_enabled.is_some() {
+                    c.forget_unavailable();
+                }
+                slot.mig_enabled = sample.mig_enabled;
+            }
             Some(device)
         })
         .flatten();

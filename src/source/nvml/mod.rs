@@ -182,11 +182,6 @@ impl NvmlSource {
         self
     }
 
-    /// The library NVML was loaded from.
-    pub fn lib_path(&self) -> &Path {
-        &self.lib_path
-    }
-
     /// Tries to bring NVML back when it is gone and an attempt is due.
     fn try_reinit(&mut self) {
         let now = Instant::now();
@@ -301,10 +296,20 @@ impl NvmlSource {
             }
         }
         self.slots.truncate(count as usize);
-        let seen: HashSet<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+        // A vanished GPU stops being reported when it answers again, or when another GPU
+        // answers in its PCI slot (it was replaced: an RMA must not stay lost forever).
+        let seen: HashSet<&str> = gpus.iter().map(|g| g.uuid.as_str()).collect();
+        let slots: HashSet<&str> = gpus
+            .iter()
+            .map(|g| g.pci_bus_id.as_str())
+            .filter(|bus| !bus.is_empty())
+            .collect();
         let mut reported = HashSet::new();
-        self.vanished
-            .retain(|(_, id)| !seen.contains(&id.uuid) && reported.insert(id.uuid.clone()));
+        self.vanished.retain(|(_, id)| {
+            !seen.contains(id.uuid.as_str())
+                && !slots.contains(id.pci_bus_id.as_str())
+                && reported.insert(id.uuid.clone())
+        });
         gpus.extend(self.vanished_samples());
         gpus.sort_by_key(|g| g.index);
         Ok((gpus, processes))

@@ -239,6 +239,10 @@ pub fn remapped_rows(dev: &Device<'_>, c: &mut Calls<'_>, s: &mut GpuSample) {
 /// whatever type NVML chose for them.
 fn fields(dev: &Device<'_>, c: &mut Calls<'_>, wanted: &[(&'static str, u32)]) -> Vec<Option<f64>> {
     let mut out = vec![None; wanted.len()];
+    // The whole call unsupported (an old driver) is remembered under the empty variant.
+    if c.skip(FIELD_VALUES, "") {
+        return out;
+    }
     let ask: Vec<usize> = (0..wanted.len())
         .filter(|&i| !c.skip(FIELD_VALUES, wanted[i].0))
         .collect();

@@ -198,18 +198,15 @@ impl Fleet {
 
     /// Current simulated time.
     pub fn now(&self) -> DateTime<Utc> {
-        self.start + TimeDelta::milliseconds((self.elapsed * 1000.0) as i64)
+        // Saturating: simulated time never panics, however far it is pushed.
+        self.start
+            .checked_add_signed(TimeDelta::milliseconds((self.elapsed * 1000.0) as i64))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
     }
 
     /// Simulated seconds since the fleet started.
     pub fn elapsed_seconds(&self) -> f64 {
         self.elapsed
-    }
-
-    /// Moves simulated time forward to `at`; earlier times are ignored.
-    pub fn advance_to(&mut self, at: DateTime<Utc>) {
-        let target = (at - self.start).num_milliseconds() as f64 / 1000.0;
-        self.advance(target - self.elapsed);
     }
 
     /// Moves simulated time forward by `seconds` in one step per GPU.
