@@ -119,7 +119,7 @@ impl Agent {
             .unwrap_or_else(|| panic!("GET {path}: server unreachable"))
     }
 
-    /// Polls `ready` until it holds, panicking with the agent's stderr after `limit`.
+    /// Polls `ready` until it holds; panics after `limit`.
     pub fn wait_until(&self, limit: Duration, mut ready: impl FnMut(&Agent) -> bool) {
         let began = Instant::now();
         while began.elapsed() < limit {

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use gpu_sentinel::alert::notify::http::Endpoint;
 use gpu_sentinel::alert::notify::{Notifier, NotifyError};
 use gpu_sentinel::alert::{Alert, AlertState, LabelSet, Notification};
 
@@ -186,25 +187,15 @@ fn serve(stream: TcpStream, handler: &Handler, seen: &Mutex<Vec<Request>>) {
     }
 }
 
-/// A test receiver integration: POSTs the notification as JSON and classifies the answer the
-/// way DESIGN.md says every integration does (2xx ok; 5xx, 429 and transport errors retry,
-/// honouring `Retry-After`; other 4xx drop).
-pub struct HttpNotifier {
-    url: String,
-    agent: ureq::Agent,
-}
+/// A test receiver integration: POSTs the notification itself as JSON through the
+/// notifiers' own HTTP endpoint, so the delivery tests run on the real outcome
+/// classification (2xx ok; 5xx, 429 and transport errors retry, honouring `Retry-After`;
+/// other 4xx drop).
+pub struct HttpNotifier(Endpoint);
 
 impl HttpNotifier {
     pub fn new(url: &str, timeout: Duration) -> HttpNotifier {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
-        HttpNotifier {
-            url: url.to_string(),
-            agent,
-        }
+        HttpNotifier(Endpoint::new(url, timeout).expect("a valid test URL"))
     }
 }
 
@@ -213,32 +204,7 @@ impl Notifier for HttpNotifier {
         let body = serde_json::to_vec(notification).map_err(|e| NotifyError::Drop {
             reason: e.to_string(),
         })?;
-        let response = self
-            .agent
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .send(&body[..])
-            .map_err(|e| NotifyError::Retry {
-                reason: e.to_string(),
-                after: None,
-            })?;
-        let status = response.status().as_u16();
-        let after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        match status {
-            200..=299 => Ok(()),
-            429 | 500..=599 => Err(NotifyError::Retry {
-                reason: format!("HTTP {status}"),
-                after,
-            }),
-            _ => Err(NotifyError::Drop {
-                reason: format!("HTTP {status}"),
-            }),
-        }
+        self.0.post_json(None, &body, None)
     }
 }
 

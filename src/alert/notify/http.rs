@@ -303,10 +303,6 @@ impl Endpoint {
         redacted_url(&self.url)
     }
 
-    pub fn redactor(&self) -> &Redactor {
-        &self.redactor
-    }
-
     /// POSTs a JSON body to the endpoint's URL (or `url`, the same URL with signing
     /// parameters added) and classifies the outcome. Error reasons name the redacted URL.
     pub fn post_json(
