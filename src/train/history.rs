@@ -85,13 +85,19 @@ const MAX_WARNINGS: usize = 10;
 impl History {
     /// Streams `reader` through a fresh engine, keeping one row per GPU per `row_every`
     /// seconds while it answers, and every failure label.
-    pub fn read(reader: impl BufRead, row_every: i64) -> std::io::Result<History> {
+    pub fn read(mut reader: impl BufRead, row_every: i64) -> std::io::Result<History> {
         let mut engine = Engine::new(EngineConfig::default());
         let mut history = History::default();
         let mut by_uuid: BTreeMap<String, usize> = BTreeMap::new();
         let mut last_row: Vec<Option<i64>> = Vec::new();
-        for (n, line) in reader.lines().enumerate() {
-            let line = line?;
+        let mut bytes = Vec::new();
+        for n in 0.. {
+            bytes.clear();
+            if reader.read_until(b'\n', &mut bytes)? == 0 {
+                break;
+            }
+            // A damaged line is one line lost, not the whole history.
+            let line = String::from_utf8_lossy(&bytes);
             let text = line.trim();
             if text.is_empty() {
                 continue;
@@ -115,9 +121,9 @@ impl History {
                     continue;
                 }
             };
+            let now = snapshot.at.timestamp();
             history.snapshots += 1;
             engine.step(&snapshot);
-            let now = snapshot.at.timestamp();
             let mut peers: Option<Peers> = None;
             for sample in snapshot.gpus.iter().filter(|s| s.up) {
                 let i = history.gpu(&mut by_uuid, &mut last_row, &sample.uuid);
