@@ -222,6 +222,29 @@ impl Readings {
     }
 }
 
+/// Every finding a GPU can have, in the order the API and the replay report list them.
+pub const FINDING_KINDS: [&str; 9] = [
+    "failure_risk",
+    "lost",
+    "hardware_xid",
+    "row_remap_failure",
+    "uncorrectable_ecc",
+    "thermal_slowdown",
+    "allocated_idle",
+    "ghost_process",
+    "long_running_process",
+];
+
+/// The names of the kinds set in `mask` (see [`GpuFindings::kind_mask`]).
+pub fn kinds_in(mask: u32) -> Vec<&'static str> {
+    FINDING_KINDS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(_, kind)| *kind)
+        .collect()
+}
+
 impl GpuFindings {
     /// Findings for a GPU the engine knows but the snapshot does not list.
     fn missing(state: &GpuState, now: i64) -> GpuFindings {
@@ -244,37 +267,29 @@ impl GpuFindings {
         }
     }
 
+    /// The findings that hold as a bit mask over [`FINDING_KINDS`] (bit i: kind i).
+    pub fn kind_mask(&self, risk_threshold: f64) -> u32 {
+        let holds: [bool; FINDING_KINDS.len()] = [
+            self.risk.score >= risk_threshold,
+            self.lost,
+            !self.hardware_xids_24h.is_empty(),
+            self.row_remap_failure,
+            self.uncorrectable_ecc_24h > 0.0,
+            self.thermal_slowdown,
+            self.idle.allocated_idle,
+            !self.idle.ghosts.is_empty(),
+            !self.idle.long_running.is_empty(),
+        ];
+        holds
+            .iter()
+            .enumerate()
+            .filter(|(_, holds)| **holds)
+            .fold(0, |mask, (i, _)| mask | 1 << i)
+    }
+
     /// Names of the findings that hold, as the replay report and the API list them.
     pub fn kinds(&self, risk_threshold: f64) -> Vec<&'static str> {
-        let mut out = Vec::new();
-        if self.risk.score >= risk_threshold {
-            out.push("failure_risk");
-        }
-        if self.lost {
-            out.push("lost");
-        }
-        if !self.hardware_xids_24h.is_empty() {
-            out.push("hardware_xid");
-        }
-        if self.row_remap_failure {
-            out.push("row_remap_failure");
-        }
-        if self.uncorrectable_ecc_24h > 0.0 {
-            out.push("uncorrectable_ecc");
-        }
-        if self.thermal_slowdown {
-            out.push("thermal_slowdown");
-        }
-        if self.idle.allocated_idle {
-            out.push("allocated_idle");
-        }
-        if !self.idle.ghosts.is_empty() {
-            out.push("ghost_process");
-        }
-        if !self.idle.long_running.is_empty() {
-            out.push("long_running_process");
-        }
-        out
+        kinds_in(self.kind_mask(risk_threshold))
     }
 }
 

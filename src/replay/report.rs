@@ -17,7 +17,7 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde::Serialize;
 
 use super::ReadStats;
-use crate::engine::{Engine, Findings, GpuFindings, VANISHED_AFTER_SECONDS};
+use crate::engine::{Engine, Findings, GpuFindings, VANISHED_AFTER_SECONDS, kinds_in};
 use crate::model::Snapshot;
 
 /// The whole report.
@@ -75,32 +75,6 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// Every finding name [`GpuFindings::kinds`] can give, in its order; a set of them is a
-/// bit mask over this list.
-const KINDS: [&str; 9] = [
-    "failure_risk",
-    "lost",
-    "hardware_xid",
-    "row_remap_failure",
-    "uncorrectable_ecc",
-    "thermal_slowdown",
-    "allocated_idle",
-    "ghost_process",
-    "long_running_process",
-];
-
-fn kind_bits(findings: &GpuFindings, threshold: f64) -> u32 {
-    let mut bits = 0;
-    for kind in findings.kinds(threshold) {
-        match KINDS.iter().position(|k| *k == kind) {
-            Some(i) => bits |= 1 << i,
-            // A finding added to the engine after this list: still reported, see `extra`.
-            None => bits |= 1 << 31,
-        }
-    }
-    bits
-}
-
 /// Per GPU while the replay runs.
 #[derive(Debug, Clone)]
 struct Track {
@@ -111,9 +85,8 @@ struct Track {
     final_risk: f64,
     first_warning: Option<DateTime<Utc>>,
     lost: bool,
+    /// Every finding seen, as a mask over [`FINDING_KINDS`](crate::engine::FINDING_KINDS).
     kinds: u32,
-    /// Finding names outside [`KINDS`] (none today).
-    extra: Vec<&'static str>,
     /// Ordinal of the last snapshot that listed this GPU.
     last_listed: u64,
 }
@@ -182,7 +155,6 @@ impl ReportBuilder {
                 first_warning: None,
                 lost: false,
                 kinds: 0,
-                extra: Vec::new(),
                 last_listed: 0,
             });
             self.tracks.len() - 1
@@ -202,15 +174,7 @@ impl ReportBuilder {
             track.first_warning = Some(at);
         }
         track.lost = gpu.lost;
-        let bits = kind_bits(gpu, threshold);
-        track.kinds |= bits & !(1 << 31);
-        if bits & (1 << 31) != 0 {
-            for kind in gpu.kinds(threshold) {
-                if !KINDS.contains(&kind) && !track.extra.contains(&kind) {
-                    track.extra.push(kind);
-                }
-            }
-        }
+        track.kinds |= gpu.kind_mask(threshold);
     }
 
     /// The report, once the recording is read. GPUs whose rows stopped before the end but
@@ -255,13 +219,7 @@ impl ReportBuilder {
             .tracks
             .into_iter()
             .map(|t| GpuReport {
-                findings: KINDS
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| t.kinds & (1 << i) != 0)
-                    .map(|(_, k)| *k)
-                    .chain(t.extra)
-                    .collect(),
+                findings: kinds_in(t.kinds),
                 uuid: t.uuid,
                 index: t.index,
                 name: t.name,
