@@ -161,7 +161,8 @@ impl Checked {
         }
     }
 
-    fn slot(self) -> usize {
+    /// Position in [`Checked::ALL`], for tallies kept in arrays.
+    pub fn index(self) -> usize {
         self as usize
     }
 }
@@ -180,14 +181,14 @@ impl RejectedValues {
 
     /// Values cleared of one field.
     pub fn count(&self, field: Checked) -> u64 {
-        self.counts[field.slot()]
+        self.counts[field.index()]
     }
 
     /// The fields with a value cleared, with their counts, in [`Checked::ALL`] order.
     pub fn iter(&self) -> impl Iterator<Item = (Checked, u64)> + '_ {
         Checked::ALL
             .into_iter()
-            .map(|f| (f, self.counts[f.slot()]))
+            .map(|f| (f, self.counts[f.index()]))
             .filter(|(_, n)| *n > 0)
     }
 
@@ -199,7 +200,7 @@ impl RejectedValues {
     }
 
     fn reject(&mut self, field: Checked) {
-        self.counts[field.slot()] += 1;
+        self.counts[field.index()] += 1;
     }
 
     /// Clears `value` (and counts it) unless it lies in `lo..=hi`. NaN is never in range.

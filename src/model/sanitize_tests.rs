@@ -247,7 +247,7 @@ fn tallies_add_up_and_every_field_has_its_own_slot_and_name() {
     assert_eq!(a.total(), 3);
     let mut names = std::collections::BTreeSet::new();
     for (i, field) in Checked::ALL.into_iter().enumerate() {
-        assert_eq!(field.slot(), i, "{field:?}");
+        assert_eq!(field.index(), i, "{field:?}");
         assert!(names.insert(field.name()), "{} twice", field.name());
     }
 }
