@@ -445,6 +445,19 @@ impl<R: Read> SmiCsvReader<R> {
                 self.stats.duplicates += 1;
                 self.pool.push(row.sample);
             }
+            Verdict::Stale { of_line, last } => {
+                warnings.at_line(
+                    row.line,
+                    format_args!(
+                        "timestamp {} is before {}'s row at {} on line {of_line} (out of \
+                         order); row skipped",
+                        describe(&row),
+                        row.sample.uuid,
+                        last.format("%Y-%m-%d %H:%M:%S%.3f")
+                    ),
+                );
+                self.pool.push(row.sample);
+            }
             Verdict::OutOfOrder { round } => {
                 warnings.at_line(
                     row.line,

@@ -10,7 +10,8 @@
 //!   concatenated with itself, a copy-paste). It is skipped and counted, with a warning
 //!   naming the line it repeats. Rows nvidia-smi writes for a GPU it cannot reach carry no
 //!   time of their own and are never duplicates.
-//! - **Out of order**: a row older than the round it would belong to is skipped.
+//! - **Out of order**: a row older than its GPU's previous row, or than the round it would
+//!   belong to, is skipped (a stale copy of an earlier row is one).
 //! - **Next round**: a row starts a new round when its GPU already has a row in the
 //!   current one, or when it is stamped more than [`ROUND_JITTER`] after the round began
 //!   (so a missing row cannot shift every later round by one GPU).
@@ -49,6 +50,8 @@ pub enum Verdict {
     NextRound,
     /// The same GPU at the same time as the row on this line.
     Duplicate { of_line: u64 },
+    /// Older than the GPU's previous row, on this line at this time.
+    Stale { of_line: u64, last: DateTime<Utc> },
     /// Older than the round it would join (or, starting one, than the last round).
     OutOfOrder { round: DateTime<Utc> },
 }
@@ -81,12 +84,29 @@ impl Rounds {
     /// Where a row of known GPU `gpu` stamped `at` goes. `timed`: the row carries its own
     /// timestamp (rows for unreachable GPUs borrow the round's).
     pub fn judge(&self, at: DateTime<Utc>, gpu: usize, timed: bool) -> Verdict {
-        if let Some(Some((last, line))) = self.last_row.get(gpu)
-            && timed
-            && *last == at
+        let last_row = match self.last_row.get(gpu) {
+            Some(Some(last)) if timed => Some(*last),
+            _ => None,
+        };
+        if let Some((last, line)) = last_row
+            && at == last
         {
-            return Verdict::Duplicate { of_line: *line };
+            return Verdict::Duplicate { of_line: line };
         }
+        match self.by_round(at, gpu) {
+            verdict @ (Verdict::Join | Verdict::NextRound) => match last_row {
+                Some((last, line)) if at < last => Verdict::Stale {
+                    of_line: line,
+                    last,
+                },
+                _ => verdict,
+            },
+            verdict => verdict,
+        }
+    }
+
+    /// [`Rounds::judge`] by the current round alone.
+    fn by_round(&self, at: DateTime<Utc>, gpu: usize) -> Verdict {
         let jitter = TimeDelta::from_std(ROUND_JITTER).unwrap_or_default();
         let filling = !self.current.gpus.is_empty();
         let round = self.current.at;

@@ -83,6 +83,31 @@ fn the_same_gpu_at_the_same_time_is_a_duplicate_of_its_line() {
 }
 
 #[test]
+fn a_stale_copy_of_an_earlier_row_is_out_of_order_whatever_the_cadence() {
+    // Two rounds a second (`nvidia-smi -lms 500`): a copy of GPU 1's first row is within
+    // the jitter of the third round, yet older than GPU 1's last row.
+    let (verdicts, rounds, _) = feed(&[
+        (0.0, 0, true, true),
+        (0.003, 1, true, true),
+        (0.5, 0, true, true),
+        (0.503, 1, true, true),
+        (1.0, 0, true, true),
+        (0.003, 1, true, true),
+        (1.003, 1, true, true),
+    ]);
+    use Verdict::*;
+    assert_eq!(
+        verdicts[5],
+        Stale {
+            of_line: 5,
+            last: t(0.503)
+        }
+    );
+    assert_eq!(verdicts[6], Join);
+    assert_eq!(rounds, [vec![0, 1], vec![0, 1]]);
+}
+
+#[test]
 fn rows_without_their_own_time_are_never_duplicates() {
     // A GPU nvidia-smi cannot reach borrows its round's time, which may equal its last row's.
     let (verdicts, _, left) = feed(&[
