@@ -101,7 +101,7 @@ fn a_row_repeated_mid_file_is_skipped_with_a_warning() {
         "no warning naming line 42 as a duplicate of line 41:\n{stderr}"
     );
     assert!(
-        stderr.contains("skipped 1 duplicate row"),
+        stderr.contains("skipped 1 duplicate line"),
         "no duplicate count in the summary:\n{stderr}"
     );
 }
@@ -121,7 +121,7 @@ fn every_row_tripled_gives_the_same_report_and_alert_episodes() {
     assert_eq!(report["alerts"], full["alerts"], "alert episodes differ");
     assert_eq!(report, full);
     assert!(
-        stderr.contains("skipped 160 duplicate row"),
+        stderr.contains("skipped 160 duplicate line"),
         "no duplicate count in the summary:\n{stderr}"
     );
 }
@@ -182,6 +182,7 @@ fn a_duplicated_jsonl_snapshot_is_skipped_with_a_warning() {
             .any(|l| l.contains(&format!(":{line}: ")) && l.contains("duplicate")),
         "no duplicate warning for line {line}:\n{stderr}"
     );
+    assert!(stderr.contains("skipped 1 duplicate line"), "{stderr}");
 }
 
 #[test]

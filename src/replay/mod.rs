@@ -9,7 +9,10 @@
 //!
 //! Recordings are outside data: a malformed line is a [`Warnings`] entry with its line
 //! number, never a panic and never the end of the replay. Only a file that cannot be read
-//! at all, or a CSV whose columns cannot be known, stops it.
+//! at all, or a CSV whose columns cannot be known, stops it. A line repeating a sample
+//! already read is skipped (see `smi_round` for what a polling round is), every value
+//! passes the model's range checks ([`crate::model::sanitize`]), and both are summed up
+//! in one warning each at the end.
 
 pub mod alerts;
 pub mod jsonl;
@@ -278,7 +281,7 @@ pub fn replay(
 fn summarise(stats: &ReadStats, warnings: &mut Warnings) {
     if stats.duplicates > 0 {
         warnings.summary(format_args!(
-            "skipped {} duplicate row(s) or snapshot(s)",
+            "skipped {} duplicate line(s), each a GPU sample read already",
             stats.duplicates
         ));
     }
