@@ -133,7 +133,15 @@ impl Collector {
         let collection = self.source.collect();
         let analyse_began = Instant::now();
         let health = collection.health;
-        let snapshot = collection.snapshot;
+        let mut snapshot = collection.snapshot;
+        // Values no GPU can have are cleared before the engine or the exposition reads them.
+        let rejected = snapshot.sanitize();
+        for field in self.export_state.count_rejected(&rejected) {
+            tracing::warn!(
+                "{field}: the source reported a value no GPU can have; cleared \
+                 (counted in gpu_sentinel_values_rejected_total, not logged again)"
+            );
+        }
         let findings = self.engine.step(&snapshot);
         let notifications = self.alerting.step(&findings, Some(&health));
         self.outgoing.step(notifications, &findings);

@@ -5,9 +5,14 @@
 //! (bytes, watts, joules, degrees Celsius, ratios 0–1) except clocks, kept in MHz as NVML
 //! reports them. `None` means "this GPU did not give the value this tick" — unsupported,
 //! failed, or not present in a recording — and renders as an absent series, never as 0.
+//! [`sanitize`] clears values no GPU can report before anything reads them.
+
+pub mod sanitize;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+pub use sanitize::{Checked, RejectedValues};
 
 /// Everything one collection saw.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

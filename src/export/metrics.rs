@@ -298,6 +298,11 @@ pub const COLLECT_ERRORS: MetricDef = counter(
     &["call"],
     "Failed calls since start, by NVML function or source operation.",
 );
+pub const VALUES_REJECTED: MetricDef = counter(
+    "gpu_sentinel_values_rejected_total",
+    &["field"],
+    "Values the source reported that no GPU can have (a negative temperature, a ratio above 1, used memory above total), cleared before use, by snapshot field, since start.",
+);
 pub const COLLECTOR_SUCCESS: MetricDef = gauge(
     "gpu_sentinel_collector_success",
     &["collector"],
@@ -508,6 +513,7 @@ pub const NATIVE: &[MetricDef] = &[
     COLLECT_DURATION,
     LAST_COLLECT_TIMESTAMP,
     COLLECT_ERRORS,
+    VALUES_REJECTED,
     COLLECTOR_SUCCESS,
     COLLECTOR_DURATION,
     PROCESS_SERIES_DROPPED,

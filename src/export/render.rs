@@ -335,6 +335,10 @@ fn self_metrics(
     for (call, count) in &health.errors_by_call {
         family.push(&[call], *count as f64);
     }
+    let family = families.family(&VALUES_REJECTED);
+    for (field, count) in state.rejected_values() {
+        family.push(&[field], count as f64);
+    }
     let family = families.family(&COLLECTOR_SUCCESS);
     for collector in &health.families {
         family.push(&[collector.name], flag(collector.success));

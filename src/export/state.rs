@@ -4,11 +4,12 @@
 //! counters that only grow, and dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS` shows the last XID
 //! of each GPU until another arrives. Both live here, owned by the collection loop and
 //! handed to every [`render`](super::render) call, with the time the previous collection's
-//! later stages took (which the caller measures, so rendering reads no clock).
+//! later stages took (which the caller measures, so rendering reads no clock), and the
+//! values the range checks cleared since start (`gpu_sentinel_values_rejected_total`).
 
 use std::collections::BTreeMap;
 
-use crate::model::{Snapshot, XidEvent};
+use crate::model::{RejectedValues, Snapshot, XidEvent};
 
 /// State the exposition carries across ticks. Call [`render`](super::render) once per
 /// snapshot: each call adds that snapshot's XID events to the counters.
@@ -21,6 +22,8 @@ pub struct ExportState {
     /// Wall time of the previous collection's stages after `collect` (`analyse`,
     /// `render`), as measured by the caller.
     stage_seconds: BTreeMap<&'static str, f64>,
+    /// Values cleared by the range checks since start, by field name.
+    rejected: BTreeMap<&'static str, u64>,
 }
 
 /// The labels of one `gpu_xid_errors_total` series. Orders by GPU index (unmatched GPUs,
@@ -74,6 +77,26 @@ impl ExportState {
     /// it, so rendering stays free of clock reads and golden files stay exact.
     pub fn set_stage_seconds(&mut self, stage: &'static str, seconds: f64) {
         self.stage_seconds.insert(stage, seconds);
+    }
+
+    /// Adds the values the range checks cleared in one collection
+    /// ([`Snapshot::sanitize`]) to `gpu_sentinel_values_rejected_total`. Returns the fields
+    /// cleared for the first time since start, for the caller to log once each.
+    pub fn count_rejected(&mut self, rejected: &RejectedValues) -> Vec<&'static str> {
+        let mut first = Vec::new();
+        for (field, count) in rejected.iter() {
+            let total = self.rejected.entry(field.name()).or_insert(0);
+            if *total == 0 {
+                first.push(field.name());
+            }
+            *total = total.saturating_add(count);
+        }
+        first
+    }
+
+    /// Values cleared by the range checks since start, by field name.
+    pub fn rejected_values(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.rejected.iter().map(|(f, n)| (*f, *n))
     }
 
     /// Recorded stage times, by stage.
@@ -131,5 +154,24 @@ mod tests {
             .collect();
         assert_eq!(totals, [(None, "", 13, 1), (Some(3), "GPU-c", 79, 2)]);
         assert_eq!(state.last_xid("GPU-c"), Some(79));
+    }
+
+    #[test]
+    fn rejected_values_accumulate_and_each_field_is_new_once() {
+        let mut cold = Snapshot {
+            gpus: vec![GpuSample {
+                temperature_celsius: Some(-5.0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut state = ExportState::new();
+        assert_eq!(
+            state.count_rejected(&cold.clone().sanitize()),
+            ["temperature_celsius"]
+        );
+        assert!(state.count_rejected(&cold.sanitize()).is_empty());
+        let totals: Vec<_> = state.rejected_values().collect();
+        assert_eq!(totals, [("temperature_celsius", 2)]);
     }
 }

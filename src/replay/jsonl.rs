@@ -3,6 +3,14 @@
 //! Recordings of the simulator also carry failure labels, `{"failure": {"uuid": …, "at":
 //! …, "family": …}}`, the ground truth `train` learns from; replay skips and counts them.
 //! A line that is neither is warned about with its number and skipped.
+//!
+//! The rules of the CSV reader's rounds ([`super::smi_round`]) hold here with a line for a
+//! round: a snapshot stamped with exactly the time of the one before is the same snapshot
+//! written twice, skipped and counted with a warning naming the line it repeats; one older
+//! than the one before is out of order and skipped. A line cut off mid-write at the end of
+//! the recording is not JSON, so it is skipped with a warning: every snapshot handed on is
+//! whole, and no GPU is missing from one because the file ended. Every snapshot passes the
+//! model's range checks ([`crate::model::sanitize`]) before it is handed on.
 
 use std::io::BufRead;
 
@@ -16,7 +24,8 @@ pub struct JsonlReader<R: BufRead> {
     input: R,
     line: Vec<u8>,
     number: u64,
-    last_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Time and line of the last snapshot handed on.
+    last: Option<(chrono::DateTime<chrono::Utc>, u64)>,
     stats: ReadStats,
 }
 
@@ -33,7 +42,7 @@ impl<R: BufRead> JsonlReader<R> {
             input,
             line: Vec::new(),
             number: 0,
-            last_at: None,
+            last: None,
             stats: ReadStats::default(),
         }
     }
@@ -62,20 +71,31 @@ impl<R: BufRead + Send> SnapshotReader for JsonlReader<R> {
                 serde_json::from_slice::<Snapshot>(text).map_err(Some)
             };
             match parsed {
-                Ok(snapshot) => {
-                    self.stats.truncated_tail = false;
-                    if let Some(last) = self.last_at.filter(|last| snapshot.at < *last) {
-                        warnings.at_line(
-                            self.number,
-                            format_args!(
-                                "snapshot at {} is before the previous one at {} (out of order); skipped",
-                                snapshot.at.to_rfc3339(),
-                                last.to_rfc3339()
-                            ),
-                        );
+                Ok(mut snapshot) => {
+                    if let Some((last, line)) = self.last.filter(|(last, _)| snapshot.at <= *last) {
+                        let at = snapshot.at.to_rfc3339();
+                        if snapshot.at == last {
+                            self.stats.duplicates += 1;
+                            warnings.at_line(
+                                self.number,
+                                format_args!(
+                                    "duplicate of line {line} (a snapshot at {at} again); skipped"
+                                ),
+                            );
+                        } else {
+                            warnings.at_line(
+                                self.number,
+                                format_args!(
+                                    "snapshot at {at} is before the previous one at {} (out of order); skipped",
+                                    last.to_rfc3339()
+                                ),
+                            );
+                        }
                         continue;
                     }
-                    self.last_at = Some(snapshot.at);
+                    self.last = Some((snapshot.at, self.number));
+                    let rejected = snapshot.sanitize();
+                    self.stats.rejected.note(&rejected, self.number);
                     self.stats.samples += snapshot.gpus.len() as u64;
                     *into = snapshot;
                     return Ok(true);
@@ -85,13 +105,17 @@ impl<R: BufRead + Send> SnapshotReader for JsonlReader<R> {
                         self.stats.labels += 1;
                         continue;
                     }
-                    // A last line without its newline was cut off mid-write.
-                    self.stats.truncated_tail = !ends_line;
                     let why = error
                         .map_or_else(|| "malformed failure label".to_string(), |e| e.to_string());
+                    // A last line without its newline was cut off mid-write.
+                    let cut = if ends_line {
+                        ""
+                    } else {
+                        ", the recording ends part-way through it: cut off mid-write"
+                    };
                     warnings.at_line(
                         self.number,
-                        format_args!("not a snapshot ({why}); line skipped"),
+                        format_args!("not a snapshot ({why}{cut}); line skipped"),
                     );
                 }
             }
@@ -129,11 +153,63 @@ mod tests {
         let stats = reader.stats();
         assert_eq!(stats.samples, 2);
         assert_eq!(stats.labels, 1);
-        assert!(stats.truncated_tail);
         let messages = warnings.messages();
         assert_eq!(messages.len(), 3, "{messages:?}");
         assert!(messages[0].starts_with("input:4: not a snapshot"));
         assert!(messages[1].starts_with("input:5: snapshot at"));
         assert!(messages[2].starts_with("input:7: not a snapshot"));
+        assert!(messages[2].contains("cut off mid-write"), "{messages:?}");
+    }
+
+    #[test]
+    fn a_snapshot_written_twice_is_skipped_and_counted() {
+        let line = "{\"at\":\"2026-01-01T00:00:00Z\",\"gpus\":[{\"index\":0,\"uuid\":\"GPU-a\",\"name\":\"x\",\"up\":true}]}\n";
+        let later = line.replace("00:00:00Z", "00:01:00Z");
+        let text = [line, line, &later, &later, line].concat();
+        let mut reader = JsonlReader::new(text.as_bytes());
+        let mut warnings = Warnings::collecting();
+        let mut snapshot = Snapshot::default();
+        let mut read = 0;
+        while reader.next_into(&mut snapshot, &mut warnings).unwrap() {
+            read += 1;
+        }
+        assert_eq!(read, 2);
+        let stats = reader.stats();
+        assert_eq!((stats.samples, stats.duplicates), (2, 2));
+        let messages = warnings.messages();
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(
+            messages[0].starts_with("input:2: duplicate of line 1"),
+            "{messages:?}"
+        );
+        assert!(
+            messages[1].starts_with("input:4: duplicate of line 3"),
+            "{messages:?}"
+        );
+        assert!(messages[2].contains("(out of order)"), "{messages:?}");
+    }
+
+    #[test]
+    fn values_out_of_range_are_cleared_and_tallied_with_their_first_line() {
+        let good = "{\"at\":\"2026-01-01T00:00:00Z\",\"gpus\":[{\"index\":0,\"uuid\":\"GPU-a\",\"name\":\"x\",\"up\":true,\"temperature_celsius\":50.0}]}\n";
+        let cold = good
+            .replace("00:00:00Z", "00:01:00Z")
+            .replace("50.0", "-5.0");
+        let colder = cold.replace("00:01:00Z", "00:02:00Z");
+        let text = [good, &cold, &colder].concat();
+        let mut reader = JsonlReader::new(text.as_bytes());
+        let mut warnings = Warnings::collecting();
+        let mut snapshot = Snapshot::default();
+        let mut temperatures = Vec::new();
+        while reader.next_into(&mut snapshot, &mut warnings).unwrap() {
+            temperatures.push(snapshot.gpus[0].temperature_celsius);
+        }
+        assert_eq!(temperatures, [Some(50.0), None, None]);
+        assert!(warnings.messages().is_empty());
+        let summary = reader.stats().rejected.summary().unwrap();
+        assert_eq!(
+            summary,
+            "2 values out of range, left empty (temperature_celsius: 2, first at line 2)"
+        );
     }
 }

@@ -5,24 +5,28 @@
 //! as a stream — one snapshot in memory at a time, whatever the file's length — and each
 //! snapshot is folded into an [`Engine`] exactly as the live agent would fold it, as fast
 //! as the CPU allows. What the engine found over the whole recording is summed up in a
-//! [`report::Report`], the `replay --json` contract of DESIGN.md.
+//! [`report::Report`], the `replay --json` contract (its keys are fixed by tests/replay.rs).
 //!
 //! Recordings are outside data: a malformed line is a [`Warnings`] entry with its line
 //! number, never a panic and never the end of the replay. Only a file that cannot be read
-//! at all, or a CSV whose columns cannot be known, stops it.
+//! at all, or a CSV whose columns cannot be known, stops it. A line repeating a sample
+//! already read is skipped (see `smi_round` for what a polling round is), every value
+//! passes the model's range checks ([`crate::model::sanitize`]), and both are summed up
+//! in one warning each at the end.
 
 pub mod alerts;
 pub mod jsonl;
 pub mod report;
 pub mod smi_csv;
 pub mod smi_fields;
+mod smi_round;
 mod smi_row;
 
 use std::fmt::Display;
 use std::io::BufRead;
 
 use crate::engine::Engine;
-use crate::model::Snapshot;
+use crate::model::{Checked, RejectedValues, Snapshot};
 use report::{ReplayRules, Report, ReportBuilder};
 
 /// What a recording is written in.
@@ -65,9 +69,61 @@ pub struct ReadStats {
     pub samples: u64,
     /// Failure label lines skipped (JSONL).
     pub labels: u64,
-    /// The recording ends in the middle of a line or of a polling round (a capture that was
-    /// killed mid-write): its last snapshot may lack GPUs that were in fact still there.
-    pub truncated_tail: bool,
+    /// Rows (CSV) or snapshots (JSONL) skipped as repeats of one already read.
+    pub duplicates: u64,
+    /// The last snapshot is a polling round the end of the log cut short, kept because a
+    /// GPU stopped answering in it: GPUs it lacks were not sampled, not lost (see
+    /// `smi_round`).
+    pub partial_last_round: bool,
+    /// Values the range checks cleared ([`crate::model::sanitize`]).
+    pub rejected: RangeTally,
+}
+
+/// Values the range checks cleared over a recording, by field, with the line of the
+/// first of each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RangeTally {
+    values: RejectedValues,
+    first_line: [Option<u64>; Checked::ALL.len()],
+}
+
+impl RangeTally {
+    /// Adds what the checks cleared in the sample or snapshot read at `line`.
+    pub fn note(&mut self, rejected: &RejectedValues, line: u64) {
+        if rejected.total() == 0 {
+            return;
+        }
+        for (field, _) in rejected.iter() {
+            self.first_line[field.index()].get_or_insert(line);
+        }
+        self.values.add(rejected);
+    }
+
+    /// Values cleared, all fields together.
+    pub fn total(&self) -> u64 {
+        self.values.total()
+    }
+
+    /// `N values out of range, left empty (field: count, first at line L; …)`, or `None`
+    /// when every value was in range.
+    pub fn summary(&self) -> Option<String> {
+        let total = self.values.total();
+        if total == 0 {
+            return None;
+        }
+        let fields: Vec<String> = self
+            .values
+            .iter()
+            .map(|(field, count)| match self.first_line[field.index()] {
+                Some(line) => format!("{}: {count}, first at line {line}", field.name()),
+                None => format!("{}: {count}", field.name()),
+            })
+            .collect();
+        Some(format!(
+            "{total} values out of range, left empty ({})",
+            fields.join("; ")
+        ))
+    }
 }
 
 /// Warnings about a recording, each with its line number, printed to standard error as
@@ -114,6 +170,16 @@ impl Warnings {
     /// A warning about the recording as a whole.
     pub fn general(&mut self, message: impl Display) {
         self.emit(format_args!("{}: {message}", self.origin.clone()));
+    }
+
+    /// A count summed up over the whole recording (duplicates skipped, values out of
+    /// range): always shown, however many warnings came before, and not counted among them.
+    pub fn summary(&mut self, message: impl Display) {
+        let text = format!("{}: {message}", self.origin);
+        match &mut self.collected {
+            Some(list) => list.push(text),
+            None => eprintln!("warning: {text}"),
+        }
     }
 
     fn emit(&mut self, text: std::fmt::Arguments<'_>) {
@@ -172,11 +238,13 @@ pub fn replay(
     let mut report = ReportBuilder::new(engine.config.risk_threshold);
     let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<Snapshot>>(BATCHES_IN_FLIGHT);
     let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<Snapshot>>();
+    // Lent to the reading thread until the scope ends; the summary is written after.
+    let reading_warnings = &mut *warnings;
     let read = std::thread::scope(|scope| {
         let reading = std::thread::Builder::new()
             .name("replay-read".into())
             .spawn_scoped(scope, move || {
-                read_batches(reader, warnings, &full_tx, &empty_rx)
+                read_batches(reader, reading_warnings, &full_tx, &empty_rx)
             });
         let reading = match reading {
             Ok(handle) => handle,
@@ -203,7 +271,23 @@ pub fn replay(
             stats.labels
         );
     }
+    summarise(&stats, warnings);
     Ok(report.finish(engine, rules, &stats))
+}
+
+/// The counts a reader kept that each line's warning does not sum up: duplicates skipped
+/// and values the range checks cleared (these have no warning of their own, so a log with
+/// a bad sensor warns once, not once a row).
+fn summarise(stats: &ReadStats, warnings: &mut Warnings) {
+    if stats.duplicates > 0 {
+        warnings.summary(format_args!(
+            "skipped {} duplicate line(s), each a GPU sample read already",
+            stats.duplicates
+        ));
+    }
+    if let Some(summary) = stats.rejected.summary() {
+        warnings.summary(summary);
+    }
 }
 
 /// The reading thread: fills batches until the end of the recording, refilling the

@@ -1,5 +1,5 @@
 //! The replay report: what the engine found over a whole recording, per GPU, plus the
-//! alerts the rules raised (`replay --json`, a DESIGN.md contract).
+//! alerts the rules raised (`replay --json`, a contract whose keys tests/replay.rs fixes).
 //!
 //! Per GPU it keeps the highest and the last risk score, the first time the score reached
 //! the `[risk]` threshold, whether the GPU was lost at the end, and every finding that
@@ -181,8 +181,9 @@ impl ReportBuilder {
     /// that the engine does not call lost yet (they stopped less than
     /// [`VANISHED_AFTER_SECONDS`] before the end) are assessed by a copy of the engine
     /// stepped past that time with an empty snapshot: exactly what the live agent would
-    /// report once the GPU had stayed away that long. A last round cut short by the end of
-    /// the file does not count as the end: a GPU missing only from it is not lost.
+    /// report once the GPU had stayed away that long. A last round the end of the file cut
+    /// short and the reader kept anyway ([`ReadStats::partial_last_round`]) does not count
+    /// as the end: a GPU missing only from it is not lost.
     pub fn finish(
         mut self,
         engine: &Engine,
@@ -190,7 +191,7 @@ impl ReportBuilder {
         stats: &ReadStats,
     ) -> Report {
         if let Some(end) = self.end {
-            let last = if stats.truncated_tail {
+            let last = if stats.partial_last_round {
                 self.snapshots.saturating_sub(1)
             } else {
                 self.snapshots

@@ -2,21 +2,23 @@
 //!
 //! nvidia-smi writes one row per GPU per polling round, the GPUs of a round one after the
 //! other (milliseconds apart), every round in the same GPU order. A round becomes one
-//! [`Snapshot`]: a new one starts when a GPU already in the current round appears again.
-//! Any subset and order of fields works; fields the model has no place for are ignored
-//! with one warning that names them (see [`super::smi_fields`] for the mapping).
+//! [`Snapshot`]; [`super::smi_round`] holds the rule for where a round ends, which rows are
+//! duplicates, and what happens to a round the end of the log cut short. Any subset and
+//! order of fields works; fields the model has no place for are ignored with one warning
+//! that names them (see [`super::smi_fields`] for the mapping). Every sample passes the
+//! model's range checks ([`crate::model::sanitize`]) before it joins a round.
 //!
 //! The reader is built for long logs: the `csv` crate's [`ByteRecord`] is reused for every
 //! row, GPU samples are recycled between rounds, and cells are read as bytes, so a row
 //! costs no allocation once the first rounds have warmed the buffers.
 
 use std::io::Read;
-use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset, Utc};
 use csv::ByteRecord;
 
 use super::smi_fields::{Field, TimestampParser, split_header};
+use super::smi_round::{Cut, Rounds, Verdict};
 use super::smi_row::{self, Column, recycle};
 use super::{ReadStats, SnapshotReader, Warnings};
 use crate::model::{GpuSample, HostInfo, Snapshot};
@@ -29,10 +31,6 @@ pub struct SmiCsvOptions {
     /// The zone of the log's timestamps (nvidia-smi writes local time without a zone).
     pub timezone: FixedOffset,
 }
-
-/// Rows of one round may be stamped a little apart, in either direction; a row earlier
-/// than its round by more than this is out of order.
-const ROUND_JITTER: Duration = Duration::from_secs(1);
 
 /// Distinct GPUs one log may name. Hosts have at most a few dozen; a log naming more is
 /// garbled, and following every garbled name would grow memory with the file's length.
@@ -48,7 +46,7 @@ struct KnownGpu {
 }
 
 /// Remembers the last byte the CSV parser read, to tell a log cut mid-line from one that
-/// ends with its newline.
+/// ends with its newline (its last row may then be cut inside its last cell).
 struct TailWatch<R> {
     inner: R,
     last: Option<u8>,
@@ -74,17 +72,30 @@ pub struct SmiCsvReader<R: Read> {
     identity: Option<Field>,
     timestamps: TimestampParser,
     host: HostInfo,
-    /// The round being filled.
-    current: Snapshot,
+    /// Rows grouped into rounds.
+    rounds: Rounds,
     /// Samples to reuse, so that their strings keep their capacity.
     pool: Vec<GpuSample>,
     /// The first row of the next round, read while finding the end of the current one.
-    carry: Option<(DateTime<Utc>, GpuSample)>,
+    carry: Option<GpuRow>,
     known: Vec<KnownGpu>,
-    last_round_at: Option<DateTime<Utc>>,
     /// The last record was too short to be a row (a line cut off).
     last_record_short: bool,
+    /// The end of the log was reached and settled ([`SmiCsvReader::finish`]).
+    ended: bool,
     stats: ReadStats,
+}
+
+/// A row read as one GPU's sample.
+struct GpuRow {
+    at: DateTime<Utc>,
+    sample: GpuSample,
+    /// Position of its GPU in [`SmiCsvReader::known`].
+    gpu: usize,
+    line: u64,
+    /// Stamped by the row itself (not a GPU nvidia-smi could not reach, which borrows the
+    /// round's time).
+    timed: bool,
 }
 
 impl<R: Read> SmiCsvReader<R> {
@@ -107,12 +118,12 @@ impl<R: Read> SmiCsvReader<R> {
             columns: Vec::new(),
             identity: None,
             host: HostInfo::default(),
-            current: Snapshot::default(),
+            rounds: Rounds::default(),
             pool: Vec::new(),
             carry: None,
             known: Vec::new(),
-            last_round_at: None,
             last_record_short: false,
+            ended: false,
             stats: ReadStats::default(),
         }
     }
@@ -171,11 +182,8 @@ impl<R: Read> SmiCsvReader<R> {
         }
     }
 
-    /// The next GPU row with its timestamp; `None` at the end of the file.
-    fn next_row(
-        &mut self,
-        warnings: &mut Warnings,
-    ) -> anyhow::Result<Option<(DateTime<Utc>, GpuSample)>> {
+    /// The next GPU row; `None` at the end of the file.
+    fn next_row(&mut self, warnings: &mut Warnings) -> anyhow::Result<Option<GpuRow>> {
         loop {
             if !self.read_record()? {
                 return Ok(None);
@@ -216,11 +224,7 @@ impl<R: Read> SmiCsvReader<R> {
     }
 
     /// One data record as a sample; `None` (with a warning) when it cannot be one.
-    fn parse_row(
-        &mut self,
-        line: u64,
-        warnings: &mut Warnings,
-    ) -> Option<(DateTime<Utc>, GpuSample)> {
+    fn parse_row(&mut self, line: u64, warnings: &mut Warnings) -> Option<GpuRow> {
         let fields = self.record.len();
         let wanted = self.columns.len();
         self.last_record_short = fields < wanted;
@@ -236,7 +240,7 @@ impl<R: Read> SmiCsvReader<R> {
                     format_args!("nvidia-smi could not read a GPU: {first}"),
                 );
                 self.last_record_short = false;
-                return self.lost_gpu_row(&first);
+                return self.lost_gpu_row(&first, line);
             }
             let what = if fields < wanted {
                 "cut short"
@@ -269,22 +273,28 @@ impl<R: Read> SmiCsvReader<R> {
             self.pool.push(sample);
             return None;
         }
-        if !self.follow_identity(&mut sample, line, warnings) {
+        let Some(gpu) = self.follow_identity(&mut sample, line, warnings) else {
             self.pool.push(sample);
             return None;
-        }
-        Some((row.at, sample))
+        };
+        Some(GpuRow {
+            at: row.at,
+            sample,
+            gpu,
+            line,
+            timed: true,
+        })
     }
 
-    /// Fills in a UUID when the log has none, and warns when a GPU changes index. False
-    /// (with a warning) when the row's GPU cannot be believed: a UUID that is not one, or
-    /// one GPU more than a host can have.
+    /// Fills in a UUID when the log has none, and warns when a GPU changes index. The
+    /// GPU's position among the known ones; `None` (with a warning) when the row's GPU
+    /// cannot be believed: a UUID that is not one, or one GPU more than a host can have.
     fn follow_identity(
         &mut self,
         sample: &mut GpuSample,
         line: u64,
         warnings: &mut Warnings,
-    ) -> bool {
+    ) -> Option<usize> {
         use std::fmt::Write as _;
         match self.identity {
             Some(Field::Uuid) => {
@@ -293,7 +303,7 @@ impl<R: Read> SmiCsvReader<R> {
                         line,
                         format_args!("uuid {:?} is not a GPU UUID; row skipped", sample.uuid),
                     );
-                    return false;
+                    return None;
                 }
             }
             Some(Field::PciBusId) => {
@@ -306,8 +316,9 @@ impl<R: Read> SmiCsvReader<R> {
             }
         }
         let count = self.known.len();
-        match self.known.iter_mut().find(|k| k.uuid == sample.uuid) {
-            Some(known) => {
+        match self.known.iter().position(|k| k.uuid == sample.uuid) {
+            Some(at) => {
+                let known = &mut self.known[at];
                 if known.index != sample.index {
                     warnings.at_line(
                         line,
@@ -318,6 +329,7 @@ impl<R: Read> SmiCsvReader<R> {
                     );
                     known.index = sample.index;
                 }
+                Some(at)
             }
             None if count >= MAX_GPUS => {
                 warnings.at_line(
@@ -329,26 +341,29 @@ impl<R: Read> SmiCsvReader<R> {
                         MAX_GPUS + 1
                     ),
                 );
-                return false;
+                None
             }
-            None => self.known.push(KnownGpu {
-                uuid: sample.uuid.clone(),
-                index: sample.index,
-                pci_bus_id: sample.pci_bus_id.clone(),
-            }),
+            None => {
+                self.known.push(KnownGpu {
+                    uuid: sample.uuid.clone(),
+                    index: sample.index,
+                    pci_bus_id: sample.pci_bus_id.clone(),
+                });
+                Some(count)
+            }
         }
-        true
     }
 
     /// A GPU nvidia-smi reported it could not reach: a sample with `up = false` for the GPU
     /// whose bus id the message names, in the current round.
-    fn lost_gpu_row(&mut self, message: &str) -> Option<(DateTime<Utc>, GpuSample)> {
-        let at = self.last_round_at?;
+    fn lost_gpu_row(&mut self, message: &str, line: u64) -> Option<GpuRow> {
+        let at = self.rounds.last_round_at()?;
         let message = message.to_ascii_uppercase();
-        let known = self.known.iter().find(|k| {
+        let gpu = self.known.iter().position(|k| {
             let bus = bus_suffix(&k.pci_bus_id);
             !bus.is_empty() && message.contains(&format!(":{bus}"))
         })?;
+        let known = &self.known[gpu];
         let mut sample = self.pool.pop().unwrap_or_default();
         recycle(&mut sample);
         sample.uuid.clone_from(&known.uuid);
@@ -356,7 +371,13 @@ impl<R: Read> SmiCsvReader<R> {
         sample.pci_bus_id.clone_from(&known.pci_bus_id);
         sample.name.clear();
         sample.up = false;
-        Some((at, sample))
+        Some(GpuRow {
+            at,
+            sample,
+            gpu,
+            line,
+            timed: false,
+        })
     }
 }
 
@@ -407,71 +428,131 @@ fn looks_like_header(record: &ByteRecord) -> bool {
     named
 }
 
+impl<R: Read> SmiCsvReader<R> {
+    /// Files a row by the round rule; false when it went to the next round (carried).
+    fn file_row(&mut self, row: GpuRow, warnings: &mut Warnings) -> bool {
+        let describe = |row: &GpuRow| row.at.format("%Y-%m-%d %H:%M:%S%.3f");
+        match self.rounds.judge(row.at, row.gpu, row.timed) {
+            Verdict::Duplicate { of_line } => {
+                warnings.at_line(
+                    row.line,
+                    format_args!(
+                        "duplicate of line {of_line} ({} at {}); row skipped",
+                        row.sample.uuid,
+                        describe(&row)
+                    ),
+                );
+                self.stats.duplicates += 1;
+                self.pool.push(row.sample);
+            }
+            Verdict::Stale { of_line, last } => {
+                warnings.at_line(
+                    row.line,
+                    format_args!(
+                        "timestamp {} is before {}'s row at {} on line {of_line} (out of \
+                         order); row skipped",
+                        describe(&row),
+                        row.sample.uuid,
+                        last.format("%Y-%m-%d %H:%M:%S%.3f")
+                    ),
+                );
+                self.pool.push(row.sample);
+            }
+            Verdict::OutOfOrder { round } => {
+                warnings.at_line(
+                    row.line,
+                    format_args!(
+                        "timestamp {} is before the round at {} (out of order); row skipped",
+                        describe(&row),
+                        round.format("%Y-%m-%d %H:%M:%S%.3f")
+                    ),
+                );
+                self.pool.push(row.sample);
+            }
+            Verdict::NextRound => {
+                self.carry = Some(row);
+                return false;
+            }
+            Verdict::Join => self.join(row),
+        }
+        true
+    }
+
+    /// Adds a row to the current round, its values range-checked first.
+    fn join(&mut self, mut row: GpuRow) {
+        let rejected = row.sample.sanitize();
+        self.stats.rejected.note(&rejected, row.line);
+        self.stats.samples += 1;
+        self.rounds
+            .join(row.at, row.gpu, row.line, row.timed, row.sample);
+    }
+
+    /// At the end of the log: warns about a last row without its newline, and settles a
+    /// last round cut short. False when nothing is left to hand out.
+    fn finish(&mut self, warnings: &mut Warnings) -> bool {
+        if std::mem::replace(&mut self.ended, true) {
+            return false;
+        }
+        let tail_cut = self.csv.get_ref().last.is_some_and(|b| b != b'\n');
+        if tail_cut && !self.last_record_short {
+            let line = self.record.position().map_or(0, |p| p.line());
+            warnings.at_line(
+                line,
+                "the log ends inside this row (no newline after it): its last value may be cut short",
+            );
+        }
+        if self.rounds.is_empty() {
+            return false;
+        }
+        let Some(Cut { present, expected }) = self.rounds.cut_short() else {
+            return true;
+        };
+        let at = self.rounds.current.at.format("%Y-%m-%d %H:%M:%S%.3f");
+        if self.rounds.current.gpus.iter().all(|g| g.up) {
+            let dropped = self.rounds.discard(&mut self.pool);
+            self.stats.samples = self.stats.samples.saturating_sub(dropped as u64);
+            warnings.general(format_args!(
+                "the log ends part-way through the round at {at} ({present} of {expected} \
+                 GPUs written): that round is left out, and no GPU is judged on it"
+            ));
+            return false;
+        }
+        self.stats.partial_last_round = true;
+        warnings.general(format_args!(
+            "the log ends part-way through the round at {at} ({present} of {expected} GPUs \
+             written): kept for the GPU(s) that stopped answering in it; the others are not \
+             judged on it"
+        ));
+        true
+    }
+}
+
 impl<R: Read + Send> SnapshotReader for SmiCsvReader<R> {
     fn next_into(&mut self, into: &mut Snapshot, warnings: &mut Warnings) -> anyhow::Result<bool> {
         // The samples of the snapshot being refilled are reused. Reversed, so that `pop`
         // hands the k-th row of this round the k-th sample of that one: usually the same
         // GPU, whose identity strings then need no copy.
         self.pool.extend(into.gpus.drain(..).rev());
-        if let Some((at, sample)) = self.carry.take() {
-            self.current.at = at;
-            self.last_round_at = Some(at);
-            self.current.gpus.push(sample);
-            self.stats.samples += 1;
+        if let Some(row) = self.carry.take() {
+            self.join(row);
         }
         loop {
-            let Some((at, sample)) = self.next_row(warnings)? else {
-                let tail_cut = self.csv.get_ref().last.is_some_and(|b| b != b'\n');
-                self.stats.truncated_tail = self.last_record_short || tail_cut;
-                if self.current.gpus.is_empty() {
+            let row = match self.ended {
+                true => None,
+                false => self.next_row(warnings)?,
+            };
+            let Some(row) = row else {
+                if !self.finish(warnings) {
                     return Ok(false);
                 }
                 break;
             };
-            let line = self.record.position().map_or(0, |p| p.line());
-            let repeats = self.current.gpus.iter().any(|g| g.uuid == sample.uuid);
-            let starts_round = self.current.gpus.is_empty() || repeats;
-            // A row that starts a round must not be older than the last round; one that
-            // joins the current round may be stamped a little before it.
-            let (reference, floor) = if starts_round {
-                (self.last_round_at, self.last_round_at)
-            } else {
-                let jitter = chrono::TimeDelta::from_std(ROUND_JITTER).unwrap_or_default();
-                let round = self.current.at;
-                (Some(round), round.checked_sub_signed(jitter))
-            };
-            let out_of_order = match (reference, floor) {
-                (Some(reference), Some(floor)) if at < floor => Some(reference),
-                _ => None,
-            };
-            if let Some(reference) = out_of_order {
-                warnings.at_line(
-                    line,
-                    format_args!(
-                        "timestamp {} is before the round at {} (out of order); row skipped",
-                        at.format("%Y-%m-%d %H:%M:%S%.3f"),
-                        reference.format("%Y-%m-%d %H:%M:%S%.3f")
-                    ),
-                );
-                self.pool.push(sample);
-                continue;
-            }
-            if repeats {
-                self.carry = Some((at, sample));
+            if !self.file_row(row, warnings) {
                 break;
             }
-            if self.current.gpus.is_empty() {
-                self.current.at = at;
-                self.last_round_at = Some(at);
-            }
-            self.current.gpus.push(sample);
-            self.stats.samples += 1;
         }
-        self.current.host.clone_from(&self.host);
-        std::mem::swap(&mut self.current, into);
-        // `current` now holds `into`'s old content, emptied of samples above.
-        self.current.processes.clear();
-        self.current.events.clear();
+        self.rounds.current.host.clone_from(&self.host);
+        self.rounds.take(into);
         Ok(true)
     }
 

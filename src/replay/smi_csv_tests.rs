@@ -41,7 +41,7 @@ fn rows_become_snapshots_with_every_field_mapped() {
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(snaps.len(), 2);
     assert_eq!(stats.samples, 4);
-    assert!(!stats.truncated_tail);
+    assert!(!stats.partial_last_round);
     let s = &snaps[0];
     assert_eq!(s.at.to_rfc3339(), "2026-07-14T08:12:38.696+00:00");
     let a = &s.gpus[0];
@@ -146,6 +146,10 @@ not a time, 1, GPU-b, 10 %, x, 40
         "input:6: cannot read timestamp \"not a time\"; row skipped",
         "input:8: GPU-b changed index from 1 to 3; following it by its UUID",
         "input:9: row too long: 7 fields, the header has 6; row skipped",
+        // The last line has no newline: a log cut off mid-write, perhaps inside the row.
+        "input:10: the log ends inside this row (no newline after it)",
+        // GPU-b's row of that last round was never written.
+        "input: the log ends part-way through the round at 2026-07-14 08:00:20.000 (1 of 2 GPUs written): that round is left out",
     ];
     assert_eq!(warnings.len(), expect.len(), "{warnings:#?}");
     for (w, e) in warnings.iter().zip(expect) {
@@ -155,12 +159,10 @@ not a time, 1, GPU-b, 10 %, x, 40
         .iter()
         .map(|s| s.at.format("%M:%S").to_string())
         .collect();
-    assert_eq!(times, ["00:00", "00:10", "00:20"]);
+    assert_eq!(times, ["00:00", "00:10"]);
     assert_eq!(snaps[0].gpus[1].temperature_celsius, None);
     assert_eq!(snaps[1].gpus[1].index, 3);
-    // The last line has no newline: a log cut off mid-write.
-    assert!(stats.truncated_tail);
-    assert_eq!(stats.samples, 5);
+    assert_eq!(stats.samples, 4);
 }
 
 #[test]
@@ -193,6 +195,7 @@ timestamp, index, utilization.gpu [%]
 2026/07/14 08:00:00.000, 0, 10 %
 2026/07/14 08:00:00.003, 1, 10 %
 2026/07/14 08:00:05.000, 0, 10 %
+2026/07/14 08:00:05.003, 1, 10 %
 ";
     let (snaps, _, warnings) = read_all(text, None);
     assert!(warnings.is_empty(), "{warnings:?}");
@@ -244,4 +247,91 @@ fn garbled_uuids_and_too_many_gpus_are_refused() {
     assert!(warnings[1].contains("rows of new GPUs past 1024 are skipped"));
     assert_eq!(stats.samples, MAX_GPUS as u64);
     assert_eq!(snaps.len(), 1);
+}
+
+#[test]
+fn duplicated_rows_are_skipped_and_counted_with_the_line_they_repeat() {
+    let text = "\
+timestamp, index, uuid, utilization.gpu [%]
+2026/07/14 08:00:00.000, 0, GPU-a, 10 %
+2026/07/14 08:00:00.003, 1, GPU-b, 20 %
+2026/07/14 08:00:00.003, 1, GPU-b, 20 %
+2026/07/14 08:00:05.000, 0, GPU-a, 11 %
+2026/07/14 08:00:05.000, 0, GPU-a, 11 %
+2026/07/14 08:00:05.003, 1, GPU-b, 21 %
+";
+    let (snaps, stats, warnings) = read_all(text, None);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(
+            "input:4: duplicate of line 3 (GPU-b at 2026-07-14 08:00:00.003); row skipped"
+        ),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].starts_with("input:6: duplicate of line 5"),
+        "{warnings:?}"
+    );
+    assert_eq!(stats.duplicates, 2);
+    assert_eq!(stats.samples, 4);
+    let rounds: Vec<Vec<&str>> = snaps
+        .iter()
+        .map(|s| s.gpus.iter().map(|g| g.uuid.as_str()).collect())
+        .collect();
+    assert_eq!(rounds, [["GPU-a", "GPU-b"], ["GPU-a", "GPU-b"]]);
+}
+
+#[test]
+fn a_cut_last_round_is_kept_only_when_a_gpu_stopped_answering_in_it() {
+    let head = "\
+timestamp, index, uuid, utilization.gpu [%]
+2026/07/14 08:00:00.000, 0, GPU-a, 10 %
+2026/07/14 08:00:00.003, 1, GPU-b, 20 %
+2026/07/14 08:00:00.006, 2, GPU-c, 30 %
+";
+    let answering = format!("{head}2026/07/14 08:00:05.000, 0, GPU-a, 10 %\n");
+    let (snaps, stats, warnings) = read_all(&answering, None);
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(stats.samples, 3);
+    assert!(!stats.partial_last_round);
+    assert_eq!(
+        warnings,
+        [
+            "input: the log ends part-way through the round at 2026-07-14 08:00:05.000 (1 of 3 GPUs written): that round is left out, and no GPU is judged on it"
+        ]
+    );
+    let lost = format!("{head}2026/07/14 08:00:05.000, 0, GPU-a, [GPU is lost]\n");
+    let (snaps, stats, warnings) = read_all(&lost, None);
+    assert_eq!(snaps.len(), 2);
+    assert!(!snaps[1].gpus[0].up);
+    assert!(stats.partial_last_round);
+    assert!(
+        warnings[0].contains("kept for the GPU(s) that stopped answering"),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn values_out_of_range_are_cleared_and_tallied_by_field_and_first_line() {
+    let text = "\
+timestamp, index, uuid, temperature.gpu, utilization.gpu [%], power.draw [W]
+2026/07/14 08:00:00.000, 0, GPU-a, 50, 10 %, 300 W
+2026/07/14 08:00:05.000, 0, GPU-a, -5, 150 %, 300 W
+2026/07/14 08:00:10.000, 0, GPU-a, -5, 10 %, -1 W
+";
+    let (snaps, stats, warnings) = read_all(text, None);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let temperatures: Vec<Option<f64>> = snaps
+        .iter()
+        .map(|s| s.gpus[0].temperature_celsius)
+        .collect();
+    assert_eq!(temperatures, [Some(50.0), None, None]);
+    assert_eq!(snaps[1].gpus[0].utilization.gpu, None);
+    assert_eq!(snaps[1].gpus[0].power_watts, Some(300.0));
+    assert_eq!(stats.rejected.total(), 4);
+    assert_eq!(
+        stats.rejected.summary().unwrap(),
+        "4 values out of range, left empty (temperature_celsius: 2, first at line 3; \
+         power_watts: 1, first at line 4; utilization.gpu: 1, first at line 3)"
+    );
 }

@@ -24,10 +24,9 @@ pub struct Column {
     pub unit: Unit,
 }
 
-/// Counts and byte sizes above this are not believed: 2^53 is where an f64 stops holding
-/// every integer, far beyond any real GPU (9 PB of memory), and keeping values under it
-/// means the engine's sums of them cannot overflow.
-const LARGEST_COUNT: f64 = 9_007_199_254_740_992.0;
+/// Counts and byte sizes above this are not believed (the model's bound for counters:
+/// [`crate::model::sanitize::LARGEST_COUNT`]); a cell beyond it is not read at all.
+const LARGEST_COUNT: f64 = crate::model::sanitize::LARGEST_COUNT as f64;
 
 /// A whole, non-negative, believable number.
 fn whole(v: f64) -> Option<u64> {

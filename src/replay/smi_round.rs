@@ -1,0 +1,218 @@
+//! What a polling round is in an nvidia-smi log: the one rule the CSV reader groups rows by.
+//!
+//! `nvidia-smi -l N` writes one row per GPU per round, milliseconds apart, every round in
+//! the same GPU order. A round becomes one [`Snapshot`], the engine's unit of "these GPUs
+//! were there at this instant", so a round must never claim a GPU is absent when the log
+//! only lost or repeated a line. The rule, row by row:
+//!
+//! - **Duplicate**: a row of a GPU stamped with exactly the time of that GPU's previous
+//!   row is the same sample written twice (a capture restarted on the same file, a log
+//!   concatenated with itself, a copy-paste). It is skipped and counted, with a warning
+//!   naming the line it repeats. Rows nvidia-smi writes for a GPU it cannot reach carry no
+//!   time of their own and are never duplicates.
+//! - **Out of order**: a row older than its GPU's previous row, or than the round it would
+//!   belong to, is skipped (a stale copy of an earlier row is one).
+//! - **Next round**: a row starts a new round when its GPU already has a row in the
+//!   current one, or when it is stamped more than [`ROUND_JITTER`] after the round began
+//!   (so a missing row cannot shift every later round by one GPU).
+//! - Otherwise the row **joins** the current round.
+//!
+//! **A log cut part-way through a round** (the capture was killed, or its tail lost): at
+//! the end of the log, a last round that lacks GPUs the round before it had answering, all
+//! of them after its own last row in that round's order, was cut short — the file ended
+//! before their rows were written. Such a round is left out, with a warning: it is an
+//! instant at which only some GPUs were sampled, and handing it to the engine would say
+//! the others vanished (the report calls a GPU whose rows stop before the end lost, and
+//! alerts on the others resolve). Leaving it out costs the last few rows of a killed
+//! capture; merging them into the round before would stamp them with the wrong time. One
+//! exception: a cut round in which a GPU stopped answering is kept, since that is news the
+//! engine must see, and marked partial ([`super::ReadStats::partial_last_round`]) so that
+//! the GPUs without a row in it are not judged on it. A GPU missing from the middle of a
+//! last round, or from a last round that matches the one before, is genuinely missing.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::model::{GpuSample, Snapshot};
+
+/// Rows of one round may be stamped a little apart, in either direction; a row earlier
+/// than its round by more than this is out of order, and one later by more than this
+/// belongs to the next round.
+pub const ROUND_JITTER: Duration = Duration::from_secs(1);
+
+/// What to do with a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It belongs to the round being filled.
+    Join,
+    /// It begins the next round: the current one is complete.
+    NextRound,
+    /// The same GPU at the same time as the row on this line.
+    Duplicate { of_line: u64 },
+    /// Older than the GPU's previous row, on this line at this time.
+    Stale { of_line: u64, last: DateTime<Utc> },
+    /// Older than the round it would join (or, starting one, than the last round).
+    OutOfOrder { round: DateTime<Utc> },
+}
+
+/// How a last round was cut: GPUs with a row, GPUs the round before had answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    pub present: usize,
+    pub expected: usize,
+}
+
+/// Rounds being assembled. GPUs are named by their position in the reader's list of
+/// known GPUs, which never reorders.
+#[derive(Debug, Default)]
+pub struct Rounds {
+    /// The round being filled.
+    pub current: Snapshot,
+    /// Known-GPU positions of `current.gpus`, in row order.
+    ids: Vec<usize>,
+    /// The last round handed out: known-GPU positions in row order, and whether each
+    /// answered.
+    previous: Vec<(usize, bool)>,
+    /// Time and line of each known GPU's last timed row.
+    last_row: Vec<Option<(DateTime<Utc>, u64)>>,
+    /// Time of the current round, or of the last one while none is being filled.
+    last_round_at: Option<DateTime<Utc>>,
+}
+
+impl Rounds {
+    /// Where a row of known GPU `gpu` stamped `at` goes. `timed`: the row carries its own
+    /// timestamp (rows for unreachable GPUs borrow the round's).
+    pub fn judge(&self, at: DateTime<Utc>, gpu: usize, timed: bool) -> Verdict {
+        let last_row = match self.last_row.get(gpu) {
+            Some(Some(last)) if timed => Some(*last),
+            _ => None,
+        };
+        if let Some((last, line)) = last_row
+            && at == last
+        {
+            return Verdict::Duplicate { of_line: line };
+        }
+        match self.by_round(at, gpu) {
+            verdict @ (Verdict::Join | Verdict::NextRound) => match last_row {
+                Some((last, line)) if at < last => Verdict::Stale {
+                    of_line: line,
+                    last,
+                },
+                _ => verdict,
+            },
+            verdict => verdict,
+        }
+    }
+
+    /// [`Rounds::judge`] by the current round alone.
+    fn by_round(&self, at: DateTime<Utc>, gpu: usize) -> Verdict {
+        let jitter = TimeDelta::from_std(ROUND_JITTER).unwrap_or_default();
+        let filling = !self.current.gpus.is_empty();
+        let round = self.current.at;
+        let repeats = self.ids.contains(&gpu);
+        let late = filling && round.checked_add_signed(jitter).is_some_and(|end| at > end);
+        if !filling || repeats || late {
+            // A row that starts a round must not be older than the last round.
+            return match self.last_round_at {
+                Some(last) if at < last => Verdict::OutOfOrder { round: last },
+                _ if filling => Verdict::NextRound,
+                _ => Verdict::Join,
+            };
+        }
+        // One that joins the current round may be stamped a little before it.
+        match round.checked_sub_signed(jitter) {
+            Some(floor) if at < floor => Verdict::OutOfOrder { round },
+            _ => Verdict::Join,
+        }
+    }
+
+    /// Adds a row the verdict let join (a round that is empty starts at its time).
+    pub fn join(
+        &mut self,
+        at: DateTime<Utc>,
+        gpu: usize,
+        line: u64,
+        timed: bool,
+        sample: GpuSample,
+    ) {
+        if self.current.gpus.is_empty() {
+            self.current.at = at;
+            self.last_round_at = Some(at);
+        }
+        if timed {
+            if self.last_row.len() <= gpu {
+                self.last_row.resize(gpu + 1, None);
+            }
+            self.last_row[gpu] = Some((at, line));
+        }
+        self.current.gpus.push(sample);
+        self.ids.push(gpu);
+    }
+
+    /// The time of the current round, or of the last one.
+    pub fn last_round_at(&self) -> Option<DateTime<Utc>> {
+        self.last_round_at
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.current.gpus.is_empty()
+    }
+
+    /// Whether the current round, the last of the log, was cut short (see the module
+    /// documentation for the rule).
+    pub fn cut_short(&self) -> Option<Cut> {
+        let last = *self.ids.last()?;
+        let reached = self.previous.iter().position(|(gpu, _)| *gpu == last)?;
+        let mut expected = 0;
+        let mut missing_before = false;
+        let mut missing_after = false;
+        for (i, (gpu, up)) in self.previous.iter().enumerate() {
+            if !up {
+                continue;
+            }
+            expected += 1;
+            if !self.ids.contains(gpu) {
+                if i < reached {
+                    missing_before = true;
+                } else {
+                    missing_after = true;
+                }
+            }
+        }
+        (missing_after && !missing_before).then_some(Cut {
+            present: self.ids.len(),
+            expected,
+        })
+    }
+
+    /// Hands the current round out through `into` (whose old samples the caller has
+    /// taken) and starts an empty one.
+    pub fn take(&mut self, into: &mut Snapshot) {
+        self.previous.clear();
+        self.previous.extend(
+            self.ids
+                .iter()
+                .zip(&self.current.gpus)
+                .map(|(gpu, sample)| (*gpu, sample.up)),
+        );
+        self.ids.clear();
+        std::mem::swap(&mut self.current, into);
+        // `current` now holds `into`'s old content, emptied of samples by the caller.
+        self.current.gpus.clear();
+        self.current.processes.clear();
+        self.current.events.clear();
+    }
+
+    /// Gives up the current round: its samples go back to `pool`; how many there were.
+    pub fn discard(&mut self, pool: &mut Vec<GpuSample>) -> usize {
+        self.ids.clear();
+        let n = self.current.gpus.len();
+        pool.append(&mut self.current.gpus);
+        n
+    }
+}
+
+#[cfg(test)]
+#[path = "smi_round_tests.rs"]
+mod tests;

@@ -1,0 +1,175 @@
+//! Unit tests of the round rule, row by row, without a CSV in between.
+
+use super::*;
+
+/// Seconds after 08:00 on a fixed day.
+fn t(seconds: f64) -> DateTime<Utc> {
+    let base = DateTime::parse_from_rfc3339("2026-07-14T08:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    base + TimeDelta::milliseconds((seconds * 1000.0) as i64)
+}
+
+fn sample(up: bool) -> GpuSample {
+    GpuSample {
+        up,
+        ..GpuSample::default()
+    }
+}
+
+/// Feeds rows `(seconds, gpu, timed, up)` as the reader does; returns each row's verdict
+/// and the rounds handed out as lists of GPUs, plus the rounds left (the last one).
+fn feed(rows: &[(f64, usize, bool, bool)]) -> (Vec<Verdict>, Vec<Vec<usize>>, Rounds) {
+    let mut rounds = Rounds::default();
+    let mut verdicts = Vec::new();
+    let mut out = Vec::new();
+    for (line, &(at, gpu, timed, up)) in rows.iter().enumerate() {
+        let verdict = rounds.judge(t(at), gpu, timed);
+        verdicts.push(verdict);
+        match verdict {
+            Verdict::Join => rounds.join(t(at), gpu, line as u64 + 2, timed, sample(up)),
+            Verdict::NextRound => {
+                out.push(rounds.ids.clone());
+                let mut into = Snapshot::default();
+                rounds.take(&mut into);
+                rounds.join(t(at), gpu, line as u64 + 2, timed, sample(up));
+            }
+            _ => {}
+        }
+    }
+    (verdicts, out, rounds)
+}
+
+#[test]
+fn a_repeated_gpu_or_a_late_row_starts_the_next_round() {
+    let (verdicts, rounds, left) = feed(&[
+        (0.0, 0, true, true),
+        (0.003, 1, true, true),
+        (5.0, 0, true, true),
+        // GPU 1's row of 08:00:05 is missing; its next row is 5 s later than the round.
+        (10.0, 1, true, true),
+        (10.002, 0, true, true),
+    ]);
+    use Verdict::*;
+    assert_eq!(verdicts, [Join, Join, NextRound, NextRound, Join]);
+    assert_eq!(rounds, [vec![0, 1], vec![0]]);
+    assert_eq!(left.ids, [1, 0]);
+    assert_eq!(left.current.at, t(10.0));
+}
+
+#[test]
+fn the_same_gpu_at_the_same_time_is_a_duplicate_of_its_line() {
+    let (verdicts, rounds, _) = feed(&[
+        (0.0, 0, true, true),
+        (0.003, 1, true, true),
+        (0.003, 1, true, true),
+        (5.0, 0, true, true),
+        (5.0, 0, true, true),
+        (5.003, 1, true, true),
+    ]);
+    use Verdict::*;
+    assert_eq!(
+        verdicts,
+        [
+            Join,
+            Join,
+            Duplicate { of_line: 3 },
+            NextRound,
+            Duplicate { of_line: 5 },
+            Join
+        ]
+    );
+    assert_eq!(rounds, [vec![0, 1]]);
+}
+
+#[test]
+fn a_stale_copy_of_an_earlier_row_is_out_of_order_whatever_the_cadence() {
+    // Two rounds a second (`nvidia-smi -lms 500`): a copy of GPU 1's first row is within
+    // the jitter of the third round, yet older than GPU 1's last row.
+    let (verdicts, rounds, _) = feed(&[
+        (0.0, 0, true, true),
+        (0.003, 1, true, true),
+        (0.5, 0, true, true),
+        (0.503, 1, true, true),
+        (1.0, 0, true, true),
+        (0.003, 1, true, true),
+        (1.003, 1, true, true),
+    ]);
+    use Verdict::*;
+    assert_eq!(
+        verdicts[5],
+        Stale {
+            of_line: 5,
+            last: t(0.503)
+        }
+    );
+    assert_eq!(verdicts[6], Join);
+    assert_eq!(rounds, [vec![0, 1], vec![0, 1]]);
+}
+
+#[test]
+fn rows_without_their_own_time_are_never_duplicates() {
+    // A GPU nvidia-smi cannot reach borrows its round's time, which may equal its last row's.
+    let (verdicts, _, left) = feed(&[
+        (0.0, 0, true, true),
+        (0.0, 1, true, true),
+        (0.0, 1, false, false),
+    ]);
+    assert_eq!(verdicts[2], Verdict::NextRound);
+    assert!(!left.current.gpus[0].up);
+}
+
+#[test]
+fn old_rows_are_out_of_order_but_a_little_jitter_joins() {
+    let (verdicts, _, _) = feed(&[
+        (10.0, 0, true, true),
+        (9.5, 1, true, true),
+        (15.0, 0, true, true),
+        (13.0, 1, true, true),
+        (8.0, 0, true, true),
+    ]);
+    use Verdict::*;
+    assert_eq!(
+        verdicts,
+        [
+            Join,
+            Join,
+            NextRound,
+            OutOfOrder { round: t(15.0) },
+            OutOfOrder { round: t(15.0) }
+        ]
+    );
+}
+
+/// The last round after rounds of `before`, made of `last` (gpu, up).
+fn last_round(before: &[(usize, bool)], last: &[(usize, bool)]) -> Option<Cut> {
+    let mut rows = Vec::new();
+    for &(gpu, up) in before {
+        rows.push((0.0 + gpu as f64 * 0.001, gpu, true, up));
+    }
+    for &(gpu, up) in last {
+        rows.push((5.0 + gpu as f64 * 0.001, gpu, true, up));
+    }
+    let (_, _, left) = feed(&rows);
+    left.cut_short()
+}
+
+#[test]
+fn a_last_round_missing_only_its_tail_was_cut_short() {
+    let all = [(0, true), (1, true), (2, true), (3, true)];
+    assert_eq!(
+        last_round(&all, &[(0, true), (1, true)]),
+        Some(Cut {
+            present: 2,
+            expected: 4
+        })
+    );
+    // Complete, or missing a GPU in the middle: not a cut.
+    assert_eq!(last_round(&all, &all), None);
+    assert_eq!(last_round(&all, &[(0, true), (1, true), (3, true)]), None);
+    // A GPU already down in the round before is not expected.
+    let down = [(0, true), (1, false)];
+    assert_eq!(last_round(&down, &[(0, true)]), None);
+    // The only round of the log: nothing to compare with.
+    assert_eq!(last_round(&[], &[(0, true)]), None);
+}
