@@ -219,11 +219,23 @@ impl Config {
         })
     }
 
-    /// A configuration file's text; an unreadable file is a problem of the whole file.
+    /// A configuration file's text. An unreadable file is a problem of the whole file;
+    /// bytes that are not UTF-8 are a problem at their line.
     pub fn read_text(path: &Path) -> Result<String, ConfigError> {
-        std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let problem = |problem| ConfigError {
             path: path.to_owned(),
-            problems: vec![Problem::file(format!("cannot read the file: {e}"))],
+            problems: vec![problem],
+        };
+        let bytes = std::fs::read(path)
+            .map_err(|e| problem(Problem::file(format!("cannot read the file: {e}"))))?;
+        String::from_utf8(bytes).map_err(|e| {
+            let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+            let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+            problem(Problem {
+                key: None,
+                line: Some(line),
+                message: "is not UTF-8 text (a binary file?)".into(),
+            })
         })
     }
 

@@ -99,7 +99,11 @@ fn cases() -> Vec<Case> {
                 "url = \"https://open.feishu.cn/open-apis/bot/v2/hook/x\"\n\
                  secret_env = \"GS_CFG_TEST_UNSET_SECRET\"",
             ),
-            Expect::Unset(5, "alerting.receivers[0].secret_env", "GS_CFG_TEST_UNSET_SECRET"),
+            Expect::Unset(
+                5,
+                "alerting.receivers[0].secret_env",
+                "GS_CFG_TEST_UNSET_SECRET",
+            ),
         ),
         Case {
             name: "url_env_wrong_scheme",
@@ -177,13 +181,17 @@ fn check_config_and_run_agree_on_every_bad_configuration() {
     for case in cases() {
         let path = temp_file(&format!("{}.toml", case.name), &case.text);
         let file = path.display().to_string();
-        let (checked, out, err) = run_for(
-            &["check-config", &file],
-            &case.env,
-            Duration::from_secs(20),
-        );
+        let (checked, out, err) =
+            run_for(&["check-config", &file], &case.env, Duration::from_secs(20));
         let (ran, _, run_err) = run_for(
-            &["run", "--simulate", "--config", &file, "--listen", "127.0.0.1:0"],
+            &[
+                "run",
+                "--simulate",
+                "--config",
+                &file,
+                "--listen",
+                "127.0.0.1:0",
+            ],
             &case.env,
             Duration::from_secs(20),
         );
@@ -201,9 +209,10 @@ fn check_config_and_run_agree_on_every_bad_configuration() {
                 }
             }
             Expect::Unset(_, _, var) => {
-                if !check_ok || !err.contains(&format!("warning: {place}")) || !err.contains(var)
-                {
-                    problem(format!("check-config should warn at {place} of {var}: {out}{err}"));
+                if !check_ok || !err.contains(&format!("warning: {place}")) || !err.contains(var) {
+                    problem(format!(
+                        "check-config should warn at {place} of {var}: {out}{err}"
+                    ));
                 }
             }
         }
@@ -227,8 +236,10 @@ fn check_config_and_run_agree_on_every_bad_configuration() {
 
 #[test]
 fn a_config_check_config_accepts_makes_run_ready() {
-    let text = receiver("webhook", "url = \"http://127.0.0.1:9/hook\"\ntimeout = \"2s\"")
-        + "\n[[alerting.rules]]\nname = \"GpuHot\"\nfield = \"temperature_celsius\"\n\
+    let text = receiver(
+        "webhook",
+        "url = \"http://127.0.0.1:9/hook\"\ntimeout = \"2s\"",
+    ) + "\n[[alerting.rules]]\nname = \"GpuHot\"\nfield = \"temperature_celsius\"\n\
            op = \">=\"\nvalue = 85.0\n";
     let path = temp_file("accepted.toml", &text);
     let file = path.display().to_string();
@@ -263,17 +274,32 @@ fn set_variables_make_both_accept_and_run_ready() {
     // Without them, check-config warns of each (exit 0) and run names each.
     let (checked, out, err) = run_for(&["check-config", &file], &[], Duration::from_secs(20));
     assert!(checked.is_some_and(|s| s.success()), "{out}{err}");
-    for var in ["GS_CFG_TEST_HOOK", "GS_CFG_TEST_TOKEN", "GS_CFG_TEST_API_KEY"] {
+    for var in [
+        "GS_CFG_TEST_HOOK",
+        "GS_CFG_TEST_TOKEN",
+        "GS_CFG_TEST_API_KEY",
+    ] {
         assert!(err.contains(var), "{var} in {err}");
     }
     assert_eq!(err.matches("warning: ").count(), 3, "{err}");
     let (ran, _, run_err) = run_for(
-        &["run", "--simulate", "--config", &file, "--listen", "127.0.0.1:0"],
+        &[
+            "run",
+            "--simulate",
+            "--config",
+            &file,
+            "--listen",
+            "127.0.0.1:0",
+        ],
         &[],
         Duration::from_secs(20),
     );
     assert!(ran.is_some_and(|s| !s.success()), "{run_err}");
-    for var in ["GS_CFG_TEST_HOOK", "GS_CFG_TEST_TOKEN", "GS_CFG_TEST_API_KEY"] {
+    for var in [
+        "GS_CFG_TEST_HOOK",
+        "GS_CFG_TEST_TOKEN",
+        "GS_CFG_TEST_API_KEY",
+    ] {
         assert!(run_err.contains(var), "{var} in {run_err}");
     }
 }

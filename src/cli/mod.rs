@@ -108,10 +108,8 @@ impl SourceArgs {
     /// command line applied.
     pub fn config_for_run(&self) -> anyhow::Result<Config> {
         let config = match &self.config {
-            Some(path) => {
-                preflight::check(&Config::read_text(path)?, &preflight::process_env)
-                    .into_runnable(path)?
-            }
+            Some(path) => preflight::check(&Config::read_text(path)?, &preflight::process_env)
+                .into_runnable(path)?,
             None => preflight::check("", &preflight::process_env)
                 .into_runnable(std::path::Path::new("(built-in defaults)"))?,
         };

@@ -357,10 +357,19 @@ fn check_route(
     }
     for (i, m) in route.matchers.iter().enumerate() {
         if let Err(e) = crate::alert::route::Matcher::parse(m) {
-            out.push((format!("{key}.matchers[{i}]"), format!("matcher {m:?}: {e}")));
+            out.push((
+                format!("{key}.matchers[{i}]"),
+                format!("matcher {m:?}: {e}"),
+            ));
         }
     }
     for (i, child) in route.routes.iter().enumerate() {
-        check_route(child, &format!("{key}.routes[{i}]"), receivers, none_defined, out);
+        check_route(
+            child,
+            &format!("{key}.routes[{i}]"),
+            receivers,
+            none_defined,
+            out,
+        );
     }
 }

@@ -34,7 +34,10 @@ fn the_shipped_config_and_the_defaults_pass() {
 fn receiver_urls_are_checked_at_their_line() {
     for (url, expected) in [
         ("not a url", "is not a valid URL"),
-        ("ftp://example.com/hook", "must start with http:// or https://"),
+        (
+            "ftp://example.com/hook",
+            "must start with http:// or https://",
+        ),
     ] {
         let text = receiver("webhook", &format!("url = \"{url}\""));
         let checked = check(&text, &no_env);
@@ -42,7 +45,11 @@ fn receiver_urls_are_checked_at_their_line() {
             placed(&checked.errors),
             vec![("alerting.receivers[0].url".to_string(), Some(4))]
         );
-        assert!(checked.errors[0].message.contains(expected), "{:?}", checked.errors);
+        assert!(
+            checked.errors[0].message.contains(expected),
+            "{:?}",
+            checked.errors
+        );
         assert!(checked.errors[0].message.contains("\"hook\""));
     }
 }
@@ -76,7 +83,10 @@ fn a_risk_model_that_is_not_a_model_is_refused() {
     let binary = dir.join("model.bin");
     std::fs::write(&binary, [0xff_u8, 0xfe, 0x00, 0x81, 0x7f]).unwrap();
     for path in [binary.clone(), dir.join("absent.toml"), dir.clone()] {
-        let text = format!("[risk]\nthreshold = 0.7\nmodel = {:?}\n", path.display().to_string());
+        let text = format!(
+            "[risk]\nthreshold = 0.7\nmodel = {:?}\n",
+            path.display().to_string()
+        );
         let checked = check(&text, &no_env);
         assert_eq!(
             placed(&checked.errors),
@@ -106,15 +116,25 @@ fn unset_variables_are_kept_apart_and_run_refuses_them() {
             ("alerting.receivers[0].secret_env".to_string(), Some(9)),
         ]
     );
-    for (problem, var) in checked.unset_env.iter().zip(["GS_KEY", "GS_URL", "GS_TOKEN"]) {
+    for (problem, var) in checked
+        .unset_env
+        .iter()
+        .zip(["GS_KEY", "GS_URL", "GS_TOKEN"])
+    {
         assert!(problem.message.contains(var), "{problem:?}");
     }
     let refused = check(text, &no_env)
         .into_runnable(Path::new("c.toml"))
         .unwrap_err()
         .to_string();
-    assert!(refused.contains("c.toml:8: alerting.receivers[0].url_env:"), "{refused}");
-    assert!(refused.contains("GS_URL") && refused.contains("not set"), "{refused}");
+    assert!(
+        refused.contains("c.toml:8: alerting.receivers[0].url_env:"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("GS_URL") && refused.contains("not set"),
+        "{refused}"
+    );
 
     // Set, everything passes.
     let env = |name: &str| match name {
@@ -144,8 +164,14 @@ fn values_from_the_environment_are_checked_and_never_shown() {
         ]
     );
     let shown = format!("{:?}", checked.errors);
-    assert!(shown.contains("GS_URL") && shown.contains("ftp://"), "{shown}");
-    assert!(shown.contains("GS_SECRET") && shown.contains("empty"), "{shown}");
+    assert!(
+        shown.contains("GS_URL") && shown.contains("ftp://"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("GS_SECRET") && shown.contains("empty"),
+        "{shown}"
+    );
     assert!(!shown.contains("TOKEN-IN-PATH"), "{shown}");
 }
 
@@ -160,7 +186,10 @@ fn an_advice_key_variable_set_but_empty_is_an_error() {
     let checked = check("[advice]\nenabled = true\napi_key_env = \" \"\n", &no_env);
     assert_eq!(placed(&checked.errors).len(), 1);
     // Off, its variable is not needed.
-    let checked = check("[advice]\nenabled = false\napi_key_env = \"GS_KEY\"\n", &no_env);
+    let checked = check(
+        "[advice]\nenabled = false\napi_key_env = \"GS_KEY\"\n",
+        &no_env,
+    );
     assert!(checked.errors.is_empty() && checked.unset_env.is_empty());
 }
 

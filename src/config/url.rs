@@ -60,8 +60,14 @@ mod tests {
                 UrlProblem::Scheme("ftp://".into()),
             ),
             ("example.com/hook", UrlProblem::Unparseable),
-            ("localhost:8080", UrlProblem::Scheme("a bare host or path".into())),
-            ("/hook/SECRETKEY", UrlProblem::Scheme("a bare host or path".into())),
+            (
+                "localhost:8080",
+                UrlProblem::Scheme("a bare host or path".into()),
+            ),
+            (
+                "/hook/SECRETKEY",
+                UrlProblem::Scheme("a bare host or path".into()),
+            ),
         ] {
             let err = check_http_url(url).expect_err(url);
             assert_eq!(err, expected, "{url}");

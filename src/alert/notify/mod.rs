@@ -227,21 +227,23 @@ pub fn build_checked(
     // reported in the same pass; the notifier is then dropped.
     let built = match (kind, url) {
         ("log", _) => Some(Box::new(log::LogNotifier::new(&receiver.name)) as Box<dyn Notifier>),
-        (_, Some((option, url))) if known_kind => match construct(kind, &url, secret, receiver, settings) {
-            Ok(notifier) => Some(notifier),
-            Err(message) => {
-                let message = match (option, &receiver.url_env) {
-                    // The integration's message may show parts of the URL: name the
-                    // variable instead.
-                    ("url_env", Some(var)) => {
-                        format!("the URL in environment variable {var} is not usable")
-                    }
-                    _ => message,
-                };
-                problems.push(invalid(option, message));
-                None
+        (_, Some((option, url))) if known_kind => {
+            match construct(kind, &url, secret, receiver, settings) {
+                Ok(notifier) => Some(notifier),
+                Err(message) => {
+                    let message = match (option, &receiver.url_env) {
+                        // The integration's message may show parts of the URL: name the
+                        // variable instead.
+                        ("url_env", Some(var)) => {
+                            format!("the URL in environment variable {var} is not usable")
+                        }
+                        _ => message,
+                    };
+                    problems.push(invalid(option, message));
+                    None
+                }
             }
-        },
+        }
         _ => None,
     };
     match built {
