@@ -18,8 +18,9 @@ use crate::server::{self, ServerState};
 const HTTP_WORKERS: usize = 2;
 
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    // Refused here, with key and line, is everything `check-config` refuses, and nothing
-    // else but what needs the machine (NVML) or the network (the listen socket).
+    // Refused here, with key and line, is everything `check-config` refuses (and unset
+    // variables it warns of); after this only a bad command-line override, the machine
+    // (NVML) or the network (the listen socket) can stop the start.
     let config = args.source.config_for_run()?;
     let listen = args.listen.unwrap_or(config.export.listen);
     // Open the source first: without NVML there is nothing to serve, and the operator
