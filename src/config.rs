@@ -9,6 +9,8 @@
 mod alerting;
 mod analysis;
 mod locate;
+pub mod preflight;
+pub mod url;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -210,25 +212,36 @@ fn render_problems(path: &Path, problems: &[Problem]) -> String {
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            path: path.to_owned(),
-            problems: vec![Problem::file(format!("cannot read the file: {e}"))],
-        })?;
+        let text = Config::read_text(path)?;
         Config::parse(&text).map_err(|problems| ConfigError {
             path: path.to_owned(),
             problems,
         })
     }
 
+    /// A configuration file's text. An unreadable file is a problem of the whole file;
+    /// bytes that are not UTF-8 are a problem at their line.
+    pub fn read_text(path: &Path) -> Result<String, ConfigError> {
+        let problem = |problem| ConfigError {
+            path: path.to_owned(),
+            problems: vec![problem],
+        };
+        let bytes = std::fs::read(path)
+            .map_err(|e| problem(Problem::file(format!("cannot read the file: {e}"))))?;
+        String::from_utf8(bytes).map_err(|e| {
+            let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+            let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+            problem(Problem {
+                key: None,
+                line: Some(line),
+                message: "is not UTF-8 text (a binary file?)".into(),
+            })
+        })
+    }
+
     /// Parses and validates configuration text.
     pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
-        let config: Config =
-            toml::from_str(text).map_err(|e| vec![Problem::from_toml(text, &e)])?;
-        let problems: Vec<Problem> = config
-            .problems()
-            .into_iter()
-            .map(|(key, message)| Problem::at_key(text, key, message))
-            .collect();
+        let (config, problems) = Config::parse_with_problems(text)?;
         if problems.is_empty() {
             Ok(config)
         } else {
@@ -236,8 +249,32 @@ impl Config {
         }
     }
 
+    /// The configuration the text describes and what is wrong with its values (nothing:
+    /// valid); Err when it is not TOML of the right shape at all.
+    pub(crate) fn parse_with_problems(text: &str) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
+        let config: Config =
+            toml::from_str(text).map_err(|e| vec![Problem::from_toml(text, &e)])?;
+        let problems = config
+            .problems()
+            .into_iter()
+            .map(|(key, message)| Problem::at_key(text, &key, message))
+            .collect();
+        Ok((config, problems))
+    }
+
     /// Semantic checks that types alone cannot express, as `(dotted key, message)`.
-    fn problems(&self) -> Vec<(&'static str, String)> {
+    fn problems(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .own_problems()
+            .into_iter()
+            .map(|(key, message)| (key.to_string(), message))
+            .collect();
+        out.extend(alerting::problems(&self.alerting, &self.advice));
+        out
+    }
+
+    /// Checks of the sections whose keys are fixed (no array entries among them).
+    fn own_problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         let interval = self.collect.interval;
         if interval < Duration::from_millis(100) || interval > Duration::from_secs(3600) {
@@ -300,7 +337,6 @@ impl Config {
             &self.cost,
             &self.capacity,
         ));
-        out.extend(alerting::problems(&self.alerting, &self.advice));
         out
     }
 }
@@ -395,7 +431,16 @@ mod tests {
             messages.iter().any(|m| m.contains("bad regex")),
             "{messages:?}"
         );
-        assert_eq!(err[0].line, Some(1));
+        let keys: Vec<(Option<&str>, Option<usize>)> =
+            err.iter().map(|p| (p.key.as_deref(), p.line)).collect();
+        assert_eq!(
+            keys,
+            vec![
+                (Some("alerting.receivers[0].kind"), Some(3)),
+                (Some("alerting.route.receiver"), Some(6)),
+                (Some("alerting.route.matchers[0]"), Some(7)),
+            ]
+        );
     }
 
     #[test]

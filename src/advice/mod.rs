@@ -168,6 +168,30 @@ impl Shared {
     }
 }
 
+/// The API key `[advice]` needs, read through `env` from the variable `api_key_env`
+/// names; None when advice is off. What `run` starts the advisor with and what
+/// `check-config` checks (`config::preflight`).
+pub fn api_key(
+    config: &AdviceConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>, AdviceError> {
+    if !config.enabled {
+        return Ok(None);
+    }
+    let var = config.api_key_env.trim();
+    if var.is_empty() {
+        return Err(AdviceError::NoKeyVariable);
+    }
+    match env(var) {
+        Some(key) if key.trim().is_empty() => Err(AdviceError::EmptyApiKey { env: var.into() }),
+        Some(key) => Ok(Some(key.trim().to_string())),
+        None => Err(AdviceError::MissingApiKey {
+            env: var.into(),
+            base_url: config.base_url.clone(),
+        }),
+    }
+}
+
 /// The advisor: a queue, one worker, a cache per alert group.
 pub struct Advisor {
     shared: Arc<Shared>,
@@ -177,28 +201,12 @@ pub struct Advisor {
 
 impl Advisor {
     /// The advisor `config` describes, or None when `[advice]` is off. The API key is read
-    /// from the environment variable `api_key_env` names.
+    /// from the environment variable `api_key_env` names (see [`api_key`]).
     pub fn from_config(config: &AdviceConfig) -> Result<Option<Advisor>, AdviceError> {
-        if !config.enabled {
-            return Ok(None);
+        match api_key(config, &|name| std::env::var(name).ok())? {
+            Some(key) => Advisor::start(config, key).map(Some),
+            None => Ok(None),
         }
-        let env = config.api_key_env.trim();
-        if env.is_empty() {
-            return Err(AdviceError::NoKeyVariable);
-        }
-        let key = match std::env::var(env) {
-            Ok(key) if key.trim().is_empty() => {
-                return Err(AdviceError::EmptyApiKey { env: env.into() });
-            }
-            Ok(key) => key.trim().to_string(),
-            Err(_) => {
-                return Err(AdviceError::MissingApiKey {
-                    env: env.into(),
-                    base_url: config.base_url.clone(),
-                });
-            }
-        };
-        Advisor::start(config, key).map(Some)
     }
 
     /// Starts the worker with an explicit key (whatever `enabled` says).

@@ -40,17 +40,18 @@ pub struct Outgoing {
 impl Outgoing {
     /// Builds notifiers for every receiver (a missing environment variable is an error
     /// naming it), opens the outbox in `state_dir` (in memory without one), starts delivery
-    /// and, when `[advice]` is on, the advisor.
+    /// and, when `[advice]` is on, the advisor. `env` reads the variables `*_env` options
+    /// name (`std::env::var` in the agent).
     pub fn from_config(
         config: &Config,
         state_dir: Option<&std::path::Path>,
         hostname: String,
+        env: &dyn Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Outgoing> {
-        let env = |name: &str| std::env::var(name).ok();
         let settings = Settings::from_config(&config.alerting);
         let mut targets = Vec::new();
         for receiver in &config.alerting.receivers {
-            let notifier = build_with(receiver, &env, &settings)
+            let notifier = build_with(receiver, env, &settings)
                 .map_err(|e| anyhow::anyhow!("[[alerting.receivers]] {:?}: {e}", receiver.name))?;
             targets.push(Target {
                 name: receiver.name.clone(),
@@ -72,7 +73,10 @@ impl Outgoing {
                 DeliveryOptions::default(),
             ))
         };
-        let advisor = Advisor::from_config(&config.advice)?;
+        let advisor = match crate::advice::api_key(&config.advice, env)? {
+            Some(key) => Some(Advisor::start(&config.advice, key)?),
+            None => None,
+        };
         let digest_route = match (&advisor, config.advice.digest_interval) {
             (Some(_), Some(_)) => {
                 Some(Route::compile(&config.alerting.route).map_err(anyhow::Error::msg)?)

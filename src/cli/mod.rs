@@ -14,13 +14,14 @@ mod train;
 pub use record::RecordArgs;
 pub use replay::{ReplayArgs, ReplayFormat};
 pub use review::ReviewArgs;
+pub use run::Parts;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, MAX_SIM_SPEED};
+use crate::config::{Config, ConfigError, MAX_SIM_SPEED, preflight};
 
 /// Per-host NVIDIA GPU agent: Prometheus exporter, failure-risk and idle analysis, alerting.
 #[derive(Debug, Parser)]
@@ -95,10 +96,27 @@ pub struct SnapshotArgs {
 impl SourceArgs {
     /// The configuration file's contents (or the defaults) with the command line applied.
     pub fn config(&self) -> anyhow::Result<Config> {
-        let mut config = match &self.config {
+        let config = match &self.config {
             Some(path) => Config::load(path)?,
             None => Config::default(),
         };
+        self.overridden(config)
+    }
+
+    /// The configuration `run` starts with: checked by [`preflight::check`] exactly as
+    /// `check-config` checks it (every environment variable named must be set), with the
+    /// command line applied.
+    pub fn config_for_run(&self) -> anyhow::Result<Config> {
+        let config = match &self.config {
+            Some(path) => preflight::check(&Config::read_text(path)?, &preflight::process_env)
+                .into_runnable(path)?,
+            None => preflight::check("", &preflight::process_env)
+                .into_runnable(std::path::Path::new("(built-in defaults)"))?,
+        };
+        self.overridden(config)
+    }
+
+    fn overridden(&self, mut config: Config) -> anyhow::Result<Config> {
         if let Some(n) = self.sim_gpus {
             anyhow::ensure!((1..=4096).contains(&n), "--sim-gpus {n} is outside 1..4096");
             config.simulation.gpus = n;
@@ -131,9 +149,30 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Runs the checks `run` runs ([`preflight::check`]). Unset environment variables are
+/// warnings: they may be set where the agent runs, and `run` names them if not.
 fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
-    Config::load(path)?;
-    println!("{}: ok", path.display());
+    let checked = preflight::check(&Config::read_text(path)?, &preflight::process_env);
+    for problem in &checked.unset_env {
+        eprintln!(
+            "warning: {}; run refuses to start unless it is set there",
+            problem.render(path)
+        );
+    }
+    if !checked.errors.is_empty() {
+        return Err(ConfigError {
+            path: path.to_owned(),
+            problems: checked.errors,
+        }
+        .into());
+    }
+    match checked.unset_env.len() {
+        0 => println!("{}: ok", path.display()),
+        n => println!(
+            "{}: ok, with {n} environment variable(s) to set where the agent runs",
+            path.display()
+        ),
+    }
     Ok(())
 }
 

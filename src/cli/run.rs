@@ -9,6 +9,7 @@ use super::RunArgs;
 use crate::agent::{Collector, Latest};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
+use crate::config::{Config, preflight};
 use crate::engine::{Engine, EngineConfig};
 use crate::server::{self, ServerState};
 
@@ -17,20 +18,20 @@ use crate::server::{self, ServerState};
 const HTTP_WORKERS: usize = 2;
 
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let config = args.source.config()?;
+    // Refused here, with key and line, is everything `check-config` refuses (and unset
+    // variables it warns of); after this only a bad command-line override, the machine
+    // (NVML) or the network (the listen socket) can stop the start.
+    let config = args.source.config_for_run()?;
     let listen = args.listen.unwrap_or(config.export.listen);
     // Open the source first: without NVML there is nothing to serve, and the operator
     // should hear so within seconds, not after the server is up.
     let source = crate::source::open(&config, args.source.simulate)?;
     let options = crate::export::RenderOptions::from_config(&config);
-    let engine = Engine::new(EngineConfig::from_config(&config)?);
     let external_url = format!(
         "http://{}:{}/api/v1/alerts",
         options.hostname,
         listen.port()
     );
-    let alerting = Alerting::from_config(&config, options.hostname.clone(), external_url)
-        .map_err(|e| anyhow::anyhow!("alerting: {e}"))?;
     // Simulated fleets start afresh each run: their clock restarts, so remembered
     // windows and alerts would describe another timeline.
     let state_dir = if args.source.simulate {
@@ -38,7 +39,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     } else {
         usable_state_dir(&config.state.dir)
     };
-    let outgoing = Outgoing::from_config(&config, state_dir.as_deref(), options.hostname.clone())?;
+    let Parts {
+        engine,
+        alerting,
+        outgoing,
+    } = Parts::build(
+        &config,
+        &preflight::process_env,
+        state_dir.as_deref(),
+        options.hostname.clone(),
+        external_url,
+    )?;
     let latest = Arc::new(Latest::default());
     let collector = Collector::new(
         source,
@@ -93,6 +104,38 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
+}
+
+/// What `run` builds from a configuration before anything is served: the engine (with its
+/// risk model), the alert rules and routing, and delivery with its notifiers and advisor.
+/// Delivery and advice threads start here and stop when the parts are dropped.
+pub struct Parts {
+    pub engine: Engine,
+    pub alerting: Alerting,
+    pub outgoing: Outgoing,
+}
+
+impl Parts {
+    /// Builds every part; `env` reads the variables `*_env` options name. Everything that
+    /// can refuse a configuration here is also run by [`preflight::check`], which `run`
+    /// passes first, so an error here means the two drifted apart.
+    pub fn build(
+        config: &Config,
+        env: &preflight::Env<'_>,
+        state_dir: Option<&std::path::Path>,
+        hostname: String,
+        external_url: String,
+    ) -> anyhow::Result<Parts> {
+        let engine = Engine::new(EngineConfig::from_config(config)?);
+        let alerting = Alerting::from_config(config, hostname.clone(), external_url)
+            .map_err(|e| anyhow::anyhow!("alerting: {e}"))?;
+        let outgoing = Outgoing::from_config(config, state_dir, hostname, env)?;
+        Ok(Parts {
+            engine,
+            alerting,
+            outgoing,
+        })
+    }
 }
 
 /// The state directory, if it can be used. One that cannot be created is not fatal: the

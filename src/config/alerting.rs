@@ -1,9 +1,9 @@
 //! `[alerting]` and `[advice]`: rules, routing, receivers, the outbox, and LLM advice.
 //!
-//! The keys DESIGN.md marks as contract (`[[alerting.receivers]]` name/kind/url/url_env/
-//! secret_env, `[alerting.route]` receiver/group_wait/group_interval/repeat_interval and
-//! `[[alerting.route.routes]]` matchers/receiver/continue, `[advice]`) keep their meaning;
-//! everything else here extends them.
+//! The keys existing configurations rely on (`[[alerting.receivers]]` name/kind/url/
+//! url_env/secret_env, `[alerting.route]` receiver/group_wait/group_interval/
+//! repeat_interval and `[[alerting.route.routes]]` matchers/receiver/continue, `[advice]`)
+//! keep their meaning; everything else here extends them.
 
 use std::time::Duration;
 
@@ -215,23 +215,23 @@ impl Default for AdviceConfig {
     }
 }
 
-/// Semantic checks of `[alerting]` and `[advice]`, as `(dotted key, message)`.
-pub(super) fn problems(
-    alerting: &AlertingConfig,
-    advice: &AdviceConfig,
-) -> Vec<(&'static str, String)> {
+/// Semantic checks of `[alerting]` and `[advice]`, as `(dotted key, message)`. Keys of
+/// array entries carry their index (`alerting.receivers[1].kind`), so each message points
+/// at its own entry's line.
+pub(super) fn problems(alerting: &AlertingConfig, advice: &AdviceConfig) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut names = std::collections::BTreeSet::new();
-    for r in &alerting.receivers {
+    for (i, r) in alerting.receivers.iter().enumerate() {
+        let key = |option: &str| format!("alerting.receivers[{i}].{option}");
         if !names.insert(r.name.as_str()) {
             out.push((
-                "alerting.receivers",
+                key("name"),
                 format!("receiver {:?} is defined twice", r.name),
             ));
         }
         if !RECEIVER_KINDS.contains(&r.kind.as_str()) {
             out.push((
-                "alerting.receivers",
+                key("kind"),
                 format!(
                     "receiver {:?}: kind {:?} is not one of {}",
                     r.name,
@@ -242,14 +242,21 @@ pub(super) fn problems(
         }
         if r.kind != "log" && r.url.is_none() && r.url_env.is_none() {
             out.push((
-                "alerting.receivers",
+                format!("alerting.receivers[{i}]"),
                 format!("receiver {:?} needs url or url_env", r.name),
             ));
         }
         if r.url.is_some() && r.url_env.is_some() {
             out.push((
-                "alerting.receivers",
+                key("url_env"),
                 format!("receiver {:?}: set url or url_env, not both", r.name),
+            ));
+        }
+        // Every attempt would time out at once: the receiver would never be told anything.
+        if r.timeout.is_zero() {
+            out.push((
+                key("timeout"),
+                format!("receiver {:?}: must be more than 0s", r.name),
             ));
         }
     }
@@ -258,7 +265,7 @@ pub(super) fn problems(
     let longest = longest_group_interval(&alerting.route, DEFAULT_GROUP_INTERVAL);
     if alerting.resolved_retention < longest {
         out.push((
-            "alerting.resolved_retention",
+            "alerting.resolved_retention".into(),
             format!(
                 "{} is shorter than the longest group_interval ({}): resolutions would be \
                  forgotten before their group notifies them",
@@ -269,15 +276,16 @@ pub(super) fn problems(
     }
     check_route(
         &alerting.route,
+        "alerting.route",
         &names,
         alerting.receivers.is_empty(),
         &mut out,
     );
-    for rule in &alerting.rules {
+    for (i, rule) in alerting.rules.iter().enumerate() {
         if let Some(sev) = &rule.severity {
             if !["critical", "warning", "info"].contains(&sev.as_str()) {
                 out.push((
-                    "alerting.rules",
+                    format!("alerting.rules[{i}].severity"),
                     format!(
                         "rule {:?}: severity {sev:?} is not critical, warning or info",
                         rule.name
@@ -288,7 +296,7 @@ pub(super) fn problems(
         if let Some(op) = &rule.op {
             if ![">", ">=", "<", "<="].contains(&op.as_str()) {
                 out.push((
-                    "alerting.rules",
+                    format!("alerting.rules[{i}].op"),
                     format!("rule {:?}: op {op:?} is not >, >=, < or <=", rule.name),
                 ));
             }
@@ -296,12 +304,21 @@ pub(super) fn problems(
     }
     if advice.enabled && advice.model.trim().is_empty() {
         out.push((
-            "advice.model",
+            "advice.model".into(),
             "a model name is needed when advice is enabled".into(),
         ));
     }
     if advice.max_tokens == 0 {
-        out.push(("advice.max_tokens", "must be above 0".into()));
+        out.push(("advice.max_tokens".into(), "must be above 0".into()));
+    }
+    if advice.timeout.is_zero() {
+        out.push((
+            "advice.timeout".into(),
+            "must be more than 0s: every request would time out at once".into(),
+        ));
+    }
+    if let Err(problem) = super::url::check_http_url(&advice.base_url) {
+        out.push(("advice.base_url".into(), format!("the URL {problem}")));
     }
     out
 }
@@ -318,13 +335,14 @@ fn longest_group_interval(route: &RouteConfig, inherited: Duration) -> Duration 
 
 fn check_route(
     route: &RouteConfig,
+    key: &str,
     receivers: &std::collections::BTreeSet<&str>,
     none_defined: bool,
-    out: &mut Vec<(&'static str, String)>,
+    out: &mut Vec<(String, String)>,
 ) {
     if !route.receiver.is_empty() && !receivers.contains(route.receiver.as_str()) {
         out.push((
-            "alerting.route",
+            format!("{key}.receiver"),
             format!(
                 "receiver {:?} is not defined in [[alerting.receivers]]",
                 route.receiver
@@ -333,16 +351,25 @@ fn check_route(
     }
     if route.receiver.is_empty() && !none_defined && route.routes.is_empty() {
         out.push((
-            "alerting.route",
+            key.to_string(),
             "receivers are defined but the route names none (set [alerting.route] receiver)".into(),
         ));
     }
-    for m in &route.matchers {
+    for (i, m) in route.matchers.iter().enumerate() {
         if let Err(e) = crate::alert::route::Matcher::parse(m) {
-            out.push(("alerting.route", format!("matcher {m:?}: {e}")));
+            out.push((
+                format!("{key}.matchers[{i}]"),
+                format!("matcher {m:?}: {e}"),
+            ));
         }
     }
-    for child in &route.routes {
-        check_route(child, receivers, none_defined, out);
+    for (i, child) in route.routes.iter().enumerate() {
+        check_route(
+            child,
+            &format!("{key}.routes[{i}]"),
+            receivers,
+            none_defined,
+            out,
+        );
     }
 }

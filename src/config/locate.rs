@@ -85,7 +85,7 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
             if contains(key_span, offset) || contains(value_span, offset) {
                 let depth = path.len();
                 if best.as_ref().is_none_or(|(d, _)| depth >= *d) {
-                    best = Some((depth, path.join(".")));
+                    best = Some((depth, dotted(path)));
                 }
             }
         },
@@ -93,16 +93,39 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
     best.map(|(_, key)| key)
 }
 
-/// Span of the key named by a dotted path (array-of-tables elements are searched in order).
-fn span_of_key(text: &str, dotted: &str) -> Option<Range<usize>> {
+/// Span of the key named by a dotted path such as `alerting.receivers[1].url`; a key
+/// that is absent (a missing option) is placed at its nearest written ancestor, so a
+/// problem about what an entry lacks still points at that entry.
+fn span_of_key(text: &str, key: &str) -> Option<Range<usize>> {
     let doc = DeTable::parse(text).ok()?;
-    let mut found = None;
+    let mut spans: Vec<(String, Range<usize>)> = Vec::new();
     walk_table(doc.get_ref(), &mut Vec::new(), &mut |path, key_span, _| {
-        if found.is_none() && path.join(".") == dotted {
-            found = Some(key_span.clone());
-        }
+        spans.push((dotted(path), key_span.clone()));
     });
-    found
+    let mut wanted = key;
+    loop {
+        if let Some((_, span)) = spans.iter().find(|(k, _)| k == wanted) {
+            return Some(span.clone());
+        }
+        wanted = parent(wanted)?;
+    }
+}
+
+/// `a.b[2].c` → `a.b[2]` → `a.b` → `a`; None at the top.
+fn parent(key: &str) -> Option<&str> {
+    key.rfind(['.', '[']).map(|at| &key[..at])
+}
+
+/// Path segments joined as written in messages: `alerting.receivers[1].url`.
+fn dotted(path: &[String]) -> String {
+    let mut out = String::new();
+    for segment in path {
+        if !out.is_empty() && !segment.starts_with('[') {
+            out.push('.');
+        }
+        out.push_str(segment);
+    }
+    out
 }
 
 fn contains(span: &Range<usize>, offset: usize) -> bool {
@@ -124,8 +147,11 @@ fn walk_value(value: &DeValue<'_>, path: &mut Vec<String>, visit: &mut Visit<'_>
     match value {
         DeValue::Table(table) => walk_table(table, path, visit),
         DeValue::Array(items) => {
-            for item in items.iter() {
+            for (index, item) in items.iter().enumerate() {
+                path.push(format!("[{index}]"));
+                visit(path, &item.span(), &item.span());
                 walk_value(item.get_ref(), path, visit);
+                path.pop();
             }
         }
         _ => {}
@@ -148,6 +174,30 @@ mod tests {
             Some(2)
         );
         assert_eq!(Problem::at_key(text, "nope", "bad".into()).line, None);
+    }
+
+    #[test]
+    fn finds_array_elements_by_index_and_absent_keys_at_their_entry() {
+        let text = "[[alerting.receivers]]\nname = \"a\"\nurl = \"x\"\n\n\
+                    [[alerting.receivers]]\nname = \"b\"\nurl = \"y\"\n\n\
+                    [alerting.route]\nmatchers = [\"a=b\",\n  \"c=~(\"]\n";
+        let line = |key: &str| Problem::at_key(text, key, String::new()).line;
+        assert_eq!(line("alerting.receivers[0].url"), Some(3));
+        assert_eq!(line("alerting.receivers[1].url"), Some(7));
+        assert_eq!(line("alerting.receivers[1].timeout"), Some(5));
+        assert_eq!(line("alerting.receivers[1]"), Some(5));
+        assert_eq!(line("alerting.route.matchers[1]"), Some(11));
+        assert_eq!(line("alerting.route.receiver"), Some(9));
+    }
+
+    #[test]
+    fn toml_errors_inside_array_elements_name_the_element() {
+        let text = "[[alerting.receivers]]\nname = \"a\"\nkind = \"log\"\n\
+                    [[alerting.receivers]]\nname = \"b\"\nkind = \"log\"\nurll = \"y\"\n";
+        let err = toml::from_str::<crate::config::Config>(text).unwrap_err();
+        let p = Problem::from_toml(text, &err);
+        assert_eq!(p.line, Some(7));
+        assert_eq!(p.key.as_deref(), Some("alerting.receivers[1].urll"));
     }
 
     #[test]

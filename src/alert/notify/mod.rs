@@ -100,70 +100,191 @@ pub fn build_with(
     env: &dyn Fn(&str) -> Option<String>,
     settings: &Settings,
 ) -> Result<Box<dyn Notifier>, String> {
-    let name = &receiver.name;
+    build_checked(receiver, env, settings).map_err(|e| e.to_string())
+}
+
+/// A receiver entry that cannot become a notifier: every problem found in it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("receiver {receiver:?}: {}", join_problems(.problems))]
+pub struct ReceiverError {
+    pub receiver: String,
+    pub problems: Vec<ReceiverProblem>,
+}
+
+fn join_problems(problems: &[ReceiverProblem]) -> String {
+    let shown: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    shown.join("; ")
+}
+
+/// One thing wrong with a receiver entry, and the option it is about.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{option}: {issue}")]
+pub struct ReceiverProblem {
+    /// `url`, `url_env`, `secret_env`, `kind` or `timeout`.
+    pub option: &'static str,
+    pub issue: ReceiverIssue,
+}
+
+/// What is wrong; an unset variable is told apart because it may be set where the agent
+/// runs (`check-config` warns, `run` refuses). No variant holds a variable's value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReceiverIssue {
+    #[error("environment variable {0} is not set")]
+    Unset(String),
+    #[error("environment variable {0} is empty")]
+    Empty(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// [`build_with`] with every problem typed: what `run` builds and `check-config` checks
+/// (`config::preflight`), so the two cannot disagree. All options are checked even after
+/// one fails, so one pass reports everything.
+pub fn build_checked(
+    receiver: &ReceiverConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    settings: &Settings,
+) -> Result<Box<dyn Notifier>, ReceiverError> {
     let kind = receiver.kind.as_str();
-    let from_env = |var: &str, what: &str| -> Result<String, String> {
-        match env(var) {
-            Some(value) if !value.trim().is_empty() => Ok(value.trim().to_string()),
-            Some(_) => Err(format!(
-                "receiver {name:?}: environment variable {var} ({what}) is empty"
-            )),
-            None => Err(format!(
-                "receiver {name:?}: environment variable {var} ({what}) is not set"
-            )),
-        }
+    let known_kind = crate::config::RECEIVER_KINDS.contains(&kind);
+    let mut problems = Vec::new();
+    let invalid = |option, message: String| ReceiverProblem {
+        option,
+        issue: ReceiverIssue::Invalid(message),
     };
-    let secret = receiver
-        .secret_env
-        .as_deref()
-        .map(|var| from_env(var, "secret_env"))
-        .transpose()?;
-    if secret.is_some() && matches!(kind, "slack" | "wecom" | "log") {
-        return Err(format!(
-            "receiver {name:?}: kind {kind} takes no secret_env (its URL carries the token)"
+    let from_env = |option, var: &str| match env(var) {
+        Some(value) if !value.trim().is_empty() => Ok(value.trim().to_string()),
+        Some(_) => Err(ReceiverProblem {
+            option,
+            issue: ReceiverIssue::Empty(var.to_string()),
+        }),
+        None => Err(ReceiverProblem {
+            option,
+            issue: ReceiverIssue::Unset(var.to_string()),
+        }),
+    };
+    if !known_kind {
+        problems.push(invalid(
+            "kind",
+            format!(
+                "kind {kind:?} is not one of {}",
+                crate::config::RECEIVER_KINDS.join(", ")
+            ),
         ));
     }
-    let timeout = receiver.timeout;
-    let notifier: Box<dyn Notifier> = if kind == "log" {
-        Box::new(log::LogNotifier::new(name))
-    } else {
-        let url = match (&receiver.url, &receiver.url_env) {
-            (Some(_), Some(_)) => {
-                return Err(format!("receiver {name:?}: set url or url_env, not both"));
-            }
-            (Some(url), None) => url.trim().to_string(),
-            (None, Some(var)) => from_env(var, "url_env")?,
-            (None, None) => return Err(format!("receiver {name:?} needs url or url_env")),
-        };
-        let built: Result<Box<dyn Notifier>, String> =
-            match kind {
-                "alertmanager" => alertmanager::AlertmanagerNotifier::new(
-                    &url,
-                    secret,
-                    timeout,
-                    settings.resend_interval,
-                )
-                .map(|n| Box::new(n) as Box<dyn Notifier>),
-                "webhook" => webhook::WebhookNotifier::new(&url, secret, timeout)
-                    .map(|n| Box::new(n) as Box<dyn Notifier>),
-                "slack" => slack::SlackNotifier::new(&url, timeout)
-                    .map(|n| Box::new(n) as Box<dyn Notifier>),
-                "feishu" => feishu::FeishuNotifier::new(&url, secret, timeout)
-                    .map(|n| Box::new(n) as Box<dyn Notifier>),
-                "dingtalk" => dingtalk::DingTalkNotifier::new(&url, secret, timeout)
-                    .map(|n| Box::new(n) as Box<dyn Notifier>),
-                "wecom" => wecom::WeComNotifier::new(&url, timeout)
-                    .map(|n| Box::new(n) as Box<dyn Notifier>),
-                other => Err(format!(
-                    "kind {other:?} is not one of {}",
-                    crate::config::RECEIVER_KINDS.join(", ")
-                )),
-            };
-        built.map_err(|e| format!("receiver {name:?}: {e}"))?
+    if receiver.timeout.is_zero() {
+        problems.push(invalid("timeout", "must be more than 0s".into()));
+    }
+    let secret = match receiver.secret_env.as_deref() {
+        None => None,
+        Some(_) if matches!(kind, "slack" | "wecom" | "log") => {
+            problems.push(invalid(
+                "secret_env",
+                format!("kind {kind} takes no secret_env (its URL carries the token)"),
+            ));
+            None
+        }
+        Some(var) => from_env("secret_env", var)
+            .map_err(|p| problems.push(p))
+            .ok(),
     };
-    // `send_resolved` is the dispatcher's to apply (`alert::route`): it decides what a
-    // group's notification holds, and Alertmanager receivers always hear of resolutions.
-    Ok(notifier)
+    // The URL and the option it came from; never quoted in messages (it may hold the token).
+    let url = match (kind, &receiver.url, &receiver.url_env) {
+        ("log", _, _) => None,
+        (_, Some(_), Some(_)) => {
+            problems.push(invalid("url_env", "set url or url_env, not both".into()));
+            None
+        }
+        (_, Some(url), None) => match crate::config::url::check_http_url(url) {
+            Ok(()) => Some(("url", url.trim().to_string())),
+            Err(p) => {
+                problems.push(invalid("url", format!("the URL {p}")));
+                None
+            }
+        },
+        (_, None, Some(var)) => match from_env("url_env", var) {
+            Ok(url) => match crate::config::url::check_http_url(&url) {
+                Ok(()) => Some(("url_env", url)),
+                Err(p) => {
+                    problems.push(invalid(
+                        "url_env",
+                        format!("the URL in environment variable {var} {p}"),
+                    ));
+                    None
+                }
+            },
+            Err(p) => {
+                problems.push(p);
+                None
+            }
+        },
+        (_, None, None) => {
+            problems.push(invalid("url", "needs url or url_env".into()));
+            None
+        }
+    };
+    // Built even when another option failed, so what only the integration checks is
+    // reported in the same pass; the notifier is then dropped.
+    let built = match (kind, url) {
+        ("log", _) => Some(Box::new(log::LogNotifier::new(&receiver.name)) as Box<dyn Notifier>),
+        (_, Some((option, url))) if known_kind => {
+            match construct(kind, &url, secret, receiver, settings) {
+                Ok(notifier) => Some(notifier),
+                Err(message) => {
+                    let message = match (option, &receiver.url_env) {
+                        // The integration's message may show parts of the URL: name the
+                        // variable instead.
+                        ("url_env", Some(var)) => {
+                            format!("the URL in environment variable {var} is not usable")
+                        }
+                        _ => message,
+                    };
+                    problems.push(invalid(option, message));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    match built {
+        Some(notifier) if problems.is_empty() => Ok(notifier),
+        _ => Err(ReceiverError {
+            receiver: receiver.name.clone(),
+            problems,
+        }),
+    }
+}
+
+/// The integration of `kind` posting to `url`. `send_resolved` is the dispatcher's to
+/// apply (`alert::route`): it decides what a group's notification holds, and Alertmanager
+/// receivers always hear of resolutions.
+fn construct(
+    kind: &str,
+    url: &str,
+    secret: Option<String>,
+    receiver: &ReceiverConfig,
+    settings: &Settings,
+) -> Result<Box<dyn Notifier>, String> {
+    let timeout = receiver.timeout;
+    match kind {
+        "alertmanager" => {
+            alertmanager::AlertmanagerNotifier::new(url, secret, timeout, settings.resend_interval)
+                .map(|n| Box::new(n) as Box<dyn Notifier>)
+        }
+        "webhook" => webhook::WebhookNotifier::new(url, secret, timeout)
+            .map(|n| Box::new(n) as Box<dyn Notifier>),
+        "slack" => {
+            slack::SlackNotifier::new(url, timeout).map(|n| Box::new(n) as Box<dyn Notifier>)
+        }
+        "feishu" => feishu::FeishuNotifier::new(url, secret, timeout)
+            .map(|n| Box::new(n) as Box<dyn Notifier>),
+        "dingtalk" => dingtalk::DingTalkNotifier::new(url, secret, timeout)
+            .map(|n| Box::new(n) as Box<dyn Notifier>),
+        "wecom" => {
+            wecom::WeComNotifier::new(url, timeout).map(|n| Box::new(n) as Box<dyn Notifier>)
+        }
+        other => Err(format!("kind {other:?} has no integration")),
+    }
 }
 
 /// base64(HMAC-SHA256(key, message)): the signature both Feishu and DingTalk use, with
