@@ -120,7 +120,7 @@ fn daemonset_runs_on_every_gpu_node_and_sees_the_host() {
         (
             "pod-resources",
             "/var/lib/kubelet/pod-resources",
-            "Directory",
+            "DirectoryOrCreate",
         ),
     ] {
         assert_eq!(
@@ -180,6 +180,8 @@ fn daemonset_has_only_the_privileges_the_kernel_log_needs() {
         assert_eq!(security["allowPrivilegeEscalation"], false, "{name}");
         assert_eq!(security["readOnlyRootFilesystem"], true, "{name}");
     }
+    let init = &container(pod, "initContainers", "render-config")["securityContext"];
+    assert_eq!(init["runAsNonRoot"], true, "copying a file needs no root");
 }
 
 #[test]
