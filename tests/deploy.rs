@@ -241,10 +241,15 @@ fn daemonset_commands_run_the_real_binary() {
     let init = container(pod, "initContainers", "render-config");
     let agent = container(pod, "containers", "gpu-sentinel");
     let command = strings(&init["command"]);
+    // sh -c SCRIPT NAME TEMPLATE RENDERED
+    assert_eq!(command.len(), 6, "{command:?}");
     assert_eq!(command[..2], ["/bin/sh", "-c"], "{command:?}");
     let (template, rendered_path) = (&command[4], &command[5]);
-    assert_eq!(command.len(), 6, "{command:?}");
     assert_eq!(env_of(init)["NODE_NAME"], "fieldRef:spec.nodeName");
+    assert_eq!(
+        init["image"], agent["image"],
+        "the script runs the agent's check-config"
+    );
 
     // The paths line up: the ConfigMap is mounted where the script reads, the script writes
     // into the volume the agent reads its --config from.
@@ -320,7 +325,8 @@ fn servicemonitor_scrapes_the_service_with_its_documented_fields() {
     let service = find(docs, "Service");
     assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
     // Fields of the Prometheus Operator's ServiceMonitor API (monitoring.coreos.com/v1)
-    // this resource may use; a misspelt one would be dropped by the API server in silence.
+    // this resource may use; a misspelt one never reaches the Operator (the API server
+    // prunes it, or refuses it under kubectl's field validation).
     keys_within(
         &monitor["spec"],
         &["selector", "endpoints", "namespaceSelector", "jobLabel"],
@@ -399,6 +405,13 @@ fn prometheusrule_is_generated_from_the_alerts_file() {
         return;
     };
     assert_eq!(rule[0]["spec"]["groups"], alerts[0]["groups"]);
+    // What kustomize renders (and `kubectl apply -k` sends) holds them unchanged too.
+    if let Some(docs) = rendered() {
+        assert_eq!(
+            find(docs, "PrometheusRule")["spec"]["groups"],
+            alerts[0]["groups"]
+        );
+    }
 }
 
 #[test]
@@ -500,9 +513,9 @@ fn systemd_unit_verifies() {
         .arg(&file)
         .output()
         .expect("systemd-analyze runs");
-    let printed = printed(&out);
-    assert!(out.status.success(), "{printed}");
-    assert!(!printed.contains("gpu-sentinel.service"), "{printed}");
+    let verified = printed(&out);
+    assert!(out.status.success(), "{verified}");
+    assert!(!verified.contains("gpu-sentinel.service"), "{verified}");
 
     // The exposure score systemd gives the unit's sandboxing (0 best, 10 worst).
     let out = Command::new(&analyze)
@@ -510,6 +523,11 @@ fn systemd_unit_verifies() {
         .arg(&file)
         .output()
         .expect("systemd-analyze runs");
+    if !out.status.success() {
+        // `security --offline` is systemd 250 and later; verify above is the check proper.
+        eprintln!("skipping the exposure score: {}", printed(&out));
+        return;
+    }
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     let exposure: f64 = printed
         .lines()
