@@ -36,7 +36,7 @@ fi
 # kubectl, for `kubectl kustomize`, is on the machine image.
 if ! command -v kubernetes-validate >/dev/null 2>&1; then
   log "installing kubernetes-validate"
-  python3 -m pip install --quiet kubernetes-validate
+  python3 -m pip install --quiet --root-user-action=ignore kubernetes-validate
 fi
 
 # Tests that need these tools fail, rather than skip, when this is set.

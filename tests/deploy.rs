@@ -277,10 +277,10 @@ fn daemonset_commands_run_the_real_binary() {
         binary().parent().expect("bin dir").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let script = |node: Option<&str>| {
+    let script_on = |template: &Path, node: Option<&str>| {
         let mut cmd = Command::new(&command[0]);
         cmd.args(&command[1..4])
-            .arg(&template_file)
+            .arg(template)
             .arg(&out_path)
             .env("PATH", &path)
             .env_remove("NODE_NAME");
@@ -289,6 +289,22 @@ fn daemonset_commands_run_the_real_binary() {
         }
         cmd.output().expect("sh runs")
     };
+    let script = |node: Option<&str>| script_on(&template_file, node);
+    // A table after [export] would take the appended hostname: the check refuses it.
+    let misordered = temp_file(
+        "k8s-misordered.toml",
+        &format!(
+            "{}\n[[alerting.receivers]]\nname = \"console\"\nkind = \"log\"\n",
+            read("deploy/kubernetes/config.toml")
+        ),
+    );
+    let refused = script_on(&misordered, Some("gpu-node-7"));
+    assert!(!refused.status.success());
+    assert!(
+        printed(&refused).contains("alerting.receivers.hostname"),
+        "{}",
+        printed(&refused)
+    );
     let missing = script(None);
     assert!(!missing.status.success());
     assert!(
