@@ -1,13 +1,19 @@
 # gpu-sentinel container image.
 #
 # Build:  docker build -t gpu-sentinel .
-# Run:    docker run --rm --gpus all --pid=host -p 10400:10400 gpu-sentinel
+# Run:    docker run --rm --gpus all --pid=host --cap-drop ALL --cap-add SYSLOG --read-only \
+#           -v gpu-sentinel-state:/var/lib/gpu-sentinel -p 10400:10400 gpu-sentinel
 #
 # The runtime image carries no NVIDIA library: the NVIDIA Container Toolkit mounts the
 # host driver's libnvidia-ml.so.1 when the container asks for the "utility" capability
-# (the ENV below, or --gpus). --pid=host lets process owners resolve through /proc;
-# reading /dev/kmsg for XIDs needs CAP_SYSLOG (--cap-add SYSLOG) or `kmsg = "off"`.
+# (the ENV below, or --gpus). --pid=host lets process owners resolve through /proc and
+# ghost processes be told; reading /dev/kmsg for XIDs needs CAP_SYSLOG (--cap-add SYSLOG)
+# or `kmsg = "off"`. Kubernetes: deploy/kubernetes. tests/deploy.rs checks this file
+# against the binary and the configuration defaults.
 
+# Build and runtime stages are the same Debian release (bookworm), so the binary needs no
+# newer glibc than the runtime has; it links only libc6's and libgcc-s1's libraries, which
+# every Debian image ships (NVML is loaded at run time, never linked).
 FROM rust:1-bookworm AS build
 WORKDIR /src
 # A Docker build has no .git: pass the revision for gpu_sentinel_build_info.
@@ -25,5 +31,15 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 # The state directory (engine windows, alert state, outbox) belongs on a volume.
 VOLUME /var/lib/gpu-sentinel
 EXPOSE 10400
+# Root, on purpose, with every capability but SYSLOG meant to be dropped (the Run line
+# above). The default configuration follows /dev/kmsg, which needs CAP_SYSLOG where dmesg
+# is restricted, and a container hands capabilities only to root (a non-root USER gets no
+# ambient capabilities); root also owns the state volume Docker creates. Other users'
+# /proc entries the agent reads are world-readable and need no capability.
+USER root
+# /healthz: 200 while collections keep coming, 503 when none came for three intervals.
+# The slim image has no curl or wget; bash's /dev/tcp speaks the one request.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/10400 && printf 'GET /healthz HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n' >&3 && read -r -t 4 _ status _ <&3 && [ \"$status\" = 200 ]"]
 ENTRYPOINT ["/usr/local/bin/gpu-sentinel"]
 CMD ["run", "--config", "/etc/gpu-sentinel/config.toml"]

@@ -12,6 +12,11 @@ declare -A needs=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [prometheus-alertmanager]=prometheus-alertmanager
+  # tests/deploy.rs: the systemd unit, the binary's shared libraries.
+  [systemd-analyze]=systemd
+  [readelf]=binutils
+  # kubectl is usually on the machine image already; Debian's older one renders the same.
+  [kubectl]=kubernetes-client
 )
 missing=()
 for tool in "${!needs[@]}"; do
@@ -24,6 +29,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+fi
+
+# The Kubernetes manifests (tests/deploy.rs) are validated offline by kubernetes-validate,
+# which ships the Kubernetes schemas (and brings PyYAML, which the tests read YAML with).
+# kubectl, for `kubectl kustomize`, is on the machine image.
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  log "installing kubernetes-validate"
+  python3 -m pip install --quiet --root-user-action=ignore kubernetes-validate
 fi
 
 # Tests that need these tools fail, rather than skip, when this is set.
