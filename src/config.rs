@@ -100,7 +100,8 @@ pub struct ExportConfig {
     pub max_process_series: usize,
     /// Longest label value; longer values (command names, pod names) are truncated.
     pub max_label_length: usize,
-    /// Value of the `hostname` label; empty means the host's name.
+    /// Value of the `hostname` label; empty means `$NODE_NAME` when set (the Kubernetes
+    /// downward API), else the host's name.
     pub hostname: String,
 }
 

@@ -170,23 +170,21 @@ fn daemonset_has_only_the_privileges_the_kernel_log_needs() {
         None,
         "the agent serves on the pod network"
     );
-    for (list, name, added) in [
-        ("containers", "gpu-sentinel", vec!["SYSLOG"]),
-        ("initContainers", "render-config", vec![]),
-    ] {
-        let security = &container(pod, list, name)["securityContext"];
-        assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
-        let add: Vec<&str> = security["capabilities"]["add"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        assert_eq!(add, added, "{name}");
-        assert_eq!(security["privileged"], Value::Null, "{name}");
-        assert_eq!(security["allowPrivilegeEscalation"], false, "{name}");
-        assert_eq!(security["readOnlyRootFilesystem"], true, "{name}");
-    }
-    let init = &container(pod, "initContainers", "render-config")["securityContext"];
-    assert_eq!(init["runAsNonRoot"], true, "copying a file needs no root");
+    assert_eq!(
+        pod.get("initContainers"),
+        None,
+        "one container: the agent itself"
+    );
+    let security = &container(pod, "containers", "gpu-sentinel")["securityContext"];
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    let add: Vec<&str> = security["capabilities"]["add"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(add, ["SYSLOG"]);
+    assert_eq!(security["privileged"], Value::Null);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
 }
 
 #[test]
@@ -235,98 +233,30 @@ fn daemonset_probes_and_ports_match_the_config_and_the_service() {
     assert_eq!(mount(agent, "state")["readOnly"], Value::Null);
 }
 
-/// The DaemonSet's own command lines, run here: the init container's script renders the
-/// ConfigMap's config for a node, `check-config` accepts it, and the agent started with the
-/// container's args (plus the simulator and a loopback port) becomes ready, labelling its
-/// series with the node's name.
+/// The DaemonSet's own command line, run here: the ConfigMap is mounted where `--config`
+/// points, and the agent started with the container's args and its `NODE_NAME` (plus the
+/// simulator and a loopback port) becomes ready, labelling its series with the node's name.
 #[test]
 fn daemonset_commands_run_the_real_binary() {
     let Some(docs) = rendered() else { return };
     let pod = &find(docs, "DaemonSet")["spec"]["template"]["spec"];
-    let init = container(pod, "initContainers", "render-config");
     let agent = container(pod, "containers", "gpu-sentinel");
-    let command = strings(&init["command"]);
-    // sh -c SCRIPT NAME TEMPLATE RENDERED
-    assert_eq!(command.len(), 6, "{command:?}");
-    assert_eq!(command[..2], ["/bin/sh", "-c"], "{command:?}");
-    let (template, rendered_path) = (&command[4], &command[5]);
-    assert_eq!(env_of(init)["NODE_NAME"], "fieldRef:spec.nodeName");
-    assert_eq!(
-        init["image"], agent["image"],
-        "the script runs the agent's check-config"
-    );
+    assert_eq!(env_of(agent)["NODE_NAME"], "fieldRef:spec.nodeName");
 
-    // The paths line up: the ConfigMap is mounted where the script reads, the script writes
-    // into the volume the agent reads its --config from.
-    let configmap = find(docs, "ConfigMap")["metadata"]["name"].clone();
-    let template_volume = volume_mounted_at(init, parent(template));
-    assert_eq!(
-        volume(pod, &template_volume)["configMap"]["name"],
-        configmap
-    );
-    assert_eq!(file_name(template), "config.toml", "the ConfigMap's key");
-    let rendered_volume = volume_mounted_at(init, parent(rendered_path));
-    assert_eq!(
-        volume_mounted_at(agent, parent(rendered_path)),
-        rendered_volume
-    );
-    assert!(volume(pod, &rendered_volume)["emptyDir"].is_object());
+    // The ConfigMap is mounted where the agent reads its --config from.
     let args = strings(&agent["args"]);
-    assert_eq!(config_arg(&args), rendered_path.as_str());
+    let config_path = config_arg(&args).to_string();
+    let configmap = find(docs, "ConfigMap")["metadata"]["name"].clone();
+    let config_volume = volume_mounted_at(agent, parent(&config_path));
+    assert_eq!(volume(pod, &config_volume)["configMap"]["name"], configmap);
+    assert_eq!(
+        file_name(&config_path),
+        "config.toml",
+        "the ConfigMap's key"
+    );
 
-    // The script, for a node named gpu-node-7, with the built binary on PATH.
-    let template_file = temp_file("k8s-configmap.toml", &read("deploy/kubernetes/config.toml"));
-    let out_path = template_file.with_file_name("k8s-rendered.toml");
-    let path = format!(
-        "{}:{}",
-        binary().parent().expect("bin dir").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let script_on = |template: &Path, node: Option<&str>| {
-        let mut cmd = Command::new(&command[0]);
-        cmd.args(&command[1..4])
-            .arg(template)
-            .arg(&out_path)
-            .env("PATH", &path)
-            .env_remove("NODE_NAME");
-        if let Some(node) = node {
-            cmd.env("NODE_NAME", node);
-        }
-        cmd.output().expect("sh runs")
-    };
-    let script = |node: Option<&str>| script_on(&template_file, node);
-    // A table after [export] would take the appended hostname: the check refuses it.
-    let misordered = temp_file(
-        "k8s-misordered.toml",
-        &format!(
-            "{}\n[[alerting.receivers]]\nname = \"console\"\nkind = \"log\"\n",
-            read("deploy/kubernetes/config.toml")
-        ),
-    );
-    let refused = script_on(&misordered, Some("gpu-node-7"));
-    assert!(!refused.status.success());
-    assert!(
-        printed(&refused).contains("alerting.receivers.hostname"),
-        "{}",
-        printed(&refused)
-    );
-    let missing = script(None);
-    assert!(!missing.status.success());
-    assert!(
-        printed(&missing).contains("NODE_NAME"),
-        "{}",
-        printed(&missing)
-    );
-    let out = script(Some("gpu-node-7"));
-    assert!(out.status.success(), "{}", printed(&out));
-    assert!(
-        printed(&out).contains(": ok"),
-        "check-config ran: {}",
-        printed(&out)
-    );
-    let config = std::fs::read_to_string(&out_path).expect("rendered config");
-
-    let agent = start_as_deployed(&args, &config, "k8s");
+    let config = read("deploy/kubernetes/config.toml");
+    let agent = start_as_deployed(&args, &config, "k8s", &[("NODE_NAME", "gpu-node-7")]);
     let metrics = agent.metrics();
     let info = samples(&metrics, "gpu_info");
     assert!(!info.is_empty());
@@ -616,7 +546,7 @@ fn systemd_exec_start_runs_the_real_binary() {
     let words: Vec<String> = exec[0].split_whitespace().map(str::to_string).collect();
     assert_eq!(words[0], "/usr/local/bin/gpu-sentinel");
     assert_eq!(config_arg(&words[1..]), "/etc/gpu-sentinel/config.toml");
-    let agent = start_as_deployed(&words[1..], &read("config.toml"), "systemd");
+    let agent = start_as_deployed(&words[1..], &read("config.toml"), "systemd", &[]);
     assert!(!agent.metrics().is_empty());
 }
 
@@ -716,7 +646,7 @@ fn docker_cmd_and_healthcheck_run_against_the_real_binary() {
             .unwrap_or_else(|| panic!("no {name}"))
     };
     let cmd: Vec<String> = serde_json::from_str(&value("CMD")).expect("exec form");
-    let agent = start_as_deployed(&cmd, &read("config.toml"), "docker");
+    let agent = start_as_deployed(&cmd, &read("config.toml"), "docker", &[]);
     agent.metrics();
 
     let healthcheck = value("HEALTHCHECK");

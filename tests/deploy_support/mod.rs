@@ -241,7 +241,7 @@ pub fn config_arg(args: &[String]) -> &str {
 /// Starts the binary with a deployment's command line `args` (starting with `run`), its
 /// `--config` file replaced by `config` with the state directory moved into a temporary
 /// one, on the simulator and a loopback port.
-pub fn start_as_deployed(args: &[String], config: &str, name: &str) -> Agent {
+pub fn start_as_deployed(args: &[String], config: &str, name: &str, env: &[(&str, &str)]) -> Agent {
     let default_dir = format!(
         "dir = {:?}",
         Config::default().state.dir.display().to_string()
@@ -280,7 +280,7 @@ pub fn start_as_deployed(args: &[String], config: &str, name: &str) -> Agent {
         .collect();
     rest.push("--simulate".into());
     let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-    Agent::start(&rest, &[])
+    Agent::start(&rest, env)
 }
 
 /// `Key=Value` settings of a unit file, every value of a repeated key in order.
