@@ -4,6 +4,7 @@
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
+pub mod closed_output;
 mod record;
 mod replay;
 mod review;
@@ -90,6 +91,13 @@ pub struct SnapshotArgs {
     /// Print JSON (the snapshot model) instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+impl Cli {
+    /// True for `run`, bare or named: the long-running agent rather than a one-shot command.
+    pub fn is_run(&self) -> bool {
+        matches!(self.command, None | Some(Command::Run(_)))
+    }
 }
 
 impl SourceArgs {
