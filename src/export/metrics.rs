@@ -298,6 +298,11 @@ pub const COLLECT_ERRORS: MetricDef = counter(
     &["call"],
     "Failed calls since start, by NVML function or source operation.",
 );
+pub const STATE_SAVE_ERRORS: MetricDef = counter(
+    "gpu_sentinel_state_save_errors_total",
+    &["file"],
+    "Failed saves of a state file (engine.json, alerts.json) since start; the log tells only the first of a kind.",
+);
 pub const COLLECTOR_SUCCESS: MetricDef = gauge(
     "gpu_sentinel_collector_success",
     &["collector"],
@@ -510,6 +515,7 @@ pub const NATIVE: &[MetricDef] = &[
     COLLECT_ERRORS,
     COLLECTOR_SUCCESS,
     COLLECTOR_DURATION,
+    STATE_SAVE_ERRORS,
     PROCESS_SERIES_DROPPED,
 ];
 

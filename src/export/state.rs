@@ -21,6 +21,8 @@ pub struct ExportState {
     /// Wall time of the previous collection's stages after `collect` (`analyse`,
     /// `render`), as measured by the caller.
     stage_seconds: BTreeMap<&'static str, f64>,
+    /// Failed saves of each state file since start, as the caller counted them.
+    state_save_errors: BTreeMap<&'static str, u64>,
 }
 
 /// The labels of one `gpu_xid_errors_total` series. Orders by GPU index (unmatched GPUs,
@@ -74,6 +76,18 @@ impl ExportState {
     /// it, so rendering stays free of clock reads and golden files stay exact.
     pub fn set_stage_seconds(&mut self, stage: &'static str, seconds: f64) {
         self.stage_seconds.insert(stage, seconds);
+    }
+
+    /// Records how many saves of a state file (`engine.json`, `alerts.json`) failed since
+    /// start, shown as `gpu_sentinel_state_save_errors_total{file}`. Files never recorded
+    /// (a run that persists nothing) have no series.
+    pub fn set_state_save_errors(&mut self, file: &'static str, failures: u64) {
+        self.state_save_errors.insert(file, failures);
+    }
+
+    /// Recorded state-file save failures, by file name.
+    pub fn state_save_errors(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.state_save_errors.iter().map(|(f, n)| (*f, *n))
     }
 
     /// Recorded stage times, by stage.
