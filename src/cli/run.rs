@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::RunArgs;
-use crate::agent::{Collector, Latest};
+use crate::agent::{Collector, Latest, Persistence};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
 use crate::engine::{Engine, EngineConfig};
@@ -39,13 +39,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         usable_state_dir(&config.state.dir)
     };
     let outgoing = Outgoing::from_config(&config, state_dir.as_deref(), options.hostname.clone())?;
+    let persistence = state_dir.map(|dir| Persistence {
+        dir,
+        save_every: config.state.save_interval,
+    });
     let latest = Arc::new(Latest::default());
     let collector = Collector::new(
         source,
         engine,
         alerting,
         outgoing,
-        state_dir,
+        persistence,
         options,
         latest.clone(),
     );
