@@ -15,7 +15,7 @@ fn main() -> std::process::ExitCode {
         .init();
     let cli = gpu_sentinel::cli::Cli::parse();
     if !cli.is_run() {
-        gpu_sentinel::cli::closed_output::end_quietly_on_closed_pipe();
+        gpu_sentinel::cli::output::end_quietly_on_closed_pipe();
     }
     match gpu_sentinel::cli::dispatch(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

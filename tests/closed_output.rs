@@ -1,6 +1,7 @@
 //! A reader that goes away early (`gpu-sentinel replay FILE 2>&1 | head -1`): the one-shot
 //! commands end quietly, killed by SIGPIPE as `cat` would be, never with a panic (exit 101);
-//! `run` survives a closed standard error and keeps collecting.
+//! `run` survives a closed standard error and keeps collecting. Output that cannot be
+//! written for another reason (a full disk) is an error message, not a panic.
 
 mod common;
 
@@ -160,4 +161,32 @@ fn run_keeps_collecting_after_its_stderr_closes() {
     agent.wait_until(Duration::from_secs(10), |a| {
         collected_at(a).is_some_and(|at| at >= before + 2.0)
     });
+}
+
+#[test]
+fn output_to_a_full_device_is_an_error_not_a_panic() {
+    let Ok(full) = File::options().write(true).open("/dev/full") else {
+        eprintln!("skipping: no /dev/full");
+        return;
+    };
+    let fixture = repo().join("tests/fixtures/smi/units.csv");
+    for args in [
+        vec!["replay", fixture.to_str().unwrap()],
+        vec!["snapshot", "--simulate"],
+    ] {
+        let output = Command::new(binary())
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::from(full.try_clone().expect("dup of /dev/full")))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("the gpu-sentinel binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("error: cannot write to standard output: No space left on device"),
+            "{args:?}: {stderr}"
+        );
+    }
 }

@@ -4,7 +4,7 @@
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
-pub mod closed_output;
+pub mod output;
 mod record;
 mod replay;
 mod review;
@@ -141,8 +141,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
 
 fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
     Config::load(path)?;
-    println!("{}: ok", path.display());
-    Ok(())
+    output::print(&format!("{}: ok\n", path.display()))
 }
 
 #[cfg(test)]
