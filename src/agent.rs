@@ -4,7 +4,10 @@
 //! never because of a scrape: a slow or hung NVML call delays fresh data, not an answer.
 //! After each collection everything the HTTP server answers with (`/metrics` text and its
 //! gzip, `/api/v1/gpus` JSON) is rendered once and swapped in behind an atomic pointer, so
-//! a scrape is a reference-count increment and a copy of bytes already made.
+//! a scrape is a reference-count increment and a copy of bytes already made. The engine's
+//! state is saved every `[state] save_interval` by a thread of its own ([`saver`]).
+
+mod saver;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,8 +34,16 @@ use crate::export::{ExportState, Exposition, RenderInput, RenderOptions};
 use crate::model::{GpuSample, ProcessSample, Snapshot, XidEvent};
 use crate::source::Source;
 
-/// How often the engine's state is written to the state directory (and at shutdown).
-const SAVE_EVERY: Duration = Duration::from_secs(300);
+pub use saver::EngineSaver;
+
+/// Where the agent's state survives a restart, and how often the engine's part is saved.
+#[derive(Debug, Clone)]
+pub struct Persistence {
+    /// `[state] dir`.
+    pub dir: PathBuf,
+    /// `[state] save_interval`: the most history a `kill -9` can lose.
+    pub save_every: Duration,
+}
 
 /// Everything served about one collection, rendered once.
 #[derive(Debug)]
@@ -70,8 +81,9 @@ pub struct Collector {
     engine: Engine,
     alerting: Alerting,
     outgoing: Outgoing,
-    /// Where the engine's state is persisted; None for simulated runs.
-    state_path: Option<PathBuf>,
+    /// Writes the engine's state; None for simulated runs.
+    saver: Option<EngineSaver>,
+    save_every: Duration,
     last_save: Instant,
     export_state: ExportState,
     options: RenderOptions,
@@ -79,34 +91,38 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// A collector whose engine and alerting resume from `state_dir` when given.
+    /// A collector whose engine and alerting resume from, and save to, `persistence` when
+    /// given.
     pub fn new(
         source: Box<dyn Source>,
         mut engine: Engine,
         mut alerting: Alerting,
         outgoing: Outgoing,
-        state_dir: Option<PathBuf>,
+        persistence: Option<Persistence>,
         options: RenderOptions,
         latest: Arc<Latest>,
     ) -> Collector {
-        let state_path = state_dir.as_deref().map(store::path_in);
-        if let Some(path) = &state_path {
-            engine = Engine::with_state(engine.config, store::load(path));
+        let mut saver = None;
+        let mut save_every = Duration::MAX;
+        if let Some(persistence) = &persistence {
+            let path = store::path_in(&persistence.dir);
+            engine = Engine::with_state(engine.config, store::load(&path));
             tracing::info!(
                 "engine state at {}: {} GPUs remembered",
                 path.display(),
                 engine.state.gpus.len()
             );
-        }
-        if let Some(dir) = &state_dir {
-            alerting.persist_at(dir.join(crate::alert::alerting::FILE_NAME));
+            saver = Some(EngineSaver::start(path));
+            save_every = persistence.save_every;
+            alerting.persist_at(persistence.dir.join(crate::alert::alerting::FILE_NAME));
         }
         Collector {
             source,
             engine,
             alerting,
             outgoing,
-            state_path,
+            saver,
+            save_every,
             last_save: Instant::now(),
             export_state: ExportState::default(),
             options,
@@ -114,13 +130,35 @@ impl Collector {
         }
     }
 
-    /// Writes the engine's state; a failure is logged, never fatal.
-    fn save(&mut self) {
-        self.last_save = Instant::now();
-        if let Some(path) = &self.state_path {
-            if let Err(e) = store::save(path, &self.engine.state) {
-                tracing::warn!("cannot save engine state to {}: {e}", path.display());
+    /// Hands a copy of the engine's state to the saver when the cadence has come. A saver
+    /// still busy with the previous copy is asked again at the next collection.
+    fn save_when_due(&mut self) {
+        if self.last_save.elapsed() < self.save_every {
+            return;
+        }
+        if let Some(saver) = &mut self.saver {
+            if saver.submit(self.engine.state.clone()) {
+                self.last_save = Instant::now();
             }
+        }
+    }
+
+    /// Saves the engine's state one last time and waits until it is written (shutdown).
+    fn finish_saving(&mut self) {
+        if let Some(saver) = self.saver.take() {
+            saver.finish(std::mem::take(&mut self.engine.state));
+        }
+    }
+
+    /// Failed saves per state file, for `gpu_sentinel_state_save_errors_total`.
+    fn note_save_failures(&mut self) {
+        if let Some(saver) = &self.saver {
+            self.export_state
+                .set_state_save_errors(store::FILE_NAME, saver.failures());
+        }
+        if let Some(failures) = self.alerting.save_failures() {
+            self.export_state
+                .set_state_save_errors(crate::alert::alerting::FILE_NAME, failures);
         }
     }
 
@@ -149,6 +187,7 @@ impl Collector {
         let alert_counts = self.alerting.counts();
         let delivery = self.outgoing.delivery_stats();
         let advice = self.outgoing.advice_stats();
+        self.note_save_failures();
         let metrics = crate::export::render(
             &RenderInput {
                 snapshot: &snapshot,
@@ -188,9 +227,7 @@ impl Collector {
             recommendations_json,
             published: Instant::now(),
         });
-        if self.last_save.elapsed() >= SAVE_EVERY {
-            self.save();
-        }
+        self.save_when_due();
     }
 
     /// Runs [`Collector::tick`] every `interval` on a dedicated thread until `stop` fires
@@ -226,7 +263,7 @@ impl Collector {
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
-                self.save();
+                self.finish_saving();
                 self.outgoing.shutdown();
             })
     }

@@ -124,12 +124,17 @@ impl Default for ExportConfig {
 pub struct StateConfig {
     /// Directory for the analysis engine's windows, alert state and the notification outbox.
     pub dir: PathBuf,
+    /// How often the analysis engine's state is written (and always at shutdown): a
+    /// `kill -9` or a power cut loses at most this much of its history.
+    #[serde(deserialize_with = "duration")]
+    pub save_interval: Duration,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
         Self {
             dir: PathBuf::from("/var/lib/gpu-sentinel"),
+            save_interval: Duration::from_secs(60),
         }
     }
 }
@@ -285,6 +290,13 @@ impl Config {
                     "{} is outside 100ms..1h",
                     humantime::format_duration(interval)
                 ),
+            ));
+        }
+        let save = self.state.save_interval;
+        if save < Duration::from_secs(1) || save > Duration::from_secs(3600) {
+            out.push((
+                "state.save_interval",
+                format!("{} is outside 1s..1h", humantime::format_duration(save)),
             ));
         }
         if !["Hostname", "hostname"].contains(&self.export.dcgm_hostname_label.as_str()) {

@@ -305,3 +305,7 @@ fn bytes(status: StatusCode, content_type: &'static str, body: Bytes) -> Respons
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }
+
+#[cfg(test)]
+#[path = "server_query_props.rs"]
+mod query_props;

@@ -14,6 +14,7 @@ use super::{AlertState, Notification};
 use crate::config::Config;
 use crate::engine::Findings;
 use crate::source::CollectHealth;
+use crate::state_file::SaveLog;
 
 /// What survives a restart: the alerts and the groups' notification history.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -33,7 +34,8 @@ pub struct Alerting {
     pub state: AlertingState,
     retention: Duration,
     hostname: String,
-    state_path: Option<PathBuf>,
+    /// Where the state is saved, and how saves went; None when nothing is persisted.
+    persisted: Option<SaveLog>,
 }
 
 impl Alerting {
@@ -70,11 +72,12 @@ impl Alerting {
             state: AlertingState::default(),
             retention: config.alerting.resolved_retention,
             hostname,
-            state_path: None,
+            persisted: None,
         })
     }
 
-    /// Resumes from, and later saves to, `path`.
+    /// Resumes from, and later saves to, `path`. An unusable file there is moved aside and
+    /// alerting starts fresh.
     pub fn persist_at(&mut self, path: PathBuf) {
         if let Some(state) = crate::state_file::load::<AlertingState>(&path) {
             tracing::info!(
@@ -84,16 +87,21 @@ impl Alerting {
             );
             self.state = state;
         }
-        self.state_path = Some(path);
+        self.persisted = Some(SaveLog::new("alert state", path));
     }
 
-    /// Saves the state where [`Alerting::persist_at`] said; failures are logged.
-    pub fn save(&self) {
-        if let Some(path) = &self.state_path {
-            if let Err(e) = crate::state_file::save(path, &self.state) {
-                tracing::warn!("cannot save alert state to {}: {e}", path.display());
-            }
+    /// Saves the state where [`Alerting::persist_at`] said; a failure is logged when it is
+    /// the first of its kind (see [`SaveLog`]) and always counted.
+    pub fn save(&mut self) {
+        if let Some(log) = &mut self.persisted {
+            let outcome = crate::state_file::save(log.path(), &self.state);
+            log.record(&outcome);
         }
+    }
+
+    /// Failed saves of the state since start; None when nothing is persisted.
+    pub fn save_failures(&self) -> Option<u64> {
+        self.persisted.as_ref().map(SaveLog::failures)
     }
 
     /// One step: evaluates the rules, advances the lifecycle, returns the notifications due.

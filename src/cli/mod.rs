@@ -4,6 +4,7 @@
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
+pub mod output;
 mod record;
 mod replay;
 mod review;
@@ -93,6 +94,13 @@ pub struct SnapshotArgs {
     pub json: bool,
 }
 
+impl Cli {
+    /// True for `run`, bare or named: the long-running agent rather than a one-shot command.
+    pub fn is_run(&self) -> bool {
+        matches!(self.command, None | Some(Command::Run(_)))
+    }
+}
+
 impl SourceArgs {
     /// The configuration file's contents (or the defaults) with the command line applied.
     pub fn config(&self) -> anyhow::Result<Config> {
@@ -154,10 +162,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
 fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
     let checked = preflight::check(&Config::read_text(path)?, &preflight::process_env);
     for problem in &checked.unset_env {
-        eprintln!(
+        output::note(&format!(
             "warning: {}; run refuses to start unless it is set there",
             problem.render(path)
-        );
+        ));
     }
     if !checked.errors.is_empty() {
         return Err(ConfigError {
@@ -167,13 +175,12 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
         .into());
     }
     match checked.unset_env.len() {
-        0 => println!("{}: ok", path.display()),
-        n => println!(
-            "{}: ok, with {n} environment variable(s) to set where the agent runs",
+        0 => output::print(&format!("{}: ok\n", path.display())),
+        n => output::print(&format!(
+            "{}: ok, with {n} environment variable(s) to set where the agent runs\n",
             path.display()
-        ),
+        )),
     }
-    Ok(())
 }
 
 #[cfg(test)]

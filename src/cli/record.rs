@@ -122,12 +122,12 @@ pub fn record(args: &RecordArgs) -> anyhow::Result<()> {
         .flush()
         .with_context(|| format!("cannot write {target}"))?;
     outcome.with_context(|| format!("cannot write {target}"))?;
-    eprintln!(
+    super::output::note(&format!(
         "recorded {} snapshots and {} failure labels to {target} in {:.1}s",
         lines.snapshots,
         lines.labels,
         began.elapsed().as_secs_f64()
-    );
+    ));
     Ok(())
 }
 
@@ -151,7 +151,7 @@ fn simulated(
         lines.snapshot(&fleet.snapshot())?;
         lines.failures(fleet.take_failures())?;
         if step % 256 == 0 && stop.try_recv().is_ok() {
-            eprintln!("stopped by signal");
+            super::output::note("stopped by signal");
             break;
         }
     }
@@ -222,7 +222,7 @@ fn live(
         let wait = next.saturating_sub(began.elapsed());
         match stop.recv_timeout(wait) {
             Ok(()) => {
-                eprintln!("stopped by signal");
+                super::output::note("stopped by signal");
                 return Ok(());
             }
             Err(RecvTimeoutError::Timeout) => {}

@@ -96,16 +96,17 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
         .with_context(|| format!("replay of {origin}"))?;
     warnings.finish();
     if report.samples == 0 {
-        eprintln!("warning: {origin}: no GPU samples in the recording");
+        super::output::note(&format!(
+            "warning: {origin}: no GPU samples in the recording"
+        ));
     }
     if let Some(path) = &args.save_state {
         crate::engine::store::save(path, &engine.state)
             .with_context(|| format!("cannot write the engine state to {}", path.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        super::output::print(&format!("{}\n", serde_json::to_string_pretty(&report)?))
     } else {
-        print!("{}", report.to_text());
+        super::output::print(&report.to_text())
     }
-    Ok(())
 }

@@ -88,8 +88,7 @@ pub fn review(args: &ReviewArgs) -> anyhow::Result<()> {
     let url = gpus_url(&args.url);
     let body = fetch(&url, args.timeout)?;
     let doc = parse(&body).with_context(|| format!("{url} did not answer as expected"))?;
-    print!("{}", render(&doc, &url));
-    Ok(())
+    super::output::print(&render(&doc, &url))
 }
 
 /// `/api/v1/gpus` under a base URL, unless the URL already names it.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::RunArgs;
-use crate::agent::{Collector, Latest};
+use crate::agent::{Collector, Latest, Persistence};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
 use crate::config::{Config, preflight};
@@ -50,13 +50,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         options.hostname.clone(),
         external_url,
     )?;
+    let persistence = state_dir.map(|dir| Persistence {
+        dir,
+        save_every: config.state.save_interval,
+    });
     let latest = Arc::new(Latest::default());
     let collector = Collector::new(
         source,
         engine,
         alerting,
         outgoing,
-        state_dir,
+        persistence,
         options,
         latest.clone(),
     );

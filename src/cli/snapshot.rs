@@ -19,11 +19,11 @@ pub fn snapshot(args: &SnapshotArgs) -> anyhow::Result<()> {
     }
     let collection = source.collect();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&collection.snapshot)?);
+        let json = serde_json::to_string_pretty(&collection.snapshot)?;
+        super::output::print(&format!("{json}\n"))
     } else {
-        print!("{}", table(&collection.snapshot));
+        super::output::print(&table(&collection.snapshot))
     }
-    Ok(())
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {

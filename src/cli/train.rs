@@ -66,7 +66,5 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
         row_every: seconds(args.row_every),
         alpha: args.alpha,
     })?;
-    print!("{report}");
-    println!("wrote {}", args.out.display());
-    Ok(())
+    super::output::print(&format!("{report}wrote {}\n", args.out.display()))
 }

@@ -303,6 +303,12 @@ pub const VALUES_REJECTED: MetricDef = counter(
     &["field"],
     "Values the source reported that no GPU can have (a negative temperature, a ratio above 1, used memory above total), cleared before use, by snapshot field, since start.",
 );
+
+pub const STATE_SAVE_ERRORS: MetricDef = counter(
+    "gpu_sentinel_state_save_errors_total",
+    &["file"],
+    "Failed saves of a state file (engine.json, alerts.json) since start; the log tells only the first of a kind.",
+);
 pub const COLLECTOR_SUCCESS: MetricDef = gauge(
     "gpu_sentinel_collector_success",
     &["collector"],
@@ -516,6 +522,7 @@ pub const NATIVE: &[MetricDef] = &[
     VALUES_REJECTED,
     COLLECTOR_SUCCESS,
     COLLECTOR_DURATION,
+    STATE_SAVE_ERRORS,
     PROCESS_SERIES_DROPPED,
 ];
 

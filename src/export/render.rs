@@ -347,6 +347,10 @@ fn self_metrics(
     for collector in &health.families {
         family.push(&[collector.name], collector.seconds);
     }
+    let family = families.family(&STATE_SAVE_ERRORS);
+    for (file, failures) in state.state_save_errors() {
+        family.push(&[file], failures as f64);
+    }
 }
 
 fn as_refs<const N: usize>(labels: &[String; N]) -> [&str; N] {

@@ -24,6 +24,8 @@ pub struct ExportState {
     stage_seconds: BTreeMap<&'static str, f64>,
     /// Values cleared by the range checks since start, by field name.
     rejected: BTreeMap<&'static str, u64>,
+    /// Failed saves of each state file since start, as the caller counted them.
+    state_save_errors: BTreeMap<&'static str, u64>,
 }
 
 /// The labels of one `gpu_xid_errors_total` series. Orders by GPU index (unmatched GPUs,
@@ -97,6 +99,18 @@ impl ExportState {
     /// Values cleared by the range checks since start, by field name.
     pub fn rejected_values(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         self.rejected.iter().map(|(f, n)| (*f, *n))
+    }
+
+    /// Records how many saves of a state file (`engine.json`, `alerts.json`) failed since
+    /// start, shown as `gpu_sentinel_state_save_errors_total{file}`. Files never recorded
+    /// (a run that persists nothing) have no series.
+    pub fn set_state_save_errors(&mut self, file: &'static str, failures: u64) {
+        self.state_save_errors.insert(file, failures);
+    }
+
+    /// Recorded state-file save failures, by file name.
+    pub fn state_save_errors(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.state_save_errors.iter().map(|(f, n)| (*f, *n))
     }
 
     /// Recorded stage times, by stage.

@@ -214,6 +214,10 @@ fn local(t: NaiveDateTime) -> Option<DateTime<Utc>> {
 }
 
 #[cfg(test)]
+#[path = "parse_props.rs"]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
