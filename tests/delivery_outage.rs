@@ -30,6 +30,7 @@ fn target(name: &str, server: &Server, max_per_minute: u32) -> Target {
         name: name.into(),
         notifier: Box::new(HttpNotifier::new(&server.url, Duration::from_secs(5))),
         max_per_minute,
+        max_backoff: None,
     }
 }
 
@@ -104,7 +105,12 @@ fn retry_after_is_a_minimum_wait() {
         }
     });
     let outbox = Arc::new(Outbox::in_memory(10));
-    let delivery = Delivery::start(Arc::clone(&outbox), vec![target("ops", &server, 0)], fast());
+    // The receiver's max_backoff allows the wait asked for.
+    let ops = Target {
+        max_backoff: Some(Duration::from_secs(5)),
+        ..target("ops", &server, 0)
+    };
+    let delivery = Delivery::start(Arc::clone(&outbox), vec![ops], fast());
     delivery.submit(&notification("ops", "g", Firing));
     assert!(wait_until(Duration::from_secs(10), || outbox.pending() == 0));
     let requests = server.requests();
@@ -114,7 +120,43 @@ fn retry_after_is_a_minimum_wait() {
         gap >= Duration::from_millis(950),
         "waited {gap:?}, asked 1 s"
     );
-    assert_eq!(delivery.stats().count("ops", Outcome::Retried), 1);
+    let stats = delivery.stats();
+    assert_eq!(stats.count("ops", Outcome::Retried), 1);
+    assert_eq!(stats.retry_after_capped["ops"], 0);
+}
+
+#[test]
+fn a_retry_after_beyond_max_backoff_is_cut_to_it_and_counted() {
+    // 2^64 - 1 seconds and a date in 2099: issue 7's receiver killed the worker with the
+    // first and scheduled a retry 73 years out with the second.
+    for asked in ["18446744073709551615", "Thu, 01 Jan 2099 00:00:00 GMT"] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&calls);
+        let server = Server::start(move |_| {
+            if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                response(429, &[("Retry-After", asked)], "slow down")
+            } else {
+                response(200, &[], "")
+            }
+        });
+        let outbox = Arc::new(Outbox::in_memory(10));
+        // fast(): max_backoff 400 ms.
+        let delivery =
+            Delivery::start(Arc::clone(&outbox), vec![target("ops", &server, 0)], fast());
+        delivery.submit(&notification("ops", "g", Firing));
+        assert!(
+            wait_until(Duration::from_secs(10), || outbox.pending() == 0),
+            "Retry-After {asked}: delivered within the cap"
+        );
+        let requests = server.requests();
+        let gap = requests[1].at - requests[0].at;
+        assert!(gap < Duration::from_secs(2), "{asked}: waited {gap:?}");
+        let stats = delivery.stats();
+        assert_eq!(stats.retry_after_capped["ops"], 1, "{asked}");
+        assert_eq!(stats.worker_restarts["ops"], 0, "{asked}");
+        assert_eq!(stats.count("ops", Outcome::Sent), 1);
+        assert!(delivery.health().down().is_empty());
+    }
 }
 
 #[test]
@@ -157,6 +199,7 @@ fn a_hanging_receiver_holds_back_only_itself_and_shutdown_abandons_it() {
                 // of the other receiver's way.
                 notifier: Box::new(HttpNotifier::new(&hanging.url, Duration::from_secs(60))),
                 max_per_minute: 0,
+                max_backoff: None,
             },
             target("ops", &healthy, 0),
         ],
@@ -321,6 +364,7 @@ fn kind_defaults_for_rate_limits() {
         send_resolved: true,
         max_per_minute: max,
         timeout: Duration::from_secs(10),
+        max_backoff: Duration::from_secs(300),
     };
     assert_eq!(max_per_minute(&receiver("dingtalk", 0)), 20);
     assert_eq!(max_per_minute(&receiver("wecom", 0)), 20);

@@ -39,6 +39,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         usable_state_dir(&config.state.dir)
     };
     let outgoing = Outgoing::from_config(&config, state_dir.as_deref(), options.hostname.clone())?;
+    let delivery = outgoing.delivery_health();
     let latest = Arc::new(Latest::default());
     let collector = Collector::new(
         source,
@@ -57,6 +58,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         // Three missed collections, and never less than ten seconds: a slow call is not yet
         // a dead agent.
         stale_after: (config.collect.interval * 3).max(Duration::from_secs(10)),
+        delivery,
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
