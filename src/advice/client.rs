@@ -290,6 +290,31 @@ mod tests {
     }
 
     #[test]
+    fn the_key_and_the_urls_secrets_never_show() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(9);
+        let client = ChatClient::new(
+            &format!("http://127.0.0.1:{port}/v1?api-key=Zq-query-secret"),
+            "sk-Zq-api-key-0123".into(),
+            "m",
+            10,
+            Duration::from_secs(2),
+        );
+        let err = client.ask("s", "u").expect_err("nothing listens there");
+        let shown = format!("{err} {err:?} {client:?} {}", client.url());
+        assert!(!shown.contains("Zq-query-secret"), "{shown}");
+        assert!(!shown.contains("sk-Zq-api-key-0123"), "{shown}");
+        let echoed =
+            classify(401, None, "invalid key sk-Zq-api-key-0123").map_err(|e| e.to_string());
+        assert_eq!(
+            echoed,
+            Err("HTTP 401: the API key was refused (invalid key <redacted>)".into())
+        );
+    }
+
+    #[test]
     fn keep_alive_lines_and_comments_before_the_body() {
         assert_eq!(strip_keep_alive("\n\n \r\n{\"a\":1}"), "{\"a\":1}");
         assert_eq!(strip_keep_alive(": keep-alive\n\n: keep-alive\n{}"), "{}");
