@@ -380,3 +380,66 @@ fn the_stages_can_be_shared_between_threads() {
     shared::<Outbox>();
     shared::<gpu_sentinel::advice::Advisor>();
 }
+
+/// Panics when dropped: a notifier panicking with it survives the worker's own catch and
+/// takes the worker loop down — the way to make a real worker die from outside.
+struct PanicsWhenDropped;
+
+impl Drop for PanicsWhenDropped {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("the worker loop itself panicked");
+        }
+    }
+}
+
+/// Its first send kills the worker; later ones deliver.
+struct KillsTheWorkerOnce(std::sync::atomic::AtomicBool);
+
+impl gpu_sentinel::alert::notify::Notifier for KillsTheWorkerOnce {
+    fn send(
+        &self,
+        _: &gpu_sentinel::alert::Notification,
+    ) -> Result<(), gpu_sentinel::alert::notify::NotifyError> {
+        if self.0.swap(false, Ordering::SeqCst) {
+            std::panic::panic_any(PanicsWhenDropped);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_worker_that_dies_is_reported_down_restarted_counted_and_delivers() {
+    let outbox = Arc::new(Outbox::in_memory(10));
+    let delivery = Delivery::start(
+        Arc::clone(&outbox),
+        vec![Target {
+            name: "ops".into(),
+            notifier: Box::new(KillsTheWorkerOnce(true.into())),
+            max_per_minute: 0,
+            max_backoff: None,
+        }],
+        DeliveryOptions {
+            // The pause before the restart: long enough to see the worker down.
+            initial_backoff: Duration::from_millis(400),
+            ..fast()
+        },
+    );
+    delivery.submit(&notification("ops", "g", Firing));
+    let health = delivery.health();
+    assert!(
+        wait_until(Duration::from_secs(5), || !health.down().is_empty()),
+        "reported down"
+    );
+    let down = health.down();
+    assert_eq!(down[0].0, "ops");
+    assert!(down[0].1.contains("panicked"), "{down:?}");
+    assert!(
+        wait_until(Duration::from_secs(5), || outbox.pending() == 0),
+        "restarted, it delivers what was pending"
+    );
+    assert!(health.down().is_empty());
+    let stats = delivery.stats();
+    assert_eq!(stats.worker_restarts["ops"], 1);
+    assert_eq!(stats.count("ops", Outcome::Sent), 1);
+}

@@ -30,7 +30,7 @@
 //!
 //! **A worker that panics** is caught, counted
 //! (`gpu_sentinel_delivery_worker_restarts_total`), reported down on `/healthz` (through
-//! [`DeliveryHealth`]) while it pauses, and started again; see [`supervise`].
+//! [`DeliveryHealth`]) while it pauses, and started again (the `supervise` module).
 //!
 //! **Shutdown.** Workers finish or abandon their in-flight send within
 //! [`DeliveryOptions::shutdown_grace`]; whatever was not delivered stays in the outbox for

@@ -83,8 +83,10 @@ impl Worker {
         }
     }
 
-    /// Sleeps `pause` unless shutdown comes first; false then.
+    /// Sleeps `pause` unless shutdown comes first; false then. Used after a panic: a send
+    /// the panic interrupted is no longer in flight.
     pub fn rest(&self, pause: Duration) -> bool {
+        lock(&self.shared.in_flight).remove(&self.name);
         let began = Instant::now();
         loop {
             if self.shared.stop.load(Ordering::SeqCst) {
