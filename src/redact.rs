@@ -71,7 +71,11 @@ impl Redactor {
             percent_decode(secret),
             percent_encode(secret),
         ] {
-            if form.chars().count() >= MIN_SECRET_CHARS && !self.secrets.contains(&form) {
+            // Part of the marker itself is no secret: replacing it would mangle the marker.
+            if form.chars().count() >= MIN_SECRET_CHARS
+                && !REDACTED.contains(form.as_str())
+                && !self.secrets.contains(&form)
+            {
                 self.secrets.push(form);
             }
         }
@@ -92,15 +96,17 @@ impl Redactor {
         }
     }
 
-    /// `text` with every secret replaced: the shapes, then the known secrets.
+    /// `text` with every secret replaced: the known secrets, then the shapes (in this
+    /// order a second scrub changes nothing: a `<redacted>` the secrets left inside a URL
+    /// is already part of it when the shapes look).
     pub fn scrub(&self, text: &str) -> String {
-        let mut out = scrub_shapes(text);
+        let mut out = text.to_string();
         for secret in &self.secrets {
             if out.contains(secret.as_str()) {
                 out = out.replace(secret.as_str(), REDACTED);
             }
         }
-        out
+        scrub_shapes(&out)
     }
 }
 
