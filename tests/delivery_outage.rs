@@ -443,3 +443,29 @@ fn a_worker_that_dies_is_reported_down_restarted_counted_and_delivers() {
     assert_eq!(stats.worker_restarts["ops"], 1);
     assert_eq!(stats.count("ops", Outcome::Sent), 1);
 }
+
+#[test]
+fn a_retry_stored_years_ahead_comes_due_within_max_backoff() {
+    // An outbox written before the wait was bounded: its entry is not due until 2099.
+    let dir = temp_dir("outbox-2099");
+    let path = dir.join(FILE_NAME);
+    {
+        let outbox = Outbox::open(&path, 10).unwrap();
+        let id = outbox
+            .enqueue(&notification("ops", "g", Firing), Utc::now())
+            .unwrap()
+            .id;
+        let year_2099 = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert!(outbox.failed(id, "HTTP 429", year_2099).unwrap());
+    }
+    let server = Server::start(|_| response(200, &[], ""));
+    let outbox = Arc::new(Outbox::open(&path, 10).unwrap());
+    let delivery = Delivery::start(Arc::clone(&outbox), vec![target("ops", &server, 0)], fast());
+    assert!(
+        wait_until(Duration::from_secs(5), || outbox.pending() == 0),
+        "delivered within the cap (400 ms), not in 2099"
+    );
+    assert_eq!(delivery.stats().count("ops", Outcome::Sent), 1);
+}

@@ -470,6 +470,35 @@ impl Outbox {
         Ok(true)
     }
 
+    /// Entries of `receiver` not due before `latest` become due at `latest`; returns how
+    /// many. A retry time from before the wait a service may ask for was bounded (a
+    /// `Retry-After` in 2099), or from a clock that was wrong, must not hold an entry for
+    /// years.
+    pub fn bring_forward(
+        &self,
+        receiver: &str,
+        latest: DateTime<Utc>,
+    ) -> Result<usize, OutboxError> {
+        let mut state = self.lock();
+        let mut changed = Vec::new();
+        for entry in state.entries.values_mut() {
+            if entry.notification.receiver == receiver && entry.next_attempt_at > latest {
+                entry.next_attempt_at = latest;
+                changed.push(entry.id);
+            }
+        }
+        if let Some(store) = &self.store {
+            let entries: Vec<&OutboxEntry> = changed
+                .iter()
+                .filter_map(|id| state.entries.get(id))
+                .collect();
+            if !entries.is_empty() {
+                store.write(&entries, &[])?;
+            }
+        }
+        Ok(changed.len())
+    }
+
     /// Removes the pending entries of one receiver and group; returns how many.
     pub fn supersede(&self, receiver: &str, group_key: &str) -> Result<usize, OutboxError> {
         let mut state = self.lock();

@@ -73,6 +73,7 @@ impl Worker {
     /// left half-done (an in-flight mark) is cleared first.
     pub fn run(&mut self) {
         lock(&self.shared.in_flight).remove(&self.name);
+        self.bring_forward();
         while !self.shared.stop.load(Ordering::SeqCst) {
             let now = Utc::now();
             self.expire(now);
@@ -80,6 +81,23 @@ impl Worker {
                 Ok(batch) => self.attempt(batch),
                 Err(wait) => self.signal.wait(wait.min(IDLE_POLL)),
             }
+        }
+    }
+
+    /// No entry waits longer than `max_backoff` from now: ones stored with a later retry
+    /// (by a version that honoured any `Retry-After`, or under a wrong clock) come due then.
+    fn bring_forward(&self) {
+        let now = Utc::now();
+        let latest = wall_after(now, self.max_backoff);
+        match self.shared.outbox.bring_forward(&self.name, latest) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                "receiver {:?}: {n} notification(s) scheduled further out than its max_backoff \
+                 ({}) now come due within it",
+                self.name,
+                humantime::format_duration(self.max_backoff)
+            ),
+            Err(e) => self.shared.store_result::<()>(Err(e)),
         }
     }
 

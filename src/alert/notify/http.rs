@@ -155,6 +155,13 @@ impl Endpoint {
     /// secret parts are registered first, so even a URL refused here never reaches a log.
     pub fn new(url: &str, timeout: Duration) -> Result<Endpoint, String> {
         redact::register_url(url);
+        if !url.contains("://") {
+            // Nothing of it can be told apart from a token: not quoted at all.
+            return Err(
+                "URL must start with http:// or https:// (its value is not shown: it may be a token)"
+                    .into(),
+            );
+        }
         let uri: Uri = url
             .parse()
             .map_err(|_| format!("URL {} is not a valid URL", redacted_url(url)))?;
