@@ -211,8 +211,8 @@ struct WorkerHandle {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Whether the delivery workers are running, for `/healthz`: a handle that outlives
-/// nothing it reads (the status is shared, not the workers).
+/// Whether the delivery workers are running, for `/healthz`: a handle to their shared
+/// status, which keeps no worker (and no outbox) alive.
 #[derive(Debug, Clone)]
 pub struct DeliveryHealth(Arc<Liveness>);
 
