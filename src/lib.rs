@@ -14,6 +14,7 @@ pub mod export;
 pub mod host;
 pub mod model;
 pub mod procinfo;
+pub mod redact;
 pub mod replay;
 pub mod server;
 pub mod source;

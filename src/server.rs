@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::agent::{Latest, Recommendations, to_json};
+use crate::alert::deliver::DeliveryHealth;
 use crate::export::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 
 /// What the server needs to answer.
@@ -34,6 +35,8 @@ pub struct ServerState {
     pub started: std::time::Instant,
     /// `/healthz` fails when nothing was published for this long.
     pub stale_after: Duration,
+    /// The delivery workers: `/healthz` fails while one is down. None without receivers.
+    pub delivery: Option<DeliveryHealth>,
 }
 
 /// Serves until `shutdown` changes.
@@ -119,32 +122,7 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
             }
             None => not_ready(),
         },
-        // Liveness: a collector that died or hangs in a driver call publishes nothing new;
-        // past `stale_after` the agent says so, and an orchestrator may restart it.
-        "/healthz" => {
-            let age = latest
-                .as_ref()
-                .map_or(state.started.elapsed(), |p| p.published.elapsed());
-            let status = if age > state.stale_after {
-                StatusCode::SERVICE_UNAVAILABLE
-            } else {
-                StatusCode::OK
-            };
-            let what = if latest.is_some() {
-                "last collection"
-            } else {
-                "started, no collection yet,"
-            };
-            let word = if status == StatusCode::OK {
-                "ok"
-            } else {
-                "stale"
-            };
-            text(
-                status,
-                &format!("{word}: {what} {:.1}s ago\n", age.as_secs_f64()),
-            )
-        }
+        "/healthz" => healthz(state, latest.as_ref().map(|p| p.published)),
         "/readyz" => match latest {
             Some(_) => text(StatusCode::OK, "ready\n"),
             None => not_ready(),
@@ -179,6 +157,48 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
         return Response::from_parts(parts, Full::new(Bytes::new()));
     }
     resp
+}
+
+/// Liveness: a collector that died or hangs in a driver call publishes nothing new; past
+/// `stale_after` the agent says so, and an orchestrator may restart it. A receiver whose
+/// delivery worker is down (panicked, waiting to be restarted) fails it too, named in the
+/// body, until the worker runs again.
+fn healthz(state: &ServerState, published: Option<std::time::Instant>) -> Response<Full<Bytes>> {
+    let (status, body) = health(state, published);
+    text(status, &body)
+}
+
+/// `/healthz`'s status and body.
+fn health(state: &ServerState, published: Option<std::time::Instant>) -> (StatusCode, String) {
+    let age = published.map_or(state.started.elapsed(), |at| at.elapsed());
+    let stale = age > state.stale_after;
+    let what = if published.is_some() {
+        "last collection"
+    } else {
+        "started, no collection yet,"
+    };
+    let down = state
+        .delivery
+        .as_ref()
+        .map(DeliveryHealth::down)
+        .unwrap_or_default();
+    let word = match (stale, down.is_empty()) {
+        (true, _) => "stale",
+        (false, false) => "down",
+        (false, true) => "ok",
+    };
+    let mut body = format!("{word}: {what} {:.1}s ago\n", age.as_secs_f64());
+    for (receiver, why) in &down {
+        body.push_str(&format!(
+            "delivery worker of receiver {receiver:?} is down: {why}\n"
+        ));
+    }
+    let status = if stale || !down.is_empty() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (status, body)
 }
 
 /// The job of `?gpus=N&memory_gib=M[&exclusive=true]`, None without `gpus`.
@@ -309,3 +329,56 @@ fn bytes(status: StatusCode, content_type: &'static str, body: Bytes) -> Respons
 #[cfg(test)]
 #[path = "server_query_props.rs"]
 mod query_props;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::alert::deliver::supervise::{Liveness, Status};
+
+    fn state(delivery: Option<DeliveryHealth>) -> ServerState {
+        ServerState {
+            latest: Arc::new(Latest::default()),
+            source: "test".into(),
+            version: "0",
+            started: Instant::now(),
+            stale_after: Duration::from_secs(10),
+            delivery,
+        }
+    }
+
+    #[test]
+    fn a_delivery_worker_down_fails_healthz_naming_its_receiver_until_it_runs_again() {
+        let liveness = Arc::new(Liveness::default());
+        liveness.register("ops");
+        liveness.register("chat");
+        let state = state(Some(DeliveryHealth::from(Arc::clone(&liveness))));
+        assert_eq!(health(&state, Some(Instant::now())).0, StatusCode::OK);
+
+        liveness.set(
+            "chat",
+            Status::Restarting {
+                reason: "panicked: overflow".into(),
+            },
+        );
+        let (status, body) = health(&state, Some(Instant::now()));
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.starts_with("down: "), "{body}");
+        assert!(
+            body.contains("receiver \"chat\" is down: panicked: overflow; restarting"),
+            "{body}"
+        );
+        assert!(!body.contains("\"ops\""), "{body}");
+
+        liveness.set("chat", Status::Running);
+        assert_eq!(health(&state, Some(Instant::now())).0, StatusCode::OK);
+    }
+
+    #[test]
+    fn without_receivers_only_collection_counts() {
+        let (status, body) = health(&state(None), Some(Instant::now()));
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.starts_with("ok: last collection"), "{body}");
+    }
+}

@@ -30,6 +30,7 @@ fn target(name: &str, server: &Server, max_per_minute: u32) -> Target {
         name: name.into(),
         notifier: Box::new(HttpNotifier::new(&server.url, Duration::from_secs(5))),
         max_per_minute,
+        max_backoff: None,
     }
 }
 
@@ -104,7 +105,12 @@ fn retry_after_is_a_minimum_wait() {
         }
     });
     let outbox = Arc::new(Outbox::in_memory(10));
-    let delivery = Delivery::start(Arc::clone(&outbox), vec![target("ops", &server, 0)], fast());
+    // The receiver's max_backoff allows the wait asked for.
+    let ops = Target {
+        max_backoff: Some(Duration::from_secs(5)),
+        ..target("ops", &server, 0)
+    };
+    let delivery = Delivery::start(Arc::clone(&outbox), vec![ops], fast());
     delivery.submit(&notification("ops", "g", Firing));
     assert!(wait_until(Duration::from_secs(10), || outbox.pending() == 0));
     let requests = server.requests();
@@ -114,7 +120,43 @@ fn retry_after_is_a_minimum_wait() {
         gap >= Duration::from_millis(950),
         "waited {gap:?}, asked 1 s"
     );
-    assert_eq!(delivery.stats().count("ops", Outcome::Retried), 1);
+    let stats = delivery.stats();
+    assert_eq!(stats.count("ops", Outcome::Retried), 1);
+    assert_eq!(stats.retry_after_capped["ops"], 0);
+}
+
+#[test]
+fn a_retry_after_beyond_max_backoff_is_cut_to_it_and_counted() {
+    // 2^64 - 1 seconds and a date in 2099: issue 7's receiver killed the worker with the
+    // first and scheduled a retry 73 years out with the second.
+    for asked in ["18446744073709551615", "Thu, 01 Jan 2099 00:00:00 GMT"] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&calls);
+        let server = Server::start(move |_| {
+            if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                response(429, &[("Retry-After", asked)], "slow down")
+            } else {
+                response(200, &[], "")
+            }
+        });
+        let outbox = Arc::new(Outbox::in_memory(10));
+        // fast(): max_backoff 400 ms.
+        let delivery =
+            Delivery::start(Arc::clone(&outbox), vec![target("ops", &server, 0)], fast());
+        delivery.submit(&notification("ops", "g", Firing));
+        assert!(
+            wait_until(Duration::from_secs(10), || outbox.pending() == 0),
+            "Retry-After {asked}: delivered within the cap"
+        );
+        let requests = server.requests();
+        let gap = requests[1].at - requests[0].at;
+        assert!(gap < Duration::from_secs(2), "{asked}: waited {gap:?}");
+        let stats = delivery.stats();
+        assert_eq!(stats.retry_after_capped["ops"], 1, "{asked}");
+        assert_eq!(stats.worker_restarts["ops"], 0, "{asked}");
+        assert_eq!(stats.count("ops", Outcome::Sent), 1);
+        assert!(delivery.health().down().is_empty());
+    }
 }
 
 #[test]
@@ -157,6 +199,7 @@ fn a_hanging_receiver_holds_back_only_itself_and_shutdown_abandons_it() {
                 // of the other receiver's way.
                 notifier: Box::new(HttpNotifier::new(&hanging.url, Duration::from_secs(60))),
                 max_per_minute: 0,
+                max_backoff: None,
             },
             target("ops", &healthy, 0),
         ],
@@ -321,6 +364,7 @@ fn kind_defaults_for_rate_limits() {
         send_resolved: true,
         max_per_minute: max,
         timeout: Duration::from_secs(10),
+        max_backoff: Duration::from_secs(300),
     };
     assert_eq!(max_per_minute(&receiver("dingtalk", 0)), 20);
     assert_eq!(max_per_minute(&receiver("wecom", 0)), 20);
@@ -335,4 +379,93 @@ fn the_stages_can_be_shared_between_threads() {
     shared::<Delivery>();
     shared::<Outbox>();
     shared::<gpu_sentinel::advice::Advisor>();
+}
+
+/// Panics when dropped: a notifier panicking with it survives the worker's own catch and
+/// takes the worker loop down — the way to make a real worker die from outside.
+struct PanicsWhenDropped;
+
+impl Drop for PanicsWhenDropped {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("the worker loop itself panicked");
+        }
+    }
+}
+
+/// Its first send kills the worker; later ones deliver.
+struct KillsTheWorkerOnce(std::sync::atomic::AtomicBool);
+
+impl gpu_sentinel::alert::notify::Notifier for KillsTheWorkerOnce {
+    fn send(
+        &self,
+        _: &gpu_sentinel::alert::Notification,
+    ) -> Result<(), gpu_sentinel::alert::notify::NotifyError> {
+        if self.0.swap(false, Ordering::SeqCst) {
+            std::panic::panic_any(PanicsWhenDropped);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_worker_that_dies_is_reported_down_restarted_counted_and_delivers() {
+    let outbox = Arc::new(Outbox::in_memory(10));
+    let delivery = Delivery::start(
+        Arc::clone(&outbox),
+        vec![Target {
+            name: "ops".into(),
+            notifier: Box::new(KillsTheWorkerOnce(true.into())),
+            max_per_minute: 0,
+            max_backoff: None,
+        }],
+        DeliveryOptions {
+            // The pause before the restart: long enough to see the worker down.
+            initial_backoff: Duration::from_millis(400),
+            ..fast()
+        },
+    );
+    delivery.submit(&notification("ops", "g", Firing));
+    let health = delivery.health();
+    assert!(
+        wait_until(Duration::from_secs(5), || !health.down().is_empty()),
+        "reported down"
+    );
+    let down = health.down();
+    assert_eq!(down[0].0, "ops");
+    assert!(down[0].1.contains("panicked"), "{down:?}");
+    assert!(
+        wait_until(Duration::from_secs(5), || outbox.pending() == 0),
+        "restarted, it delivers what was pending"
+    );
+    assert!(health.down().is_empty());
+    let stats = delivery.stats();
+    assert_eq!(stats.worker_restarts["ops"], 1);
+    assert_eq!(stats.count("ops", Outcome::Sent), 1);
+}
+
+#[test]
+fn a_retry_stored_years_ahead_comes_due_within_max_backoff() {
+    // An outbox written before the wait was bounded: its entry is not due until 2099.
+    let dir = temp_dir("outbox-2099");
+    let path = dir.join(FILE_NAME);
+    {
+        let outbox = Outbox::open(&path, 10).unwrap();
+        let id = outbox
+            .enqueue(&notification("ops", "g", Firing), Utc::now())
+            .unwrap()
+            .id;
+        let year_2099 = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert!(outbox.failed(id, "HTTP 429", year_2099).unwrap());
+    }
+    let server = Server::start(|_| response(200, &[], ""));
+    let outbox = Arc::new(Outbox::open(&path, 10).unwrap());
+    let delivery = Delivery::start(Arc::clone(&outbox), vec![target("ops", &server, 0)], fast());
+    assert!(
+        wait_until(Duration::from_secs(5), || outbox.pending() == 0),
+        "delivered within the cap (400 ms), not in 2099"
+    );
+    assert_eq!(delivery.stats().count("ops", Outcome::Sent), 1);
 }

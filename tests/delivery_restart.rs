@@ -38,6 +38,7 @@ fn delivery(outbox: &Arc<Outbox>, url: &str) -> Delivery {
             name: "ops".into(),
             notifier: Box::new(HttpNotifier::new(url, Duration::from_secs(5))),
             max_per_minute: 0,
+            max_backoff: None,
         }],
         options(),
     )

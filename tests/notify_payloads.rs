@@ -209,3 +209,21 @@ fn time(value: &Value) -> chrono::DateTime<Utc> {
         .unwrap_or_else(|e| panic!("{text}: {e}"))
         .with_timezone(&Utc)
 }
+
+#[test]
+fn an_endless_resend_interval_ends_alerts_in_the_last_representable_year_not_a_panic() {
+    use gpu_sentinel::alert::notify::alertmanager::postable;
+    let n = notification("am", vec![alert("GpuLost", "critical", 1)]);
+    let now = at("2024-05-01T10:00:00Z");
+    for interval in [
+        Duration::from_secs(u64::MAX),
+        Duration::from_secs(100_000 * 365 * 86_400),
+    ] {
+        let alerts = postable(&n, now, interval);
+        assert_eq!(
+            alerts[0].ends_at,
+            at("9999-12-31T23:59:59Z"),
+            "{interval:?}"
+        );
+    }
+}

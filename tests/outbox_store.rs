@@ -2,6 +2,7 @@
 //! supersession, the bound and its eviction policy, and what happens with a damaged, locked
 //! or unusable store file.
 
+mod common;
 mod delivery_support;
 
 use std::time::Duration;
@@ -310,5 +311,87 @@ fn enqueue_is_durable_and_quick_enough_for_alert_rates() {
         start.elapsed() < Duration::from_secs(20),
         "50 enqueues took {:?}",
         start.elapsed()
+    );
+}
+
+/// A store file damaged so that redb panics reading it: its first region's header (the
+/// page at 4096) inverted.
+fn damaged_store(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join(FILE_NAME);
+    {
+        let outbox = Outbox::open(&path, 100).unwrap();
+        for i in 0..20 {
+            let n = notification("ops", &format!("g{i}"), Firing);
+            outbox.enqueue(&n, Utc::now()).unwrap();
+        }
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    for b in bytes.iter_mut().skip(4096).take(2000) {
+        *b ^= 0xff;
+    }
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn redbs_panic_on_a_damaged_store_becomes_the_error_it_carries() {
+    let dir = temp_dir("outbox-panic");
+    let path = damaged_store(&dir);
+    match Outbox::open(&path, 100) {
+        Err(OutboxError::Panicked { message, .. }) => {
+            assert!(message.contains("redb"), "where it failed: {message}");
+            assert!(!message.contains('\n'), "one line: {message}");
+        }
+        Err(other) => panic!("expected redb's panic on this damage, got: {other}"),
+        Ok(_) => panic!("expected redb's panic on this damage, it opened"),
+    }
+}
+
+#[test]
+fn the_agent_reports_a_damaged_outbox_once_clearly_without_redbs_panic() {
+    // Issue 7: the caught redb panic ("thread 'main' panicked at …redb…") was printed into
+    // the log before the clear message.
+    let dir = temp_dir("outbox-agent");
+    damaged_store(&dir);
+    let hook = common::http_server::HttpServer::start(vec![]);
+    let scenario = common::temp_file(
+        "damaged-scenario.toml",
+        "[simulation]\ngpus = 1\nfaults = []\n",
+    );
+    let config = common::temp_file(
+        "damaged.toml",
+        &format!(
+            "[collect]\ninterval = \"200ms\"\nkmsg = \"off\"\n[state]\ndir = \"{}\"\n\
+             [[alerting.receivers]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"{}\"\n\
+             [alerting.route]\nreceiver = \"ops\"\n",
+            dir.display(),
+            hook.url("/hook")
+        ),
+    );
+    let lib = common::fake_nvml_lib();
+    let agent = common::Agent::start(
+        &[
+            "--nvml-lib",
+            lib.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &[("FAKE_NVML_SCENARIO", scenario.to_str().unwrap())],
+    );
+    let metrics = agent.metrics();
+    assert_eq!(
+        common::samples(&metrics, "gpu_sentinel_outbox_durable"),
+        vec![("", 1.0)],
+        "a fresh store replaced the damaged one"
+    );
+    let (_, stderr) = agent.stop();
+    assert!(
+        stderr.contains("notification outbox") && stderr.contains("damaged"),
+        "the clear message: {stderr}"
+    );
+    assert!(stderr.contains("moved it to"), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+        "no panic printed: {stderr}"
     );
 }

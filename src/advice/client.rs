@@ -5,11 +5,15 @@
 //! DeepSeek (and others) write blank keep-alive lines — or SSE comment lines starting with
 //! `:` — before the JSON body while the model is still working; some answer 200 with an
 //! `{"error": …}` body; `finish_reason` `"length"` means the answer was cut at `max_tokens`.
-//! The API key goes only into the `Authorization` header and never into an error message.
+//! The API key goes only into the `Authorization` header. It and the URL's secret parts are
+//! registered with [`crate::redact`] when the client is built, and every error is scrubbed
+//! by it: a server may echo the key, and the HTTP client's errors quote the URL.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
+
+use crate::redact;
 
 /// Most bytes of an answer read (a chat answer of a few hundred tokens is a few KiB).
 const MAX_BODY: u64 = 1 << 20;
@@ -18,7 +22,10 @@ const MAX_DETAIL: usize = 200;
 
 /// A configured chat-completions endpoint.
 pub struct ChatClient {
-    url: String,
+    /// Where requests go (`endpoint(base_url)`).
+    target: String,
+    /// The URL as messages may show it.
+    shown: String,
     api_key: String,
     model: String,
     max_tokens: u32,
@@ -29,7 +36,7 @@ impl std::fmt::Debug for ChatClient {
     // By hand, so the key cannot end up in a log through `{:?}`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChatClient")
-            .field("url", &self.url)
+            .field("url", &self.shown)
             .field("model", &self.model)
             .field("max_tokens", &self.max_tokens)
             .finish_non_exhaustive()
@@ -106,13 +113,16 @@ impl ChatClient {
         max_tokens: u32,
         timeout: Duration,
     ) -> ChatClient {
+        redact::register_url(&endpoint(base_url));
+        redact::register_secret(&api_key);
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .build()
             .into();
         ChatClient {
-            url: endpoint(base_url),
+            target: endpoint(base_url),
+            shown: redact::url(&endpoint(base_url)),
             api_key,
             model: model.to_string(),
             max_tokens,
@@ -120,8 +130,10 @@ impl ChatClient {
         }
     }
 
+    /// The endpoint as messages may show it: its secret parts replaced. The URL itself
+    /// never leaves the client.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.shown
     }
 
     /// Asks once: `system` instructions, `user` content. Blocking, bounded by the timeout.
@@ -139,14 +151,14 @@ impl ChatClient {
         .to_string();
         let mut response = self
             .agent
-            .post(&self.url)
+            .post(&self.target)
             .header("Authorization", format!("Bearer {}", self.api_key))
             .header("Content-Type", "application/json")
             .header("Accept", "application/json")
             .send(body.as_bytes())
             .map_err(transport)?;
         let status = response.status().as_u16();
-        // Seconds or an HTTP date, read as the notifiers read it.
+        // Seconds or an HTTP date, read as the notifiers read it; the worker bounds it.
         let retry_after = crate::alert::notify::http::retry_after(
             response
                 .headers()
@@ -175,7 +187,7 @@ fn transport(e: ureq::Error) -> ChatError {
         {
             ChatError::Timeout
         }
-        other => ChatError::Transport(other.to_string()),
+        other => ChatError::Transport(redact::scrub(&other.to_string())),
     }
 }
 
@@ -247,7 +259,8 @@ fn error_detail(body: &str) -> String {
             .or_else(|| e.as_str())
             .map(str::to_string)
     });
-    let text = message.unwrap_or_else(|| body.trim().to_string());
+    // A server may quote the key or the URL back.
+    let text = redact::scrub(&message.unwrap_or_else(|| body.trim().to_string()));
     let text: String = text
         .chars()
         .filter(|c| !c.is_control())
@@ -273,6 +286,31 @@ mod tests {
         assert_eq!(
             endpoint("http://127.0.0.1:8000/v1"),
             "http://127.0.0.1:8000/v1/chat/completions"
+        );
+    }
+
+    #[test]
+    fn the_key_and_the_urls_secrets_never_show() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(9);
+        let client = ChatClient::new(
+            &format!("http://127.0.0.1:{port}/v1?api-key=Zq-query-secret"),
+            "sk-Zq-api-key-0123".into(),
+            "m",
+            10,
+            Duration::from_secs(2),
+        );
+        let err = client.ask("s", "u").expect_err("nothing listens there");
+        let shown = format!("{err} {err:?} {client:?} {}", client.url());
+        assert!(!shown.contains("Zq-query-secret"), "{shown}");
+        assert!(!shown.contains("sk-Zq-api-key-0123"), "{shown}");
+        let echoed =
+            classify(401, None, "invalid key sk-Zq-api-key-0123").map_err(|e| e.to_string());
+        assert_eq!(
+            echoed,
+            Err("HTTP 401: the API key was refused (invalid key <redacted>)".into())
         );
     }
 

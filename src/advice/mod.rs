@@ -187,7 +187,7 @@ pub fn api_key(
         Some(key) => Ok(Some(key.trim().to_string())),
         None => Err(AdviceError::MissingApiKey {
             env: var.into(),
-            base_url: config.base_url.clone(),
+            base_url: crate::redact::url(&config.base_url),
         }),
     }
 }

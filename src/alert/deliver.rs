@@ -13,8 +13,11 @@
 //!
 //! **Outcomes.** `Ok` removes the entry (`sent`). [`NotifyError::Retry`] keeps it and backs
 //! the whole receiver off — the failure is about the receiver, not the message — by
-//! exponential backoff with jitter (1 s doubling to 5 min, ±20% by default), never shorter
-//! than the `Retry-After` the service asked for (`retried`, once per attempt).
+//! exponential backoff with jitter (1 s doubling to the receiver's `max_backoff`, 5 min by
+//! default, ±20%), never shorter than the wait the service asked for (`Retry-After`) up to
+//! that same `max_backoff`: a longer ask is cut to it and counted
+//! (`gpu_sentinel_delivery_retry_after_capped_total`), so a receiver answering "retry in
+//! 2^64 seconds" is retried within the cap, not never (`retried`, once per attempt).
 //! [`NotifyError::Drop`] removes it (`dropped`), as does passing `max_age` undelivered.
 //! Entries replaced by a newer notification of their group are `superseded`, entries pushed
 //! out of a full outbox `evicted` (see [`crate::alert::outbox`]). Counts are per entry, so a
@@ -25,32 +28,43 @@
 //! notifications go out one by one; the last message of a window carries everything then due,
 //! merged into one summary notification — nothing is dropped for being over the limit.
 //!
+//! **A worker that panics** is caught, counted
+//! (`gpu_sentinel_delivery_worker_restarts_total`), reported down on `/healthz` (through
+//! [`DeliveryHealth`]) while it pauses, and started again (the `supervise` module).
+//!
 //! **Shutdown.** Workers finish or abandon their in-flight send within
 //! [`DeliveryOptions::shutdown_grace`]; whatever was not delivered stays in the outbox for
 //! the next start.
 
+mod merge;
+pub mod supervise;
+mod worker;
+
 use std::collections::{BTreeMap, VecDeque};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
-use super::notify::{Notifier, NotifyError};
-use super::outbox::{Enqueued, EntryId, Outbox, OutboxEntry};
-use super::{Alert, LabelSet, Notification};
+use super::notify::Notifier;
+use super::outbox::{Enqueued, Outbox};
+use super::{LabelSet, Notification};
 use crate::config::ReceiverConfig;
+pub use merge::merge;
+use supervise::{Liveness, Pauses, Status, supervise};
+use worker::{Signal, Worker};
 
 /// How the delivery stage retries and waits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeliveryOptions {
     /// Backoff after a receiver's first failure; doubled after each further one.
     pub initial_backoff: Duration,
-    /// Most time between attempts.
+    /// Most time between attempts, for targets that set none: the backoff's cap and the
+    /// most a service's `Retry-After` is honoured.
     pub max_backoff: Duration,
     /// Each backoff is scaled by a random factor in `1 ± jitter`, so agents that failed
     /// together do not retry together.
@@ -80,6 +94,8 @@ pub struct Target {
     pub notifier: Box<dyn Notifier>,
     /// Most messages a minute; 0: unlimited. See [`max_per_minute`].
     pub max_per_minute: u32,
+    /// The receiver's `max_backoff` (at least the initial backoff); None: the options'.
+    pub max_backoff: Option<Duration>,
 }
 
 /// A receiver's effective rate limit: its `max_per_minute`, or its kind's limit when 0 —
@@ -139,6 +155,12 @@ pub struct DeliveryStats {
     pub summaries: u64,
     /// Receivers with a send in progress, and for how long.
     pub in_flight: BTreeMap<String, Duration>,
+    /// `gpu_sentinel_delivery_retry_after_capped_total{receiver}`: waits a receiver asked
+    /// for that were cut to its `max_backoff` (every configured receiver, 0 until one is).
+    pub retry_after_capped: BTreeMap<String, u64>,
+    /// `gpu_sentinel_delivery_worker_restarts_total{receiver}`: workers started again after
+    /// a panic (every configured receiver, 0 until one is).
+    pub worker_restarts: BTreeMap<String, u64>,
 }
 
 impl DeliveryStats {
@@ -159,9 +181,15 @@ struct Shared {
     in_flight: Mutex<BTreeMap<String, Instant>>,
     store_errors: AtomicU64,
     summaries: AtomicU64,
+    capped: Mutex<BTreeMap<String, u64>>,
+    liveness: Arc<Liveness>,
 }
 
 impl Shared {
+    fn count_capped(&self, receiver: &str) {
+        *lock(&self.capped).entry(receiver.to_string()).or_insert(0) += 1;
+    }
+
     fn count(&self, receiver: &str, outcome: Outcome, n: u64) {
         if n > 0 {
             *lock(&self.counters)
@@ -178,33 +206,47 @@ impl Shared {
     }
 }
 
-/// Wakes a sleeping worker (new work, or shutdown).
-#[derive(Default)]
-struct Signal {
-    raised: Mutex<bool>,
-    cond: Condvar,
-}
-
-impl Signal {
-    fn raise(&self) {
-        *lock(&self.raised) = true;
-        self.cond.notify_all();
-    }
-
-    /// Sleeps up to `timeout` or until raised; clears the signal.
-    fn wait(&self, timeout: Duration) {
-        let guard = lock(&self.raised);
-        let (mut guard, _) = self
-            .cond
-            .wait_timeout_while(guard, timeout, |raised| !*raised)
-            .unwrap_or_else(|p| p.into_inner());
-        *guard = false;
-    }
-}
-
 struct WorkerHandle {
     signal: Arc<Signal>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// Whether the delivery workers are running, for `/healthz`: a handle to their shared
+/// status, which keeps no worker (and no outbox) alive.
+#[derive(Debug, Clone)]
+pub struct DeliveryHealth(Arc<Liveness>);
+
+impl From<Arc<Liveness>> for DeliveryHealth {
+    fn from(liveness: Arc<Liveness>) -> Self {
+        DeliveryHealth(liveness)
+    }
+}
+
+impl DeliveryHealth {
+    /// Receivers whose worker is not delivering now (panicked and waiting to restart, or
+    /// its thread gone), each with why. Empty when all are running.
+    pub fn down(&self) -> Vec<(String, String)> {
+        self.0.down()
+    }
+}
+
+/// Marks a worker dead when its thread ends for any reason but shutdown.
+struct ThreadExit {
+    shared: Arc<Shared>,
+    name: String,
+}
+
+impl Drop for ThreadExit {
+    fn drop(&mut self) {
+        if !self.shared.stop.load(Ordering::SeqCst) {
+            self.shared.liveness.set(
+                &self.name,
+                Status::Dead {
+                    reason: "its delivery thread ended".into(),
+                },
+            );
+        }
+    }
 }
 
 /// The running delivery stage. Dropping it shuts it down (see [`Delivery::shutdown`]).
@@ -224,6 +266,8 @@ impl Delivery {
             in_flight: Mutex::new(BTreeMap::new()),
             store_errors: AtomicU64::new(0),
             summaries: AtomicU64::new(0),
+            capped: Mutex::new(BTreeMap::new()),
+            liveness: Arc::new(Liveness::default()),
         });
         let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
         for receiver in shared.outbox.receivers() {
@@ -241,21 +285,49 @@ impl Delivery {
             lock(&shared.counters)
                 .entry((target.name.clone(), Outcome::Sent))
                 .or_insert(0);
+            lock(&shared.capped).entry(target.name.clone()).or_insert(0);
+            shared.liveness.register(&target.name);
             let signal = Arc::new(Signal::default());
-            let worker = Worker {
+            let max_backoff = target
+                .max_backoff
+                .unwrap_or(shared.options.max_backoff)
+                .max(shared.options.initial_backoff);
+            let pauses = Pauses {
+                first: shared.options.initial_backoff,
+                longest: max_backoff,
+            };
+            let mut worker = Worker {
                 shared: Arc::clone(&shared),
                 signal: Arc::clone(&signal),
                 name: target.name.clone(),
                 notifier: target.notifier,
                 max_per_minute: target.max_per_minute,
+                max_backoff,
                 window: VecDeque::new(),
                 failures: 0,
                 blocked_until: None,
                 rng: SmallRng::seed_from_u64(seed(&target.name)),
             };
+            let exit = ThreadExit {
+                shared: Arc::clone(&shared),
+                name: target.name.clone(),
+            };
             let thread = std::thread::Builder::new()
                 .name(format!("deliver-{}", target.name))
-                .spawn(move || worker.run());
+                .spawn(move || {
+                    let _exit = exit;
+                    let liveness = Arc::clone(&worker.shared.liveness);
+                    let name = worker.name.clone();
+                    // `work` and `rest` both need the worker; never at the same time.
+                    let worker = std::cell::RefCell::new(&mut worker);
+                    supervise(
+                        &liveness,
+                        &name,
+                        pauses,
+                        || worker.borrow_mut().run(),
+                        |pause| worker.borrow().rest(pause),
+                    );
+                });
             match thread {
                 Ok(thread) => {
                     workers.insert(
@@ -266,10 +338,18 @@ impl Delivery {
                         },
                     );
                 }
-                Err(e) => tracing::error!(
-                    "receiver {:?}: cannot start its delivery thread: {e}",
-                    target.name
-                ),
+                Err(e) => {
+                    tracing::error!(
+                        "receiver {:?}: cannot start its delivery thread: {e}",
+                        target.name
+                    );
+                    shared.liveness.set(
+                        &target.name,
+                        Status::Dead {
+                            reason: format!("its delivery thread could not start: {e}"),
+                        },
+                    );
+                }
             }
         }
         Delivery { shared, workers }
@@ -316,6 +396,11 @@ impl Delivery {
         done
     }
 
+    /// The workers' status, for `/healthz`.
+    pub fn health(&self) -> DeliveryHealth {
+        DeliveryHealth(Arc::clone(&self.shared.liveness))
+    }
+
     /// The outbox being drained.
     pub fn outbox(&self) -> &Arc<Outbox> {
         &self.shared.outbox
@@ -333,6 +418,8 @@ impl Delivery {
                 .iter()
                 .map(|(name, since)| (name.clone(), now.saturating_duration_since(*since)))
                 .collect(),
+            retry_after_capped: lock(&self.shared.capped).clone(),
+            worker_restarts: self.shared.liveness.restarts(),
         }
     }
 
@@ -344,13 +431,14 @@ impl Delivery {
         for worker in self.workers.values() {
             worker.signal.raise();
         }
-        let deadline = Instant::now() + self.shared.options.shutdown_grace;
+        let began = Instant::now();
+        let grace = self.shared.options.shutdown_grace;
         let mut abandoned = Vec::new();
         for (name, worker) in &mut self.workers {
             let Some(thread) = worker.thread.take() else {
                 continue;
             };
-            while !thread.is_finished() && Instant::now() < deadline {
+            while !thread.is_finished() && began.elapsed() < grace {
                 std::thread::sleep(Duration::from_millis(10));
             }
             if thread.is_finished() {
@@ -372,244 +460,6 @@ impl Delivery {
 impl Drop for Delivery {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// A notification to send now, and the entries it carries.
-struct Batch {
-    notification: Notification,
-    ids: Vec<EntryId>,
-}
-
-struct Worker {
-    shared: Arc<Shared>,
-    signal: Arc<Signal>,
-    name: String,
-    notifier: Box<dyn Notifier>,
-    max_per_minute: u32,
-    /// Start times of the sends of the last minute (rate limit).
-    window: VecDeque<Instant>,
-    /// Consecutive failed attempts (backoff exponent).
-    failures: u32,
-    /// The receiver is backing off until then.
-    blocked_until: Option<Instant>,
-    rng: SmallRng,
-}
-
-/// Longest sleep without a wake-up: a wall-clock jump is noticed within it.
-const IDLE_POLL: Duration = Duration::from_secs(30);
-const MINUTE: Duration = Duration::from_secs(60);
-
-impl Worker {
-    fn run(mut self) {
-        while !self.shared.stop.load(Ordering::SeqCst) {
-            let now = Utc::now();
-            self.expire(now);
-            match self.next(now) {
-                Ok(batch) => self.attempt(batch),
-                Err(wait) => self.signal.wait(wait.min(IDLE_POLL)),
-            }
-        }
-    }
-
-    /// The batch to send now, or how long to wait for one.
-    fn next(&mut self, now: DateTime<Utc>) -> Result<Batch, Duration> {
-        let instant = Instant::now();
-        if let Some(until) = self.blocked_until {
-            if until > instant {
-                return Err(until - instant);
-            }
-            self.blocked_until = None;
-        }
-        let limit = self.max_per_minute as usize;
-        while self
-            .window
-            .front()
-            .is_some_and(|t| instant.saturating_duration_since(*t) >= MINUTE)
-        {
-            self.window.pop_front();
-        }
-        let room = if limit == 0 {
-            usize::MAX
-        } else {
-            limit.saturating_sub(self.window.len())
-        };
-        if room == 0 {
-            let frees = self.window.front().map_or(Duration::ZERO, |t| {
-                (*t + MINUTE).saturating_duration_since(instant)
-            });
-            return Err(frees.max(Duration::from_millis(10)));
-        }
-        // The last message the window allows carries everything due.
-        let take = if room == 1 { usize::MAX } else { 1 };
-        let due = self.shared.outbox.due(&self.name, now, take);
-        match due.len() {
-            0 => {
-                let wait = self
-                    .shared
-                    .outbox
-                    .next_due(&self.name)
-                    .map_or(IDLE_POLL, |at| {
-                        (at - now).to_std().unwrap_or(Duration::ZERO)
-                    });
-                // A due time already past (clock skew) still gets a short pause, never a spin.
-                Err(wait.max(Duration::from_millis(10)))
-            }
-            1 => Ok(single(&due[0])),
-            _ => Ok(summary(&self.name, &due, now)),
-        }
-    }
-
-    fn attempt(&mut self, batch: Batch) {
-        let started = Instant::now();
-        lock(&self.shared.in_flight).insert(self.name.clone(), started);
-        self.window.push_back(started);
-        // A panicking integration must not take the receiver's worker down with it.
-        let result = catch_unwind(AssertUnwindSafe(|| self.notifier.send(&batch.notification)))
-            .unwrap_or_else(|_| {
-                Err(NotifyError::Retry {
-                    reason: "the notifier panicked".into(),
-                    after: None,
-                })
-            });
-        lock(&self.shared.in_flight).remove(&self.name);
-        let n = batch.ids.len() as u64;
-        if n > 1 && result.is_ok() {
-            self.shared.summaries.fetch_add(1, Ordering::Relaxed);
-        }
-        // Counted before the outbox changes, so a reader who sees the entry gone also sees
-        // its outcome.
-        let shared = Arc::clone(&self.shared);
-        let outbox = &shared.outbox;
-        match result {
-            Ok(()) => {
-                self.failures = 0;
-                shared.count(&self.name, Outcome::Sent, n);
-                for id in &batch.ids {
-                    shared.store_result(outbox.delivered(*id));
-                }
-            }
-            Err(NotifyError::Retry { reason, after }) => {
-                self.failures = self.failures.saturating_add(1);
-                let delay = self.backoff().max(after.unwrap_or(Duration::ZERO));
-                self.blocked_until = Some(Instant::now() + delay);
-                let next = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-                shared.count(&self.name, Outcome::Retried, n);
-                for id in &batch.ids {
-                    shared.store_result(outbox.failed(*id, &reason, next));
-                }
-                tracing::warn!(
-                    "receiver {:?}: delivery failed ({reason}); failure {} in a row, next try in {:.1?}",
-                    self.name,
-                    self.failures,
-                    delay
-                );
-            }
-            Err(NotifyError::Drop { reason }) => {
-                // The receiver answered: it is up, whatever it thought of this message.
-                self.failures = 0;
-                shared.count(&self.name, Outcome::Dropped, n);
-                for id in &batch.ids {
-                    shared.store_result(outbox.dropped(*id));
-                }
-                tracing::error!("receiver {:?}: notification dropped: {reason}", self.name);
-            }
-        }
-    }
-
-    /// `initial × 2^(failures−1)`, capped, scaled by `1 ± jitter`.
-    fn backoff(&mut self) -> Duration {
-        let o = &self.shared.options;
-        let exp = self.failures.saturating_sub(1).min(30);
-        let base = o
-            .initial_backoff
-            .saturating_mul(1u32 << exp)
-            .min(o.max_backoff);
-        let jitter = o.jitter.clamp(0.0, 1.0);
-        if jitter == 0.0 {
-            return base;
-        }
-        base.mul_f64(1.0 + self.rng.random_range(-jitter..=jitter))
-    }
-
-    /// Drops this receiver's entries older than `max_age`.
-    fn expire(&mut self, now: DateTime<Utc>) {
-        let Some(max_age) = self.shared.options.max_age else {
-            return;
-        };
-        let Ok(max_age) = chrono::Duration::from_std(max_age) else {
-            return;
-        };
-        let outbox = &self.shared.outbox;
-        for entry in outbox.enqueued_before(&self.name, now - max_age) {
-            self.shared.count(&self.name, Outcome::Dropped, 1);
-            self.shared.store_result(outbox.dropped(entry.id));
-            tracing::warn!(
-                "receiver {:?}: notification of {} dropped undelivered after {} attempt(s): \
-                 older than {}",
-                self.name,
-                entry.enqueued_at.to_rfc3339(),
-                entry.attempts,
-                humantime::format_duration(self.shared.options.max_age.unwrap_or_default())
-            );
-        }
-    }
-}
-
-fn single(entry: &OutboxEntry) -> Batch {
-    Batch {
-        notification: entry.notification.clone(),
-        ids: vec![entry.id],
-    }
-}
-
-/// Everything due for a rate-limited receiver as one notification: all alerts of the
-/// entries (an alert in several keeps its latest state), the group labels they share.
-pub fn merge(receiver: &str, entries: &[OutboxEntry], now: DateTime<Utc>) -> Notification {
-    let mut ordered: Vec<&OutboxEntry> = entries.iter().collect();
-    ordered.sort_by_key(|e| e.id);
-    let mut alerts: BTreeMap<u64, (usize, Alert)> = BTreeMap::new();
-    let mut position = 0;
-    for entry in &ordered {
-        for alert in &entry.notification.alerts {
-            // First appearance fixes the place, the latest entry the state.
-            alerts
-                .entry(alert.fingerprint())
-                .and_modify(|slot| slot.1 = alert.clone())
-                .or_insert_with(|| (position, alert.clone()));
-            position += 1;
-        }
-    }
-    let mut alerts: Vec<(usize, Alert)> = alerts.into_values().collect();
-    alerts.sort_by_key(|(pos, _)| *pos);
-    let mut group_labels: Option<LabelSet> = None;
-    for entry in &ordered {
-        let labels = &entry.notification.group_labels;
-        group_labels = Some(match group_labels {
-            None => labels.clone(),
-            Some(mut common) => {
-                common.retain(|k, v| labels.get(k) == Some(v));
-                common
-            }
-        });
-    }
-    Notification {
-        receiver: receiver.to_string(),
-        group_key: format!("{receiver}/summary"),
-        group_labels: group_labels.unwrap_or_default(),
-        alerts: alerts.into_iter().map(|(_, a)| a).collect(),
-        created_at: now,
-        external_url: ordered
-            .last()
-            .map(|e| e.notification.external_url.clone())
-            .unwrap_or_default(),
-    }
-}
-
-fn summary(receiver: &str, due: &[OutboxEntry], now: DateTime<Utc>) -> Batch {
-    Batch {
-        notification: merge(receiver, due, now),
-        ids: due.iter().map(|e| e.id).collect(),
     }
 }
 

@@ -27,23 +27,28 @@
 //! (`outbox.redb.corrupt-<unix seconds>`, kept for inspection) and a fresh store created; if
 //! that fails too, or the file is locked by another process, it logs the error and keeps the
 //! outbox in memory only. Alerts still go out; they are just not kept across a restart —
-//! not alerting at all would be the worse failure. [`Outbox::is_durable`] says which.
+//! not alerting at all would be the worse failure. [`Outbox::is_durable`] says which. A
+//! damaged file is reported once, by that clear error: redb's own panic on it is caught
+//! without being printed (see `store`).
+//!
+//! **No secrets on disk.** An entry's `last_error` is stored scrubbed by
+//! [`crate::redact::scrub`]: a delivery error may quote a webhook URL or a reply echoing
+//! its token.
+
+mod store;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
-use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::Notification;
+use store::{Store, guarded};
 
 /// Id of an outbox entry; increasing in enqueue order.
 pub type EntryId = u64;
-
-/// Entries by id, JSON-encoded. The version is in the name: a future format gets a new table.
-const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("notifications_v1");
 
 /// File name of the store inside the state directory.
 pub const FILE_NAME: &str = "outbox.redb";
@@ -151,11 +156,6 @@ pub struct Outbox {
     state: Mutex<State>,
 }
 
-struct Store {
-    path: PathBuf,
-    db: Database,
-}
-
 #[derive(Default)]
 struct State {
     entries: BTreeMap<EntryId, OutboxEntry>,
@@ -187,11 +187,7 @@ impl Outbox {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let db = Database::create(path).map_err(|e| store_error(path, e))?;
-        let store = Store {
-            path: path.to_path_buf(),
-            db,
-        };
+        let store = Store::create(path)?;
         let mut entries = store.load()?;
         // Entries written while the store was failing may have been superseded in memory
         // only: of each receiver's group, the newest entry is the one that counts.
@@ -466,11 +462,41 @@ impl Outbox {
         };
         entry.attempts = entry.attempts.saturating_add(1);
         entry.next_attempt_at = next_attempt_at;
-        entry.last_error = Some(error.to_string());
+        // Stored scrubbed: an error may quote a URL or a reply that carries a token.
+        entry.last_error = Some(crate::redact::scrub(error));
         if let Some(store) = &self.store {
             store.write(&[entry], &[])?;
         }
         Ok(true)
+    }
+
+    /// Entries of `receiver` not due before `latest` become due at `latest`; returns how
+    /// many. A retry time from before the wait a service may ask for was bounded (a
+    /// `Retry-After` in 2099), or from a clock that was wrong, must not hold an entry for
+    /// years.
+    pub fn bring_forward(
+        &self,
+        receiver: &str,
+        latest: DateTime<Utc>,
+    ) -> Result<usize, OutboxError> {
+        let mut state = self.lock();
+        let mut changed = Vec::new();
+        for entry in state.entries.values_mut() {
+            if entry.notification.receiver == receiver && entry.next_attempt_at > latest {
+                entry.next_attempt_at = latest;
+                changed.push(entry.id);
+            }
+        }
+        if let Some(store) = &self.store {
+            let entries: Vec<&OutboxEntry> = changed
+                .iter()
+                .filter_map(|id| state.entries.get(id))
+                .collect();
+            if !entries.is_empty() {
+                store.write(&entries, &[])?;
+            }
+        }
+        Ok(changed.len())
     }
 
     /// Removes the pending entries of one receiver and group; returns how many.
@@ -530,108 +556,4 @@ fn superseded_ids(state: &State, receiver: &str, group_key: &str) -> Vec<EntryId
         .filter(|e| e.notification.receiver == receiver && e.notification.group_key == group_key)
         .map(|e| e.id)
         .collect()
-}
-
-impl Store {
-    /// Reads every entry; undecodable ones (a damaged value, an unknown format) are removed
-    /// with a warning rather than blocking the outbox forever.
-    fn load(&self) -> Result<BTreeMap<EntryId, OutboxEntry>, OutboxError> {
-        let mut out = BTreeMap::new();
-        let mut bad = Vec::new();
-        {
-            let txn = self.db.begin_write().map_err(|e| self.error(e))?;
-            {
-                // Opening the table for writing creates it on first use.
-                let table = txn.open_table(ENTRIES).map_err(|e| self.error(e))?;
-                for item in table.iter().map_err(|e| self.error(e))? {
-                    let (key, value) = item.map_err(|e| self.error(e))?;
-                    let id = key.value();
-                    match serde_json::from_slice::<OutboxEntry>(value.value()) {
-                        Ok(mut entry) => {
-                            entry.id = id;
-                            out.insert(id, entry);
-                        }
-                        Err(e) => {
-                            tracing::warn!(
-                                "notification outbox {}: entry {id} cannot be read ({e}); removed",
-                                self.path.display()
-                            );
-                            bad.push(id);
-                        }
-                    }
-                }
-            }
-            if !bad.is_empty() {
-                let mut table = txn.open_table(ENTRIES).map_err(|e| self.error(e))?;
-                for id in &bad {
-                    table.remove(id).map_err(|e| self.error(e))?;
-                }
-            }
-            txn.commit().map_err(|e| self.error(e))?;
-        }
-        Ok(out)
-    }
-
-    /// One transaction: upsert `put`, delete `remove`; durable when it returns.
-    fn write(&self, put: &[&OutboxEntry], remove: &[EntryId]) -> Result<(), OutboxError> {
-        guarded(&self.path, || self.write_unguarded(put, remove))
-    }
-
-    fn write_unguarded(&self, put: &[&OutboxEntry], remove: &[EntryId]) -> Result<(), OutboxError> {
-        let encoded = put
-            .iter()
-            .map(|e| serde_json::to_vec(e).map(|bytes| (e.id, bytes)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| OutboxError::Encode {
-                path: self.path.clone(),
-                source,
-            })?;
-        let txn = self.db.begin_write().map_err(|e| self.error(e))?;
-        {
-            let mut table = txn.open_table(ENTRIES).map_err(|e| self.error(e))?;
-            for (id, bytes) in &encoded {
-                table
-                    .insert(id, bytes.as_slice())
-                    .map_err(|e| self.error(e))?;
-            }
-            for id in remove {
-                table.remove(id).map_err(|e| self.error(e))?;
-            }
-        }
-        txn.commit().map_err(|e| self.error(e))
-    }
-
-    fn error(&self, e: impl Into<redb::Error>) -> OutboxError {
-        store_error(&self.path, e)
-    }
-}
-
-/// Runs a store operation, turning a panic inside redb (which it raises on some kinds of
-/// file damage) into an error, so a damaged file degrades durability instead of killing
-/// the dispatcher or a delivery worker.
-fn guarded<T>(path: &Path, op: impl FnOnce() -> Result<T, OutboxError>) -> Result<T, OutboxError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(op)).unwrap_or_else(|panic| {
-        let message = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("panic")
-            .to_string();
-        Err(OutboxError::Panicked {
-            path: path.to_path_buf(),
-            message,
-        })
-    })
-}
-
-fn store_error(path: &Path, e: impl Into<redb::Error>) -> OutboxError {
-    match e.into() {
-        redb::Error::DatabaseAlreadyOpen => OutboxError::InUse {
-            path: path.to_path_buf(),
-        },
-        source => OutboxError::Store {
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        },
-    }
 }

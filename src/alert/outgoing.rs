@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::deliver::{Delivery, DeliveryOptions, DeliveryStats, Target, max_per_minute};
+use super::deliver::{
+    Delivery, DeliveryHealth, DeliveryOptions, DeliveryStats, Target, max_per_minute,
+};
 use super::notify::{Settings, build_with};
 use super::outbox::Outbox;
 use super::route::Route;
@@ -57,6 +59,7 @@ impl Outgoing {
                 name: receiver.name.clone(),
                 notifier,
                 max_per_minute: max_per_minute(receiver),
+                max_backoff: Some(receiver.max_backoff),
             });
         }
         let delivery = if targets.is_empty() {
@@ -127,8 +130,13 @@ impl Outgoing {
                 AdviceStatus::Ready(text) => self.send(&with_advice(n, &text), None),
                 AdviceStatus::Failed => self.send(&n, None),
                 AdviceStatus::Pending { .. } | AdviceStatus::Unrequested => {
-                    let wait = TimeDelta::from_std(advisor.max_wait()).unwrap_or_default();
-                    self.send(&n, Some(Utc::now() + wait));
+                    // Checked: a max_wait past what a date holds means "now", not a panic.
+                    let now = Utc::now();
+                    let due = TimeDelta::from_std(advisor.max_wait())
+                        .ok()
+                        .and_then(|wait| now.checked_add_signed(wait))
+                        .unwrap_or(now);
+                    self.send(&n, Some(due));
                     self.awaiting.insert(group, (key, n));
                 }
             }
@@ -209,6 +217,11 @@ impl Outgoing {
 
     pub fn delivery_stats(&self) -> Option<DeliveryStats> {
         self.delivery.as_ref().map(Delivery::stats)
+    }
+
+    /// Whether the delivery workers run, for `/healthz`; None without receivers.
+    pub fn delivery_health(&self) -> Option<DeliveryHealth> {
+        self.delivery.as_ref().map(Delivery::health)
     }
 
     pub fn advice_stats(&self) -> Option<AdviceStats> {

@@ -4,6 +4,7 @@
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
+pub mod logging;
 pub mod output;
 mod record;
 mod replay;

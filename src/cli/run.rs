@@ -54,6 +54,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         dir,
         save_every: config.state.save_interval,
     });
+    let delivery = outgoing.delivery_health();
     let latest = Arc::new(Latest::default());
     let collector = Collector::new(
         source,
@@ -72,6 +73,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         // Three missed collections, and never less than ten seconds: a slow call is not yet
         // a dead agent.
         stale_after: (config.collect.interval * 3).max(Duration::from_secs(10)),
+        delivery,
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -85,6 +85,10 @@ pub struct ReceiverConfig {
     /// Time limit of one delivery attempt.
     #[serde(default = "ten_seconds", deserialize_with = "duration")]
     pub timeout: Duration,
+    /// Longest wait between delivery attempts (the backoff doubles up to it, from 1 s); a
+    /// `Retry-After` asking for longer is cut to it, and counted.
+    #[serde(default = "five_minutes", deserialize_with = "duration")]
+    pub max_backoff: Duration,
 }
 
 fn yes() -> bool {
@@ -93,6 +97,10 @@ fn yes() -> bool {
 
 fn ten_seconds() -> Duration {
     Duration::from_secs(10)
+}
+
+fn five_minutes() -> Duration {
+    Duration::from_secs(5 * 60)
 }
 
 /// `[alerting.route]` and its nested `routes`: Alertmanager's routing tree. A child route

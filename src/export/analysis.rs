@@ -133,6 +133,14 @@ pub(super) fn render_delivery(families: &mut Families, stats: &DeliveryStats) {
     for (receiver, running) in &stats.in_flight {
         in_flight.push(&[receiver], running.as_secs_f64());
     }
+    let capped = families.family(&DELIVERY_RETRY_AFTER_CAPPED);
+    for (receiver, n) in &stats.retry_after_capped {
+        capped.push(&[receiver], *n as f64);
+    }
+    let restarts = families.family(&DELIVERY_WORKER_RESTARTS);
+    for (receiver, n) in &stats.worker_restarts {
+        restarts.push(&[receiver], *n as f64);
+    }
 }
 
 /// LLM advice request outcomes.

@@ -450,6 +450,16 @@ pub const DELIVERY_IN_FLIGHT: MetricDef = gauge(
     &["receiver"],
     "How long the send in progress to a receiver has run, in seconds; absent when idle.",
 );
+pub const DELIVERY_RETRY_AFTER_CAPPED: MetricDef = counter(
+    "gpu_sentinel_delivery_retry_after_capped_total",
+    &["receiver"],
+    "Waits a receiver asked for (Retry-After, a chat service's rate-limit code) longer than its max_backoff, cut to it.",
+);
+pub const DELIVERY_WORKER_RESTARTS: MetricDef = counter(
+    "gpu_sentinel_delivery_worker_restarts_total",
+    &["receiver"],
+    "Times a receiver's delivery worker panicked and was started again (it is reported on /healthz while down).",
+);
 pub const ADVICE_CACHED: MetricDef = gauge(
     "gpu_sentinel_advice_cached",
     &[],
@@ -470,6 +480,8 @@ pub const ALERTING: &[MetricDef] = &[
     OUTBOX_STORE_ERRORS,
     RATE_LIMIT_SUMMARIES,
     DELIVERY_IN_FLIGHT,
+    DELIVERY_RETRY_AFTER_CAPPED,
+    DELIVERY_WORKER_RESTARTS,
     ADVICE_REQUESTS,
     ADVICE_CACHED,
 ];

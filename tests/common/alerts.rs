@@ -79,6 +79,7 @@ pub fn receiver(name: &str, kind: &str, url: Option<&str>) -> ReceiverConfig {
         send_resolved: true,
         max_per_minute: 0,
         timeout: Duration::from_secs(5),
+        max_backoff: Duration::from_secs(300),
     }
 }
 

@@ -108,8 +108,14 @@ pub fn postable(
     now: DateTime<Utc>,
     resend_interval: Duration,
 ) -> Vec<PostableAlert> {
-    let ahead = chrono::Duration::from_std(resend_interval * 4)
-        .unwrap_or_else(|_| chrono::Duration::minutes(4));
+    // Checked: a resend_interval of centuries is configuration, not a reason to panic;
+    // RFC 3339 (what Alertmanager parses) ends with the year 9999.
+    let last = DateTime::from_timestamp(253_402_300_799, 0).unwrap_or(now);
+    let ends = resend_interval
+        .checked_mul(4)
+        .and_then(|ahead| chrono::Duration::from_std(ahead).ok())
+        .and_then(|ahead| now.checked_add_signed(ahead))
+        .map_or(last, |at| at.min(last));
     notification
         .alerts
         .iter()
@@ -119,7 +125,7 @@ pub fn postable(
             let ends_at = match (a.state, a.ends_at) {
                 (AlertState::Resolved, end) => end.unwrap_or(notification.created_at),
                 (_, Some(end)) => end,
-                (_, None) => now + ahead,
+                (_, None) => ends,
             };
             PostableAlert {
                 labels: a.labels.clone(),

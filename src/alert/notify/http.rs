@@ -8,8 +8,10 @@
 //! 4xx) body plug in a [`BodyCheck`] that overrides the status-based verdict.
 //!
 //! Webhook URLs of chat services carry their token (`?access_token=`, `?key=`,
-//! `/hook/<uuid>`, `/services/T…/B…/<token>`): every message that leaves this module goes
-//! through a [`Redactor`] that knows the URL's secret parts and the receiver's secret.
+//! `/hook/<uuid>`, `/services/T…/B…/<token>`): an [`Endpoint`] registers its URL, bearer
+//! token and signing secret with [`crate::redact`] when it is built, and every message that
+//! leaves this module — the HTTP client's errors, which quote the URL, included — is
+//! scrubbed by it.
 
 use std::io::Read as _;
 use std::time::Duration;
@@ -18,6 +20,10 @@ use chrono::{DateTime, Utc};
 use ureq::http::{HeaderMap, Uri};
 
 use super::NotifyError;
+use crate::redact;
+
+/// One configured URL with its secret parts replaced, for messages.
+pub use crate::redact::url as redacted_url;
 
 /// Most bytes of a reply we read: enough for any error body, bounded against a server
 /// that streams forever.
@@ -98,19 +104,10 @@ pub fn classify(
     Err(NotifyError::Drop { reason })
 }
 
-/// `Retry-After` as a wait: delay-seconds or an HTTP-date (RFC 9110 §10.2.3). A date in
-/// the past is no wait; an unreadable value is ignored (the delivery loop's backoff rules).
+/// `Retry-After` as the wait the service asked for (see [`super::retry_after`]): None
+/// when absent or unreadable.
 pub fn retry_after(value: Option<&str>, now: DateTime<Utc>) -> Option<Duration> {
-    let value = value?.trim();
-    if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
-    }
-    // IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") is an RFC 2822 date; the obsolete
-    // RFC 850 and asctime forms are not worth a parser.
-    let at = DateTime::parse_from_rfc2822(value)
-        .ok()?
-        .with_timezone(&Utc);
-    Some((at - now).to_std().unwrap_or(Duration::ZERO))
+    super::retry_after::parse(value?, now)
 }
 
 /// A transport failure as a verdict: nearly all are worth retrying (the receiver may come
@@ -134,102 +131,13 @@ fn transport_error(err: ureq::Error, timeout: Duration) -> NotifyError {
     }
 }
 
-/// Replaces the secret parts of URLs and the receiver's secrets in text meant for logs.
-#[derive(Clone, Default)]
-pub struct Redactor {
-    /// Longest first, so a secret containing another is replaced whole.
-    secrets: Vec<String>,
-}
-
-impl Redactor {
-    pub fn add(&mut self, secret: &str) {
-        if !secret.is_empty() && !self.secrets.iter().any(|s| s == secret) {
-            self.secrets.push(secret.to_string());
-            self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        }
-    }
-
-    /// Registers the parts of `url` that are tokens: userinfo, every query value, and path
-    /// segments long enough to be one (Feishu's hook UUID, Slack's webhook token).
-    pub fn add_url(&mut self, url: &str) {
-        let Ok(uri) = url.parse::<Uri>() else {
-            // Unparseable: the whole string is the only safe unit.
-            self.add(url);
-            return;
-        };
-        if let Some(authority) = uri.authority() {
-            if let Some((userinfo, _)) = authority.as_str().rsplit_once('@') {
-                self.add(userinfo);
-            }
-        }
-        for segment in uri.path().split('/') {
-            if looks_like_token(segment) {
-                self.add(segment);
-            }
-        }
-        for pair in uri.query().unwrap_or("").split('&') {
-            if let Some((_, value)) = pair.split_once('=') {
-                self.add(value);
-            }
-        }
-    }
-
-    pub fn scrub(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        for secret in &self.secrets {
-            out = out.replace(secret.as_str(), "<redacted>");
-        }
-        out
-    }
-
-    fn scrub_error(&self, err: NotifyError) -> NotifyError {
-        match err {
-            NotifyError::Retry { reason, after } => NotifyError::Retry {
-                reason: self.scrub(&reason),
-                after,
-            },
-            NotifyError::Drop { reason } => NotifyError::Drop {
-                reason: self.scrub(&reason),
-            },
-        }
-    }
-}
-
-/// Tokens in webhook paths are long runs of letters and digits (a UUID, 24 characters of
-/// base62); API path words (`api`, `v2`, `alerts`, `open-apis`, `hook`) are short.
-fn looks_like_token(segment: &str) -> bool {
-    segment.len() >= 16
-}
-
-/// `scheme://host:port/path` with the secret parts replaced, for naming the endpoint in
-/// messages.
-pub fn redacted_url(url: &str) -> String {
-    let mut redactor = Redactor::default();
-    redactor.add_url(url);
-    let shown = match url.parse::<Uri>() {
-        Ok(uri) => {
-            let host = uri.host().unwrap_or("?");
-            let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
-            let query = if uri.query().is_some() { "?…" } else { "" };
-            format!(
-                "{}://{host}{port}{}{query}",
-                uri.scheme_str().unwrap_or("?"),
-                uri.path()
-            )
-        }
-        Err(_) => "<unparseable URL>".to_string(),
-    };
-    redactor.scrub(&shown)
-}
-
-/// One receiver's endpoint: the URL, a client with the receiver's timeout, the optional
-/// bearer token, and what must never be printed.
+/// One receiver's endpoint: the URL, a client with the receiver's timeout and the optional
+/// bearer token. Its secrets are registered with [`crate::redact`] when it is built.
 pub struct Endpoint {
     agent: ureq::Agent,
     url: String,
     bearer: Option<String>,
     timeout: Duration,
-    redactor: Redactor,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -243,8 +151,17 @@ impl std::fmt::Debug for Endpoint {
 }
 
 impl Endpoint {
-    /// Checks that `url` is an absolute http(s) URL; errors never quote the URL.
+    /// Checks that `url` is an absolute http(s) URL; errors show it only redacted. Its
+    /// secret parts are registered first, so even a URL refused here never reaches a log.
     pub fn new(url: &str, timeout: Duration) -> Result<Endpoint, String> {
+        redact::register_url(url);
+        if !url.contains("://") {
+            // Nothing of it can be told apart from a token: not quoted at all.
+            return Err(
+                "URL must start with http:// or https:// (its value is not shown: it may be a token)"
+                    .into(),
+            );
+        }
         let uri: Uri = url
             .parse()
             .map_err(|_| format!("URL {} is not a valid URL", redacted_url(url)))?;
@@ -269,21 +186,18 @@ impl Endpoint {
             .user_agent(concat!("gpu-sentinel/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
-        let mut redactor = Redactor::default();
-        redactor.add_url(url);
         Ok(Endpoint {
             agent,
             url: url.to_string(),
             bearer: None,
             timeout,
-            redactor,
         })
     }
 
     /// Sends `Authorization: Bearer TOKEN` with every request.
     pub fn with_bearer(mut self, token: Option<String>) -> Endpoint {
         if let Some(token) = &token {
-            self.redactor.add(token);
+            redact::register_secret(token);
         }
         self.bearer = token;
         self
@@ -291,7 +205,7 @@ impl Endpoint {
 
     /// Another secret (a signing key) to keep out of messages.
     pub fn redact_also(&mut self, secret: &str) {
-        self.redactor.add(secret);
+        redact::register_secret(secret);
     }
 
     pub fn url(&self) -> &str {
@@ -340,17 +254,15 @@ impl Endpoint {
             }
             Err(err) => Err(transport_error(err, self.timeout)),
         };
-        outcome.map_err(|err| {
-            let err = match err {
-                NotifyError::Retry { reason, after } => NotifyError::Retry {
-                    reason: format!("POST {}: {reason}", self.shown()),
-                    after,
-                },
-                NotifyError::Drop { reason } => NotifyError::Drop {
-                    reason: format!("POST {}: {reason}", self.shown()),
-                },
-            };
-            self.redactor.scrub_error(err)
+        // Scrubbed whole: a reply body or a client error may quote the (signed) URL.
+        outcome.map_err(|err| match err {
+            NotifyError::Retry { reason, after } => NotifyError::Retry {
+                reason: redact::scrub(&format!("POST {}: {reason}", self.shown())),
+                after,
+            },
+            NotifyError::Drop { reason } => NotifyError::Drop {
+                reason: redact::scrub(&format!("POST {}: {reason}", self.shown())),
+            },
         })
     }
 }
@@ -435,50 +347,5 @@ mod tests {
             classify(&reply(302, &[], ""), now, None),
             Err(NotifyError::Drop { .. })
         ));
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        let now = DateTime::parse_from_rfc3339("2024-05-01T10:00:00Z")
-            .expect("date")
-            .with_timezone(&Utc);
-        assert_eq!(
-            retry_after(Some("120"), now),
-            Some(Duration::from_secs(120))
-        );
-        assert_eq!(
-            retry_after(Some("Wed, 01 May 2024 10:00:30 GMT"), now),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(
-            retry_after(Some("Wed, 01 May 2024 09:00:00 GMT"), now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(retry_after(Some("soon"), now), None);
-        assert_eq!(retry_after(None, now), None);
-    }
-
-    #[test]
-    fn urls_lose_their_tokens() {
-        assert_eq!(
-            redacted_url("https://oapi.dingtalk.com/robot/send?access_token=abc123secret"),
-            "https://oapi.dingtalk.com/robot/send?…"
-        );
-        assert_eq!(
-            redacted_url(
-                "https://open.feishu.cn/open-apis/bot/v2/hook/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
-            ),
-            "https://open.feishu.cn/open-apis/bot/v2/hook/<redacted>"
-        );
-        assert_eq!(
-            redacted_url("http://user:pw@127.0.0.1:9093/api/v2/alerts"),
-            "http://127.0.0.1:9093/api/v2/alerts"
-        );
-        let mut r = Redactor::default();
-        r.add_url("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=KEY-1234");
-        assert_eq!(
-            r.scrub("failed: ...send?key=KEY-1234 refused"),
-            "failed: ...send?key=<redacted> refused"
-        );
     }
 }
