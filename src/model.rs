@@ -7,11 +7,15 @@
 //! failed, or not present in a recording — and renders as an absent series, never as 0.
 //! [`sanitize`] clears values no GPU can report before anything reads them.
 
+pub mod health;
+pub mod pci;
 pub mod sanitize;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use health::{CollectHealth, FamilyHealth};
+pub use pci::normalize_pci_bus_id;
 pub use sanitize::{Checked, RejectedValues};
 
 /// Everything one collection saw.
@@ -376,7 +380,7 @@ pub struct XidEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
     /// As the source wrote it (NVML `00000000:3B:00.0`, the kernel log `0000:3b:00`);
-    /// compare through [`crate::source::kmsg::normalize_pci_bus_id`].
+    /// compare through [`normalize_pci_bus_id`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci_bus_id: Option<String>,
     pub xid: u32,
@@ -405,7 +409,7 @@ impl XidEvent {
         if let Some(uuid) = &self.uuid {
             return *uuid == gpu.uuid;
         }
-        let normal = crate::source::kmsg::normalize_pci_bus_id;
+        let normal = normalize_pci_bus_id;
         match self.pci_bus_id.as_deref().and_then(normal) {
             Some(bus) => normal(&gpu.pci_bus_id).is_some_and(|g| g == bus),
             None => self.gpu == Some(gpu.index),

@@ -14,8 +14,8 @@ use chrono::{DateTime, Utc};
 use gpu_sentinel::config::SimulationConfig;
 use gpu_sentinel::engine::{Engine, EngineConfig};
 use gpu_sentinel::export::{self, ExportState, Exposition, RenderInput, RenderOptions};
+use gpu_sentinel::model::{CollectHealth, FamilyHealth};
 use gpu_sentinel::source::simulate::Fleet;
-use gpu_sentinel::source::{CollectHealth, FamilyHealth};
 
 /// Simulated hours covered by the golden run: long enough for every default fault family
 /// (worn memory, PCIe replays, thermal slowdown, a GPU off the bus, idle and ghost jobs).

@@ -13,7 +13,7 @@ use super::rules::{self, AlertBook, Rule, RuleInput};
 use super::{AlertState, Notification};
 use crate::config::Config;
 use crate::engine::Findings;
-use crate::source::CollectHealth;
+use crate::model::CollectHealth;
 use crate::state_file::SaveLog;
 
 /// What survives a restart: the alerts and the groups' notification history.

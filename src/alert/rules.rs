@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::{Alert, AlertState, LabelSet, fingerprint};
 use crate::config::RuleConfig;
 use crate::engine::{Findings, GpuFindings};
-use crate::source::CollectHealth;
+use crate::model::CollectHealth;
 
 /// What a rule's condition looks at.
 #[derive(Debug, Clone, PartialEq)]

@@ -38,8 +38,8 @@ use crate::advice::AdviceStats;
 use crate::alert::AlertState;
 use crate::alert::deliver::DeliveryStats;
 use crate::engine::Findings;
+use crate::model::CollectHealth;
 use crate::model::Snapshot;
-use crate::source::CollectHealth;
 
 /// One rendered exposition: the text and its gzip form, both immutable and cheap to clone.
 #[derive(Debug, Clone, Default)]

@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 use super::families::{Families, flag};
 use super::metrics::*;
 use super::state::ExportState;
+use crate::model::CollectHealth;
 use crate::model::{ClockEvents, GpuSample, ProcessSample, Snapshot};
-use crate::source::CollectHealth;
 
 const HERTZ_PER_MHZ: f64 = 1e6;
 

@@ -6,8 +6,8 @@ use std::io::Read as _;
 use chrono::{DateTime, Utc};
 
 use super::*;
+use crate::model::FamilyHealth;
 use crate::model::{GpuSample, HostInfo, ProcessSample, XidEvent, XidSource};
-use crate::source::FamilyHealth;
 
 fn at(seconds: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_767_225_600 + seconds, 0).unwrap_or_default()

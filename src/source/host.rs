@@ -10,9 +10,9 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::Instant;
 
 use super::kmsg::{KmsgEvent, KmsgFollower, XidDeduper, resolve_gpu};
-use super::{Collection, FamilyHealth, Source};
+use super::{Collection, Source};
 use crate::config::CollectConfig;
-use crate::model::XidEvent;
+use crate::model::{FamilyHealth, XidEvent};
 use crate::procinfo::{self, ProcFs};
 
 /// A GPU source with the host's view added.

@@ -8,9 +8,7 @@ pub mod kmsg;
 pub mod nvml;
 pub mod simulate;
 
-use std::collections::BTreeMap;
-
-use crate::model::Snapshot;
+use crate::model::{CollectHealth, Snapshot};
 
 /// Something that can read every GPU once.
 pub trait Source: Send {
@@ -28,30 +26,6 @@ pub trait Source: Send {
 pub struct Collection {
     pub snapshot: Snapshot,
     pub health: CollectHealth,
-}
-
-/// How a collection went, per collector family.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct CollectHealth {
-    /// False when the source itself is unavailable (NVML failed to initialise or vanished).
-    pub source_up: bool,
-    /// Each collector family (`memory`, `ecc`, `processes`, …) of this tick, in a fixed order.
-    pub families: Vec<FamilyHealth>,
-    /// Failed calls since start, by NVML function (or source operation) name. Unsupported
-    /// calls are not failures: they are remembered per GPU and not asked again.
-    pub errors_by_call: BTreeMap<String, u64>,
-    /// Wall time of the whole collection, seconds.
-    pub seconds: f64,
-}
-
-/// One collector family's outcome this tick.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FamilyHealth {
-    pub name: &'static str,
-    /// Wall time spent in this family across all GPUs, seconds.
-    pub seconds: f64,
-    /// False when any call of the family failed on any GPU this tick.
-    pub success: bool,
 }
 
 /// The source the configuration and command line ask for. Never falls back to simulated

@@ -207,7 +207,7 @@ fn collection_failing_reads_health() {
     };
     let health = CollectHealth {
         source_up: true,
-        families: vec![crate::source::FamilyHealth {
+        families: vec![crate::model::FamilyHealth {
             name: "ecc",
             seconds: 0.0,
             success: false,

@@ -23,8 +23,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::parse::normalize_pci_bus_id;
-use crate::model::{GpuSample, XidEvent, XidSource};
+use crate::model::{GpuSample, XidEvent, XidSource, normalize_pci_bus_id};
 
 /// Most released events remembered for twin matching; bounds memory under a log flood.
 const MAX_REMEMBERED: usize = 4096;

@@ -5,9 +5,9 @@
 //! shipper appends to), parses the `NVRM: Xid …` and "GPU has fallen off the bus" lines
 //! ([`parse_line`]), and merges both streams so each error counts once ([`XidDeduper`]).
 //! GPUs are matched across the two through one normalised PCI bus id
-//! ([`normalize_pci_bus_id`], [`resolve_gpu`]).
+//! ([`crate::model::normalize_pci_bus_id`], [`resolve_gpu`]).
 //!
-//! - [`parse`]: line formats and bus ids;
+//! - [`parse`]: line formats;
 //! - [`follow`]: the thread that follows the log ([`KmsgFollower`]);
 //! - [`dedup`]: merging with NVML events.
 
@@ -17,4 +17,4 @@ pub mod parse;
 
 pub use dedup::{XidDeduper, resolve_gpu};
 pub use follow::{KmsgError, KmsgEvent, KmsgFollower};
-pub use parse::{KmsgXid, normalize_pci_bus_id, parse_line};
+pub use parse::{KmsgXid, parse_line};

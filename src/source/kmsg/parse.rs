@@ -1,5 +1,4 @@
-//! Parsing of XID lines in the formats the kernel log reaches us in, and PCI bus id
-//! normalisation.
+//! Parsing of XID lines in the formats the kernel log reaches us in.
 //!
 //! The driver writes one line per XID, `NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, text`
 //! (older drivers omit `PCI:`), and, when the GPU drops off PCIe, a second line without a
@@ -10,6 +9,8 @@
 //! when there is one.
 
 use chrono::{DateTime, Datelike, Local, NaiveDateTime, TimeZone, Utc};
+
+use crate::model::normalize_pci_bus_id;
 
 /// One XID found in a kernel log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,46 +127,6 @@ fn seconds_to_us(s: &str) -> Option<u64> {
         micros += u64::from(b - b'0') * 10u64.pow(5 - i as u32);
     }
     secs.checked_mul(1_000_000)?.checked_add(micros)
-}
-
-/// Normalises a PCI bus id to NVML's `0000:3B:00.0` form: domain of at least four hex
-/// digits, uppercase hex, function `.0` when absent.
-///
-/// Accepts NVML's `00000000:3B:00.0` (eight-digit domain), the kernel log's `0000:3b:00`
-/// and `PCI:0000:3b:00`, sysfs's `0000:3b:00.0`, and lspci's domain-less `3b:00.0`.
-/// Domains above `FFFF` (VMD and some hypervisors) keep all their digits. Returns `None`
-/// for anything that is not a bus id, so a mangled log line never matches a GPU by accident.
-pub fn normalize_pci_bus_id(s: &str) -> Option<String> {
-    let s = s.trim();
-    let s = s
-        .get(..4)
-        .filter(|p| p.eq_ignore_ascii_case("pci:"))
-        .map_or(s, |_| &s[4..]);
-    let (addr, function) = match s.rsplit_once('.') {
-        Some((addr, f)) => (addr, Some(f)),
-        None => (s, None),
-    };
-    let parts: Vec<&str> = addr.split(':').collect();
-    let (domain, bus, device) = match parts.as_slice() {
-        [d, b, dev] => (hex(d, 8)?, hex(b, 2)?, hex(dev, 2)?),
-        [b, dev] => (0, hex(b, 2)?, hex(dev, 2)?),
-        _ => return None,
-    };
-    let function = match function {
-        Some(f) => hex(f, 1)?,
-        None => 0,
-    };
-    if device > 0x1f || function > 7 {
-        return None;
-    }
-    Some(format!("{domain:04X}:{bus:02X}:{device:02X}.{function:X}"))
-}
-
-fn hex(s: &str, max_digits: usize) -> Option<u32> {
-    if s.is_empty() || s.len() > max_digits || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    u32::from_str_radix(s, 16).ok()
 }
 
 /// The wall-clock time a log line's own prefix states, when it has one: RFC 3339 / ISO
@@ -423,46 +384,6 @@ mod tests {
         let line = "6,1234,5678901234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.";
         for (i, _) in line.char_indices() {
             let _ = parse_line(&line[..i]);
-        }
-    }
-
-    #[test]
-    fn bus_ids_from_every_source_meet_in_one_key() {
-        for s in [
-            "00000000:3B:00.0",
-            "0000:3b:00",
-            "0000:3b:00.0",
-            "PCI:0000:3b:00",
-            "pci:0000:3B:00.0",
-            " 3b:00.0 ",
-            "3b:0",
-        ] {
-            assert_eq!(
-                normalize_pci_bus_id(s).as_deref(),
-                Some("0000:3B:00.0"),
-                "{s:?}"
-            );
-        }
-        assert_eq!(
-            normalize_pci_bus_id("0001:00:1f.7").as_deref(),
-            Some("0001:00:1F.7")
-        );
-        assert_eq!(
-            normalize_pci_bus_id("10000:01:00.0").as_deref(),
-            Some("10000:01:00.0")
-        );
-        for bad in [
-            "",
-            "3b",
-            "0000:3b:00.8",
-            "0000:3b:20.0",
-            "0000:3bb:00.0",
-            "GPU-1234",
-            "0000:3b:00.0.1",
-            "000000000:3b:00.0",
-            "0000::00.0",
-        ] {
-            assert_eq!(normalize_pci_bus_id(bad), None, "{bad:?}");
         }
     }
 

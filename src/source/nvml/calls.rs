@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use nvml_wrapper::error::NvmlError;
 
-use crate::source::FamilyHealth;
+use crate::model::FamilyHealth;
 
 /// NVML's `NVML_ERROR_ARGUMENT_VERSION_MISMATCH`: the driver does not know the struct version
 /// we passed, which for us means "this driver does not support that call".
@@ -54,7 +54,7 @@ pub fn classify(error: &NvmlError) -> ErrorClass {
     }
 }
 
-/// The collector families, in the fixed order [`crate::source::CollectHealth::families`] lists them.
+/// The collector families, in the fixed order [`crate::model::CollectHealth::families`] lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     Identity,

@@ -47,9 +47,9 @@ use events::{EventMessage, XidWatcher};
 use gpm::GpmSamples;
 use gpu::{Identity, Slot, down_sample, read_gpu};
 
-use super::{CollectHealth, Collection, Source};
+use super::{Collection, Source};
 use crate::config::CollectConfig;
-use crate::model::{GpuSample, HostInfo, ProcessSample, Snapshot, XidEvent};
+use crate::model::{CollectHealth, GpuSample, HostInfo, ProcessSample, Snapshot, XidEvent};
 
 /// First re-initialisation delay after NVML goes away; doubles up to [`REINIT_MAX_DELAY`].
 const REINIT_FIRST_DELAY: Duration = Duration::from_secs(1);

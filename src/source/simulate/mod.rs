@@ -22,9 +22,11 @@ pub use fault::FaultKind;
 pub use gpu::SimGpu;
 pub use workload::WorkloadKind;
 
-use super::{CollectHealth, Collection, FamilyHealth, Source};
+use super::{Collection, Source};
 use crate::config::SimulationConfig;
-use crate::model::{GpuSample, HostInfo, ProcessSample, Snapshot, XidEvent, XidSource};
+use crate::model::{
+    CollectHealth, FamilyHealth, GpuSample, HostInfo, ProcessSample, Snapshot, XidEvent, XidSource,
+};
 
 /// What one simulated GPU runs and how it fails.
 #[derive(Debug, Clone, Copy, PartialEq)]
