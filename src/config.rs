@@ -118,6 +118,12 @@ impl Default for ExportConfig {
     }
 }
 
+/// The shortest cut applied to label values, whatever the configuration says: GPU UUIDs
+/// (40 characters) and PCI bus ids must stay whole, or two GPUs' series could collide
+/// and Prometheus would reject the whole scrape as holding duplicates. The configuration
+/// refuses a smaller `export.max_label_length`; the exposition applies it as a floor.
+pub const MIN_LABEL_LENGTH: usize = 64;
+
 /// `[state]`: where state that must survive a restart lives.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -308,7 +314,7 @@ impl Config {
                 ),
             ));
         }
-        let min_label = crate::export::families::MIN_LABEL_LENGTH;
+        let min_label = MIN_LABEL_LENGTH;
         if self.export.max_label_length < min_label {
             out.push((
                 "export.max_label_length",

@@ -14,11 +14,7 @@
 use prometheus::proto;
 
 use super::metrics::{MetricDef, MetricKind};
-
-/// The shortest cut applied to label values, whatever the configuration says: GPU UUIDs
-/// (40 characters) and PCI bus ids must stay whole, or two GPUs' series could collide
-/// and Prometheus would reject the whole scrape as holding duplicates.
-pub const MIN_LABEL_LENGTH: usize = 64;
+use crate::config::MIN_LABEL_LENGTH;
 
 /// The families of one exposition, in output order.
 #[derive(Debug)]
