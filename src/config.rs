@@ -9,7 +9,6 @@
 mod alerting;
 mod analysis;
 mod locate;
-pub mod preflight;
 pub mod url;
 
 use std::net::SocketAddr;

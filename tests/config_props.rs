@@ -4,7 +4,7 @@
 //!   duplicated, uncommented, values swapped for other types), parses to a configuration
 //!   or to problems that each name a key or a line; nothing panics.
 //! - On generated configurations that need no network, `check-config`'s verdict (the
-//!   problems of `config::preflight::check`) equals `run`'s: the configuration parses and
+//!   problems of `cli::preflight::check`) equals `run`'s: the configuration parses and
 //!   [`Parts::build`], which builds what `run` builds before serving, succeeds.
 //!
 //! Bounded: a few hundred cases in all, a few seconds in a debug build.
@@ -12,8 +12,8 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use gpu_sentinel::cli::Parts;
-use gpu_sentinel::config::{Config, Problem, preflight};
+use gpu_sentinel::cli::{Parts, preflight};
+use gpu_sentinel::config::{Config, Problem};
 use proptest::prelude::*;
 use proptest::sample::select;
 

@@ -6,6 +6,7 @@
 
 pub mod logging;
 pub mod output;
+pub mod preflight;
 mod record;
 mod replay;
 mod review;
@@ -23,7 +24,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, ConfigError, MAX_SIM_SPEED, preflight};
+use crate::config::{Config, ConfigError, MAX_SIM_SPEED};
 
 /// Per-host NVIDIA GPU agent: Prometheus exporter, failure-risk and idle analysis, alerting.
 #[derive(Debug, Parser)]

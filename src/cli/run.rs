@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::RunArgs;
+use super::{RunArgs, preflight};
 use crate::agent::{Collector, Latest, Persistence};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
-use crate::config::{Config, preflight};
+use crate::config::Config;
 use crate::engine::{Engine, EngineConfig};
 use crate::server::{self, ServerState};
 

@@ -11,12 +11,16 @@
 //! ([`Checked::unset_env`]): `run` refuses them, `check-config` warns, since they may well
 //! be set where the agent runs. When set, their values are checked like any other, and a
 //! value never appears in a message (a URL may carry its token): the variable is named.
+//!
+//! It lives in the command line layer, not beside the configuration it checks, because it
+//! builds the engine, the rules, the route, the notifiers and the advice key: parts of
+//! every layer above the configuration, which itself imports none of them.
 
 use std::path::Path;
 
-use super::{Config, ConfigError, Problem};
 use crate::advice::AdviceError;
 use crate::alert::notify::{ReceiverIssue, Settings, build_checked};
+use crate::config::{Config, ConfigError, Problem};
 
 /// Reads the variables `*_env` options name: `std::env::var` in the agent, a table in
 /// tests.

@@ -1,4 +1,4 @@
-//! Unit tests of `config::preflight`: what `run` refuses, `check` finds, with key and line.
+//! Unit tests of `cli::preflight`: what `run` refuses, `check` finds, with key and line.
 
 use super::*;
 
