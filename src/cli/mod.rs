@@ -12,6 +12,7 @@ mod replay;
 mod review;
 mod run;
 mod snapshot;
+mod sources;
 mod train;
 
 pub use record::RecordArgs;

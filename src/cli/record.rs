@@ -203,7 +203,7 @@ fn live(
             began: Instant::now(),
         }
     } else {
-        Producer::Source(crate::source::open(config, false)?)
+        Producer::Source(super::sources::open(config, false)?)
     };
     let began = Instant::now();
     let mut tick: u32 = 0;

@@ -25,7 +25,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let listen = args.listen.unwrap_or(config.export.listen);
     // Open the source first: without NVML there is nothing to serve, and the operator
     // should hear so within seconds, not after the server is up.
-    let source = crate::source::open(&config, args.source.simulate)?;
+    let source = super::sources::open(&config, args.source.simulate)?;
     let options = crate::export::RenderOptions::from_config(&config);
     let external_url = format!(
         "http://{}:{}/api/v1/alerts",

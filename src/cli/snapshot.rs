@@ -10,7 +10,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 pub fn snapshot(args: &SnapshotArgs) -> anyhow::Result<()> {
     let config = args.source.config()?;
-    let mut source = crate::source::open(&config, args.source.simulate)?;
+    let mut source = super::sources::open(&config, args.source.simulate)?;
     if !args.source.simulate {
         // Per-process utilization and GPM ratios are differences between two samples:
         // the first collection only sets the baseline.

@@ -27,16 +27,3 @@ pub struct Collection {
     pub snapshot: Snapshot,
     pub health: CollectHealth,
 }
-
-/// The source the configuration and command line ask for. Never falls back to simulated
-/// data: without `--simulate`, a host without NVML is an error that says how to proceed.
-pub fn open(config: &crate::config::Config, simulate: bool) -> anyhow::Result<Box<dyn Source>> {
-    if simulate {
-        return Ok(Box::new(simulate::SimulatedSource::new(&config.simulation)));
-    }
-    let nvml = nvml::NvmlSource::from_config(&config.collect)?;
-    Ok(Box::new(host::HostSource::new(
-        Box::new(nvml),
-        &config.collect,
-    )))
-}
