@@ -21,7 +21,9 @@ pub use alerting::{
     AdviceConfig, AlertingConfig, DEFAULT_GROUP_BY, DEFAULT_GROUP_INTERVAL, DEFAULT_GROUP_WAIT,
     DEFAULT_REPEAT_INTERVAL, RECEIVER_KINDS, ReceiverConfig, RouteConfig, RuleConfig,
 };
-pub use analysis::{CapacityConfig, CostConfig, IdleConfig, OWNER_KINDS, RiskConfig};
+pub use analysis::{
+    CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, IdleConfig, OWNER_KINDS, RiskConfig,
+};
 pub use locate::Problem;
 
 /// The whole configuration file.

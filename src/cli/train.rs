@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::config::DEFAULT_RISK_THRESHOLD;
 use crate::train::{TrainOptions, train as fit};
 
 #[derive(Debug, Clone, Args)]
@@ -21,7 +22,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = humantime::parse_duration)]
     pub horizon: Duration,
     /// Score at which a warning is raised, for the printed metrics.
-    #[arg(long, value_name = "SCORE", default_value_t = 0.7)]
+    #[arg(long, value_name = "SCORE", default_value_t = DEFAULT_RISK_THRESHOLD)]
     pub threshold: f64,
     /// Share of GPUs held out to measure the model.
     #[arg(long, value_name = "SHARE", default_value_t = 0.3)]

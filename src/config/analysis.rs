@@ -7,6 +7,16 @@ use serde::Deserialize;
 
 use super::duration;
 
+/// Score at and above which a GPU is at risk, unless `[risk] threshold` says otherwise;
+/// also what `train` measures at and what `review` assumes when the exporter does not say.
+///
+/// The score is a warning and ranking score, not a calibrated probability (the fit balances
+/// failures against health, src/train/fit.rs). The shipped model's weights
+/// (models/default-risk.toml) put a real warning sign, corrected ECC rising from 0 to 11 a
+/// day, above it; on the simulated fleets of docs/detection.md every failure with
+/// precursors reached it at least 12 hours ahead and no healthy GPU reached it.
+pub const DEFAULT_RISK_THRESHOLD: f64 = 0.7;
+
 /// `[risk]`: the failure-risk model.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -22,7 +32,7 @@ impl Default for RiskConfig {
     fn default() -> Self {
         RiskConfig {
             model: None,
-            threshold: 0.7,
+            threshold: DEFAULT_RISK_THRESHOLD,
         }
     }
 }

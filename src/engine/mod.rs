@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{CapacityConfig, CostConfig, IdleConfig};
+use crate::config::{CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, IdleConfig};
 use crate::model::{ClockEvents, GpuSample, ProcessSample, Snapshot};
 use counters::Counters;
 use window::{Deltas, Point, Summaries, Windows};
@@ -76,7 +76,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             risk_model: risk::RiskModel::shipped(),
-            risk_threshold: 0.7,
+            risk_threshold: DEFAULT_RISK_THRESHOLD,
             idle: IdleConfig::default(),
             cost: CostConfig::default(),
             capacity: CapacityConfig::default(),

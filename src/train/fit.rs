@@ -6,7 +6,8 @@
 //! And a calibrated P(fails within the horizon) would almost never reach a warning level
 //! when failures are rare, so positive rows are repeated until the classes are balanced:
 //! the score is then the odds as if failures were as common as health — a warning and
-//! ranking score, which is what the shipped model's 0.7 threshold means too.
+//! ranking score, which is what the default threshold
+//! ([`crate::config::DEFAULT_RISK_THRESHOLD`]) means for the shipped model too.
 
 use std::collections::BTreeSet;
 

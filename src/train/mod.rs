@@ -301,7 +301,7 @@ mod tests {
             history: dir.join("history.jsonl"),
             out: dir.join("model.toml"),
             horizon: 7 * 86_400,
-            threshold: 0.7,
+            threshold: crate::config::DEFAULT_RISK_THRESHOLD,
             test_share: 0.3,
             seed: 1,
             row_every: 3600,
