@@ -368,10 +368,23 @@ pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 }
 
 /// Parses a duration as written in config and on the command line.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|e| {
-        format!("{text:?} is not a duration like \"500ms\", \"5s\", \"30m\", \"24h\": {e}")
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    humantime::parse_duration(text.trim()).map_err(|reason| DurationError {
+        text: text.to_string(),
+        reason,
     })
+}
+
+/// A duration that is not written the way configuration files write them. The message
+/// quotes the text and shows the accepted forms, since it ends up next to a key and line.
+#[derive(Debug, thiserror::Error)]
+#[error("{text:?} is not a duration like \"500ms\", \"5s\", \"30m\", \"24h\": {reason}")]
+pub struct DurationError {
+    /// The text as written, untrimmed.
+    pub text: String,
+    /// What humantime found wrong with it; part of the message, not a separate cause, so
+    /// error chains do not print it twice.
+    pub reason: humantime::DurationError,
 }
 
 #[cfg(test)]

@@ -58,9 +58,15 @@ pub struct RecordArgs {
     pub simulated_duration: Option<Duration>,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (use e.g. 500ms, 5s, 30m, 24h, 7d)"))
+fn parse_duration(text: &str) -> Result<Duration, DurationArgError> {
+    humantime::parse_duration(text).map_err(DurationArgError)
 }
+
+/// A `--duration`, `--interval` or `--simulated-duration` value that is not a duration;
+/// clap prints it after the option's name, so it only adds the accepted forms.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} (use e.g. 500ms, 5s, 30m, 24h, 7d)")]
+struct DurationArgError(humantime::DurationError);
 
 /// A failure label line, in the exact shape `train` reads.
 #[derive(Serialize)]
