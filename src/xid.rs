@@ -20,8 +20,11 @@
 //!   "A100 GPU Memory Error Management" (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt).
 //! - **device plugin**: NVIDIA's Kubernetes device plugin (`internal/rm/health.go`), which
 //!   skips XIDs 13, 31, 43, 45, 68 and 109 as application errors that leave the GPU healthy.
-//! - **operator practice**: how fleet operators act on the XID (DESIGN.md domain notes;
-//!   published GPU-health runbooks of cloud and HPC operators).
+//! - **operator practice**: how fleet operators act on the XID (published GPU-health
+//!   runbooks of cloud and HPC operators).
+//!
+//! A row's comment ends with its verdict for [`is_hardware_fault`] ("suspect: …" with the
+//! part at fault, or why not) where the cited source does not settle it by itself.
 //!
 //! Unlisted numbers classify as `unknown`, are not hardware faults, and keep their number
 //! in the metric, so a new driver's XIDs are counted from day one.
@@ -116,16 +119,16 @@ const CATALOG: &[Entry] = &[
     // informative, channels affected by another failure; device plugin: application error.
     row(45, Application, false, "Preemptive cleanup of channels after an earlier error or a killed process"),
     // NVIDIA catalog "Double Bit ECC Error"; debug guidelines: reset the GPU, drain if
-    // followed by 63/64. DESIGN.md: hardware.
+    // followed by 63/64. Suspect: hardware.
     row(48, Memory, true, "Double-bit (uncorrectable) ECC error in GPU memory"),
     // NVIDIA catalog "Internal micro-controller breakpoint/warning"; debug guidelines: reset
-    // the GPU and report. Not in DESIGN.md's suspect set: it often clears with a reset.
+    // the GPU and report. Not suspect: it often clears with a reset.
     row(61, Firmware, false, "Internal micro-controller breakpoint/warning"),
     // NVIDIA catalog "Internal micro-controller halt" (hardware, driver or thermal cause);
-    // DESIGN.md: hardware/firmware.
+    // suspect: hardware or firmware.
     row(62, Firmware, true, "Internal micro-controller halt"),
     // NVIDIA memory error management: row-remap (A100+) or page-retirement (older) entry
-    // recorded in the InfoROM. DESIGN.md: suspect (memory is wearing).
+    // recorded in the InfoROM. Suspect: the memory is wearing.
     row(63, Memory, true, "ECC page retirement or row remapping recorded; takes effect after a GPU reset"),
     // NVIDIA memory error management: the retirement/remap could not be recorded.
     row(64, Memory, true, "ECC page retirement or row remapping recording failed"),
@@ -135,14 +138,14 @@ const CATALOG: &[Entry] = &[
     // GPU when it repeats; a single one is not evidence against the board.
     row(69, Driver, false, "Graphics engine class error"),
     // NVIDIA catalog "NVLINK Error": link hardware or the device at the far end; reset or
-    // reboot to clear. DESIGN.md: hardware.
+    // reboot to clear. Suspect: hardware.
     row(74, Nvlink, true, "NVLink error; the link needs a GPU reset or reboot to recover"),
     // NVIDIA catalog "GPU has fallen off the bus": the driver cannot reach the GPU over PCIe.
     row(79, Hardware, true, "GPU has fallen off the bus"),
-    // NVIDIA catalog "High single-bit ECC error rate"; DESIGN.md: hardware.
+    // NVIDIA catalog "High single-bit ECC error rate"; suspect: hardware.
     row(92, Memory, true, "High single-bit ECC error rate"),
     // NVIDIA memory error management: contained ECC error, only the faulting application
-    // dies; reset when convenient. DESIGN.md: hardware.
+    // dies; reset when convenient. Suspect: hardware.
     row(94, Memory, true, "Contained uncorrectable ECC error (only the affected application was stopped)"),
     // NVIDIA memory error management: uncontained ECC error, every application on the GPU is
     // affected and the GPU must be reset.
@@ -151,9 +154,9 @@ const CATALOG: &[Entry] = &[
     // device plugin: application error.
     row(109, Application, false, "Context switch timeout"),
     // NVIDIA catalog "GSP RPC Timeout": the GPU System Processor stopped answering; reset
-    // the GPU or power-cycle if it persists. DESIGN.md: hardware/firmware.
+    // the GPU or power-cycle if it persists. Suspect: hardware or firmware.
     row(119, Firmware, true, "GSP RPC timeout: the GPU System Processor did not answer the driver"),
-    // NVIDIA catalog "GSP Error". DESIGN.md: hardware/firmware.
+    // NVIDIA catalog "GSP Error"; suspect: hardware or firmware.
     row(120, Firmware, true, "GSP error"),
     // NVIDIA catalog "C2C Link corrected error" (Grace Hopper CPU-GPU link): corrected, no
     // operational impact, reset to retrain the link.
@@ -169,7 +172,7 @@ const CATALOG: &[Entry] = &[
     // application bug.
     row(137, Application, false, "NVLink FLA privilege error (illegal peer-to-peer access)"),
     // NVIDIA catalog "Unrecovered ECC Error": uncorrectable errors the driver could not mark
-    // for retirement or remapping. DESIGN.md: hardware.
+    // for retirement or remapping. Suspect: hardware.
     row(140, Memory, true, "Unrecovered ECC error: could not be retired or remapped"),
     // NVIDIA catalog "GPU Initialization Failure" (hardware, driver or framebuffer). A GPU
     // that cannot initialise is suspect by operator practice.

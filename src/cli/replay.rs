@@ -26,7 +26,7 @@ pub struct ReplayArgs {
     /// Format of the recording; guessed from its first bytes when not given.
     #[arg(long, value_enum)]
     pub format: Option<ReplayFormat>,
-    /// Print the report as JSON (the `replay --json` contract of DESIGN.md).
+    /// Print the report as JSON: a fixed set of keys, for scripts.
     #[arg(long)]
     pub json: bool,
     /// Configuration file: the `[risk]`, `[idle]`, `[cost]` and `[capacity]` settings.
