@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use serde::Deserialize;
+
+use crate::api::{GpuView, GpusDocument};
+use crate::engine::risk::Contribution;
 
 #[derive(Debug, Clone, Args)]
 pub struct ReviewArgs {
@@ -20,62 +22,6 @@ pub struct ReviewArgs {
     /// Give up on the exporter after this long.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
-}
-
-/// The parts of `/api/v1/gpus` the review reads; other fields are ignored.
-#[derive(Debug, Deserialize)]
-pub struct GpusDocument {
-    #[serde(default)]
-    pub at: Option<String>,
-    #[serde(default)]
-    pub hostname: Option<String>,
-    #[serde(default)]
-    pub risk_threshold: Option<f64>,
-    pub gpus: Vec<ApiGpu>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ApiGpu {
-    pub index: u32,
-    pub uuid: String,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default = "yes")]
-    pub up: bool,
-    #[serde(default)]
-    pub risk: Option<ApiRisk>,
-    #[serde(default)]
-    pub findings: Vec<String>,
-    #[serde(default)]
-    pub temperature_celsius: Option<f64>,
-    #[serde(default)]
-    pub utilization: Option<ApiUtilization>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ApiUtilization {
-    #[serde(default)]
-    pub gpu: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ApiRisk {
-    pub score: f64,
-    #[serde(default)]
-    pub rule: Option<String>,
-    #[serde(default)]
-    pub contributions: Vec<ApiContribution>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ApiContribution {
-    pub feature: String,
-    pub value: f64,
-    pub contribution: f64,
 }
 
 /// Reasons shown per GPU.
@@ -135,9 +81,10 @@ fn fetch(url: &str, timeout: Duration) -> anyhow::Result<String> {
     }
 }
 
-/// The document, checked for what the review needs.
-pub fn parse(body: &str) -> anyhow::Result<GpusDocument> {
-    let doc: GpusDocument = serde_json::from_str(body).map_err(|e| {
+/// The document, checked for what the review needs (see [`crate::api::documents`] for
+/// what reading keeps and what it leaves out).
+pub fn parse(body: &str) -> anyhow::Result<GpusDocument<'static>> {
+    let doc: GpusDocument<'static> = serde_json::from_str(body).map_err(|e| {
         anyhow::anyhow!(
             "not a gpu-sentinel /api/v1/gpus document ({e}); expected {{\"gpus\": [{{\"index\", \"uuid\", \"risk\": {{\"score\", …}}, \"findings\", …}}]}}"
         )
@@ -150,23 +97,23 @@ pub fn parse(body: &str) -> anyhow::Result<GpusDocument> {
     Ok(doc)
 }
 
-fn score(g: &ApiGpu) -> f64 {
+fn score(g: &GpuView<'_>) -> f64 {
     g.risk.as_ref().map_or(0.0, |r| r.score)
 }
 
-fn lost(g: &ApiGpu) -> bool {
+fn lost(g: &GpuView<'_>) -> bool {
     g.findings.iter().any(|f| f == "lost")
 }
 
 /// The ranking as text.
-pub fn render(doc: &GpusDocument, url: &str) -> String {
+pub fn render(doc: &GpusDocument<'_>, url: &str) -> String {
     let threshold = doc.risk_threshold.unwrap_or(DEFAULT_THRESHOLD);
-    let mut ranked: Vec<&ApiGpu> = doc.gpus.iter().collect();
+    let mut ranked: Vec<&GpuView<'_>> = doc.gpus.iter().collect();
     ranked.sort_by(|a, b| {
         score(b)
             .total_cmp(&score(a))
             .then_with(|| lost(b).cmp(&lost(a)))
-            .then_with(|| a.index.cmp(&b.index))
+            .then_with(|| a.sample.index.cmp(&b.sample.index))
     });
     let mut out = String::new();
     let _ = writeln!(
@@ -174,7 +121,9 @@ pub fn render(doc: &GpusDocument, url: &str) -> String {
         "{} — host {}, as of {}",
         url,
         doc.hostname.as_deref().unwrap_or("?"),
-        doc.at.as_deref().unwrap_or("?")
+        // RFC 3339 in UTC with `Z`, as the exporter writes it.
+        doc.at.map_or("?".to_string(), |at| at
+            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
     );
     let at_risk = ranked.iter().filter(|g| score(g) >= threshold).count();
     let _ = writeln!(
@@ -182,7 +131,7 @@ pub fn render(doc: &GpusDocument, url: &str) -> String {
         "{} GPUs: {at_risk} at risk (score ≥ {threshold:.2}), {} lost, {} not answering",
         ranked.len(),
         ranked.iter().filter(|g| lost(g)).count(),
-        ranked.iter().filter(|g| !g.up).count()
+        ranked.iter().filter(|g| !g.sample.up).count()
     );
     if ranked.is_empty() {
         return out;
@@ -195,21 +144,22 @@ pub fn render(doc: &GpusDocument, url: &str) -> String {
     for (rank, g) in ranked.iter().enumerate() {
         let state = if lost(g) {
             "LOST"
-        } else if !g.up {
+        } else if !g.sample.up {
             "DOWN"
         } else {
             "up"
         };
         let flag = if score(g) >= threshold { "!" } else { " " };
         let util = g
+            .sample
             .utilization
-            .as_ref()
-            .and_then(|u| u.gpu)
+            .gpu
             .map_or("-".into(), |u| format!("{:.0}%", u * 100.0));
         let temp = g
+            .sample
             .temperature_celsius
             .map_or("-".into(), |t| format!("{t:.0}C"));
-        let name: String = g.name.chars().take(24).collect();
+        let name: String = g.sample.name.chars().take(24).collect();
         let risk = g
             .risk
             .as_ref()
@@ -218,13 +168,13 @@ pub fn render(doc: &GpusDocument, url: &str) -> String {
             out,
             "{:>4} {:>4} {:>5}{flag}  {:<6} {:>5} {:>5}  {:<24} {}",
             rank + 1,
-            g.index,
+            g.sample.index,
             risk,
             state,
             util,
             temp,
             name,
-            g.uuid
+            g.sample.uuid
         );
         let indent = " ".repeat(12);
         if let Some(rule) = g.risk.as_ref().and_then(|r| r.rule.as_deref()) {
@@ -233,7 +183,7 @@ pub fn render(doc: &GpusDocument, url: &str) -> String {
                 "{indent}rule: {rule} (a known-bad state, not a prediction)"
             );
         }
-        let mut reasons: Vec<&ApiContribution> = g
+        let mut reasons: Vec<&Contribution> = g
             .risk
             .as_ref()
             .map(|r| {
