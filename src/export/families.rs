@@ -13,7 +13,7 @@
 
 use prometheus::proto;
 
-use super::metrics::{MetricDef, MetricKind};
+use super::metric_def::{MetricDef, MetricKind};
 
 /// The shortest cut applied to label values, whatever the configuration says: GPU UUIDs
 /// (40 characters) and PCI bus ids must stay whole, or two GPUs' series could collide
