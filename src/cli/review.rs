@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context;
+use chrono::SecondsFormat;
 use clap::Args;
 
 use crate::api::{GpuView, GpusDocument};
@@ -115,15 +116,17 @@ pub fn render(doc: &GpusDocument<'_>, url: &str) -> String {
             .then_with(|| lost(b).cmp(&lost(a)))
             .then_with(|| a.sample.index.cmp(&b.sample.index))
     });
+    // RFC 3339 in UTC with `Z`, as the exporter writes it.
+    let at = doc.at.map_or_else(
+        || "?".to_string(),
+        |at| at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+    );
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{} — host {}, as of {}",
+        "{} — host {}, as of {at}",
         url,
         doc.hostname.as_deref().unwrap_or("?"),
-        // RFC 3339 in UTC with `Z`, as the exporter writes it.
-        doc.at.map_or("?".to_string(), |at| at
-            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
     );
     let at_risk = ranked.iter().filter(|g| score(g) >= threshold).count();
     let _ = writeln!(
@@ -227,5 +230,18 @@ mod tests {
         let err = parse("{\"gpus\": [{\"index\": 0, \"uuid\": \"GPU-a\"}]}").unwrap_err();
         assert!(err.to_string().contains("no risk scores"), "{err}");
         assert!(parse("{\"gpus\": []}").is_ok());
+    }
+
+    #[test]
+    fn the_heading_shows_the_documents_time_as_the_exporter_wrote_it() {
+        let doc = parse(r#"{"at": "2026-03-02T09:00:00Z", "hostname": "dgx-07", "gpus": []}"#)
+            .expect("a document");
+        let text = render(&doc, "http://h:1/api/v1/gpus");
+        assert!(
+            text.starts_with("http://h:1/api/v1/gpus — host dgx-07, as of 2026-03-02T09:00:00Z\n"),
+            "{text}"
+        );
+        let text = render(&parse("{\"gpus\": []}").expect("a document"), "u");
+        assert!(text.starts_with("u — host ?, as of ?\n"), "{text}");
     }
 }
