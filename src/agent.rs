@@ -1,90 +1,44 @@
-//! The collection loop: read the source, render once, publish atomically.
+//! The collection loop: the agent sequences the stages of each collection, each of which
+//! lives in its own module, on a thread of its own at a fixed cadence.
 //!
-//! Collection runs on its own OS thread at a fixed cadence, never on the async runtime and
-//! never because of a scrape: a slow or hung NVML call delays fresh data, not an answer.
-//! After each collection everything the HTTP server answers with (`/metrics` text and its
-//! gzip, `/api/v1/gpus` JSON) is rendered once and swapped in behind an atomic pointer, so
-//! a scrape is a reference-count increment and a copy of bytes already made. The engine's
-//! state is saved every `[state] save_interval` by a thread of its own ([`saver`]).
+//! One tick: the source collects ([`crate::source`]); values no GPU can have are cleared
+//! ([`crate::model`]); the engine analyses ([`crate::engine`]); alerting evaluates its rules
+//! and the outgoing stage delivers what is due ([`crate::alert`]); the exposition is rendered
+//! ([`crate::export`]) and, with the `/api/v1` documents ([`crate::api`]), published behind
+//! an atomic pointer for the HTTP server; and the state is saved when due ([`persistence`]).
+//!
+//! Collection never runs on the async runtime and never because of a scrape: a slow or hung
+//! NVML call delays fresh data, not an answer.
 
+mod persistence;
 mod saver;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use std::borrow::Cow;
-
-use arc_swap::ArcSwapOption;
-use bytes::Bytes;
-use chrono::{DateTime, Utc};
-use serde::Serialize;
-
-use crate::alert::Alert;
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
-use crate::engine::capacity::{Advice, Placement};
-use crate::engine::cost::CostView;
-use crate::engine::idle::IdleFindings;
-use crate::engine::risk::Assessment;
-use crate::engine::{Engine, Findings, store};
+use crate::api::{Latest, Published};
+use crate::engine::Engine;
 use crate::export::{ExportState, Exposition, RenderInput, RenderOptions};
-use crate::model::{GpuSample, ProcessSample, Snapshot, XidEvent};
+use crate::model::Snapshot;
 use crate::source::Source;
 
+pub use persistence::Persistence;
+use persistence::StateKeeper;
 pub use saver::EngineSaver;
 
-/// Where the agent's state survives a restart, and how often the engine's part is saved.
-#[derive(Debug, Clone)]
-pub struct Persistence {
-    /// `[state] dir`.
-    pub dir: PathBuf,
-    /// `[state] save_interval`: the most history a `kill -9` can lose.
-    pub save_every: Duration,
-}
-
-/// Everything served about one collection, rendered once.
-#[derive(Debug)]
-pub struct Published {
-    /// Kept for `/api/v1/recommendations?gpus=…`, which fits jobs on the placement.
-    pub findings: Findings,
-    pub metrics: Exposition,
-    /// `/api/v1/alerts` body.
-    pub alerts_json: Bytes,
-    /// `/api/v1/gpus` body.
-    pub gpus_json: Bytes,
-    /// `/api/v1/recommendations` body (without a job to fit).
-    pub recommendations_json: Bytes,
-    /// Monotonic time of publication, for the age shown by `/healthz`.
-    pub published: Instant,
-}
-
-/// The latest publication; empty until the first collection completes.
-#[derive(Debug, Default)]
-pub struct Latest(ArcSwapOption<Published>);
-
-impl Latest {
-    pub fn get(&self) -> Option<Arc<Published>> {
-        self.0.load_full()
-    }
-
-    fn set(&self, published: Published) {
-        self.0.store(Some(Arc::new(published)));
-    }
-}
-
-/// Reads the source, analyses what it saw, and publishes both.
+/// Reads the source, and runs each collection through analysis, alerting, delivery,
+/// publication and persistence.
 pub struct Collector {
     source: Box<dyn Source>,
     engine: Engine,
     alerting: Alerting,
     outgoing: Outgoing,
-    /// Writes the engine's state; None for simulated runs.
-    saver: Option<EngineSaver>,
-    save_every: Duration,
-    last_save: Instant,
+    keeper: StateKeeper,
+    /// What the exposition carries across collections (counters, stage times).
     export_state: ExportState,
     options: RenderOptions,
     latest: Arc<Latest>,
@@ -102,63 +56,16 @@ impl Collector {
         options: RenderOptions,
         latest: Arc<Latest>,
     ) -> Collector {
-        let mut saver = None;
-        let mut save_every = Duration::MAX;
-        if let Some(persistence) = &persistence {
-            let path = store::path_in(&persistence.dir);
-            engine = Engine::with_state(engine.config, store::load(&path));
-            tracing::info!(
-                "engine state at {}: {} GPUs remembered",
-                path.display(),
-                engine.state.gpus.len()
-            );
-            saver = Some(EngineSaver::start(path));
-            save_every = persistence.save_every;
-            alerting.persist_at(persistence.dir.join(crate::alert::alerting::FILE_NAME));
-        }
+        let keeper = StateKeeper::resume(persistence.as_ref(), &mut engine, &mut alerting);
         Collector {
             source,
             engine,
             alerting,
             outgoing,
-            saver,
-            save_every,
-            last_save: Instant::now(),
+            keeper,
             export_state: ExportState::default(),
             options,
             latest,
-        }
-    }
-
-    /// Hands a copy of the engine's state to the saver when the cadence has come. A saver
-    /// still busy with the previous copy is asked again at the next collection.
-    fn save_when_due(&mut self) {
-        if self.last_save.elapsed() < self.save_every {
-            return;
-        }
-        if let Some(saver) = &mut self.saver {
-            if saver.submit(self.engine.state.clone()) {
-                self.last_save = Instant::now();
-            }
-        }
-    }
-
-    /// Saves the engine's state one last time and waits until it is written (shutdown).
-    fn finish_saving(&mut self) {
-        if let Some(saver) = self.saver.take() {
-            saver.finish(std::mem::take(&mut self.engine.state));
-        }
-    }
-
-    /// Failed saves per state file, for `gpu_sentinel_state_save_errors_total`.
-    fn note_save_failures(&mut self) {
-        if let Some(saver) = &self.saver {
-            self.export_state
-                .set_state_save_errors(store::FILE_NAME, saver.failures());
-        }
-        if let Some(failures) = self.alerting.save_failures() {
-            self.export_state
-                .set_state_save_errors(crate::alert::alerting::FILE_NAME, failures);
         }
     }
 
@@ -166,47 +73,28 @@ impl Collector {
         self.source.describe()
     }
 
-    /// One collection, rendered and published.
+    /// One collection, analysed, alerted on, delivered, published and, when due, saved.
     pub fn tick(&mut self) {
         let collection = self.source.collect();
         let analyse_began = Instant::now();
         let health = collection.health;
         let mut snapshot = collection.snapshot;
-        // Values no GPU can have are cleared before the engine or the exposition reads them.
-        let rejected = snapshot.sanitize();
-        for field in self.export_state.count_rejected(&rejected) {
-            tracing::warn!(
-                "{field}: the source reported a value no GPU can have; cleared \
-                 (counted in gpu_sentinel_values_rejected_total, not logged again)"
-            );
-        }
+        self.clear_impossible_values(&mut snapshot);
         let findings = self.engine.step(&snapshot);
         let notifications = self.alerting.step(&findings, Some(&health));
         self.outgoing.step(notifications, &findings);
         let render_began = Instant::now();
-        let alert_counts = self.alerting.counts();
-        let delivery = self.outgoing.delivery_stats();
-        let advice = self.outgoing.advice_stats();
-        self.note_save_failures();
-        let metrics = crate::export::render(
-            &RenderInput {
-                snapshot: &snapshot,
-                health: &health,
-                findings: Some(&findings),
-                alerts: Some(&alert_counts),
-                delivery: delivery.as_ref(),
-                advice: advice.as_ref(),
-            },
-            &mut self.export_state,
-            &self.options,
-        );
-        let alerts_json = to_json(&AlertsDocument {
-            at: findings.at,
-            alerts: self.alerting.book().alerts.values().collect(),
+        let metrics = self.render_exposition(RenderInput {
+            findings: Some(&findings),
+            ..RenderInput::new(&snapshot, &health)
         });
-        let threshold = self.engine.config.risk_threshold;
-        let gpus_json = gpus_document(&snapshot, &findings, threshold);
-        let recommendations_json = to_json(&Recommendations::new(&findings, None));
+        let published = Published::render(
+            &snapshot,
+            findings,
+            self.alerting.book().alerts.values(),
+            self.engine.config.risk_threshold,
+            metrics,
+        );
         // Reported in the next exposition: rendering never reads a clock itself.
         let analysed = render_began.duration_since(analyse_began).as_secs_f64();
         self.export_state.set_stage_seconds("analyse", analysed);
@@ -216,18 +104,43 @@ impl Collector {
             gpus = snapshot.gpus.len(),
             collect_s = health.seconds,
             render_s = render_began.elapsed().as_secs_f64(),
-            bytes = metrics.text.len(),
+            bytes = published.metrics.text.len(),
             "published a collection"
         );
-        self.latest.set(Published {
-            findings,
-            metrics,
-            alerts_json,
-            gpus_json,
-            recommendations_json,
-            published: Instant::now(),
-        });
-        self.save_when_due();
+        self.latest.publish(published);
+        self.keeper.save_when_due(&self.engine);
+    }
+
+    /// Clears values no GPU can have before the engine or the exposition reads them; each
+    /// field is logged the first time and counted always.
+    fn clear_impossible_values(&mut self, snapshot: &mut Snapshot) {
+        let rejected = snapshot.sanitize();
+        for field in self.export_state.count_rejected(&rejected) {
+            tracing::warn!(
+                "{field}: the source reported a value no GPU can have; cleared \
+                 (counted in gpu_sentinel_values_rejected_total, not logged again)"
+            );
+        }
+    }
+
+    /// The exposition of `collection` (its snapshot, health and findings), with alerting's,
+    /// delivery's, advice's and the state files' counters added.
+    fn render_exposition(&mut self, collection: RenderInput<'_>) -> Exposition {
+        let alert_counts = self.alerting.counts();
+        let delivery = self.outgoing.delivery_stats();
+        let advice = self.outgoing.advice_stats();
+        self.keeper
+            .note_failures(&self.alerting, &mut self.export_state);
+        crate::export::render(
+            &RenderInput {
+                alerts: Some(&alert_counts),
+                delivery: delivery.as_ref(),
+                advice: advice.as_ref(),
+                ..collection
+            },
+            &mut self.export_state,
+            &self.options,
+        )
     }
 
     /// Runs [`Collector::tick`] every `interval` on a dedicated thread until `stop` fires
@@ -263,137 +176,8 @@ impl Collector {
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
-                self.finish_saving();
+                self.keeper.finish(&mut self.engine);
                 self.outgoing.shutdown();
             })
-    }
-}
-
-/// One GPU as `/api/v1/gpus` shows it: its sample, processes and XIDs, and what the
-/// engine found.
-#[derive(Serialize)]
-struct GpuView<'a> {
-    #[serde(flatten)]
-    sample: Cow<'a, GpuSample>,
-    processes: Vec<&'a ProcessSample>,
-    xids: Vec<&'a XidEvent>,
-    lost: bool,
-    risk: &'a Assessment,
-    findings: Vec<&'static str>,
-    hardware_xids_24h: &'a [u32],
-    idle: &'a IdleFindings,
-    cost: &'a CostView,
-}
-
-#[derive(Serialize)]
-struct GpusDocument<'a> {
-    at: DateTime<Utc>,
-    hostname: &'a str,
-    risk_threshold: f64,
-    gpus: Vec<GpuView<'a>>,
-}
-
-/// `/api/v1/gpus`: every GPU the engine knows, those missing from the snapshot included.
-fn gpus_document(snapshot: &Snapshot, findings: &Findings, threshold: f64) -> Bytes {
-    let gpus = findings
-        .gpus
-        .iter()
-        .map(|f| {
-            let sample = match snapshot.gpu_by_uuid(&f.uuid) {
-                Some(sample) => Cow::Borrowed(sample),
-                None => Cow::Owned(GpuSample {
-                    index: f.index,
-                    uuid: f.uuid.clone(),
-                    name: f.name.clone(),
-                    up: false,
-                    ..GpuSample::default()
-                }),
-            };
-            let processes = snapshot
-                .processes
-                .iter()
-                .filter(|p| p.is_on(&sample))
-                .collect();
-            let xids = snapshot
-                .events
-                .iter()
-                .filter(|e| e.is_on(&sample))
-                .collect();
-            GpuView {
-                sample,
-                processes,
-                xids,
-                lost: f.lost,
-                risk: &f.risk,
-                findings: f.kinds(threshold),
-                hardware_xids_24h: &f.hardware_xids_24h,
-                idle: &f.idle,
-                cost: &f.cost,
-            }
-        })
-        .collect();
-    to_json(&GpusDocument {
-        at: snapshot.at,
-        hostname: &snapshot.host.hostname,
-        risk_threshold: threshold,
-        gpus,
-    })
-}
-
-/// `/api/v1/alerts`: pending and firing alerts, and resolved ones still kept.
-#[derive(Serialize)]
-struct AlertsDocument<'a> {
-    at: DateTime<Utc>,
-    alerts: Vec<&'a Alert>,
-}
-
-/// `/api/v1/recommendations`: scaling advice, placement, and whether a job fits now.
-#[derive(Serialize)]
-pub struct Recommendations<'a> {
-    pub at: DateTime<Utc>,
-    pub scaling: &'a Advice,
-    pub placement: &'a Placement,
-    /// The job asked about (`?gpus=N&memory_gib=M&exclusive=true`) and the GPUs it would get.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub job: Option<JobFit>,
-}
-
-/// Whether a job of `gpus` GPUs needing `memory_bytes` each can start now.
-#[derive(Debug, Clone, Serialize)]
-pub struct JobFit {
-    pub gpus: usize,
-    pub memory_bytes: u64,
-    pub exclusive: bool,
-    pub fits: bool,
-    /// The GPUs best fit would use.
-    pub placement: Vec<u32>,
-}
-
-impl<'a> Recommendations<'a> {
-    pub fn new(findings: &'a Findings, job: Option<(usize, u64, bool)>) -> Recommendations<'a> {
-        Recommendations {
-            at: findings.at,
-            scaling: &findings.capacity,
-            placement: &findings.placement,
-            job: job.map(|(gpus, memory_bytes, exclusive)| {
-                let chosen = findings.placement.fit(gpus, memory_bytes, exclusive);
-                JobFit {
-                    gpus,
-                    memory_bytes,
-                    exclusive,
-                    fits: chosen.is_some(),
-                    placement: chosen.unwrap_or_default(),
-                }
-            }),
-        }
-    }
-}
-
-/// Pretty JSON of plain data (serialising it cannot fail; an error body beats a dead
-/// collector should that ever change).
-pub fn to_json<T: Serialize>(value: &T) -> Bytes {
-    match serde_json::to_vec_pretty(value) {
-        Ok(body) => Bytes::from(body),
-        Err(e) => Bytes::from(format!("{{\"error\":\"{e}\"}}")),
     }
 }

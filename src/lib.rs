@@ -7,6 +7,7 @@
 pub mod advice;
 pub mod agent;
 pub mod alert;
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod engine;

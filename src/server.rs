@@ -1,6 +1,6 @@
 //! The HTTP server: `/`, `/metrics`, `/healthz`, `/readyz`, `/api/v1/*`.
 //!
-//! Handlers only copy bytes rendered by the collector ([`crate::agent::Latest`]); none of
+//! Handlers only copy bytes rendered by the collector ([`crate::api::Latest`]); none of
 //! them touches NVML or computes anything proportional to the fleet. Before the first
 //! collection `/metrics` and `/readyz` answer 503 — never an empty 200, which Prometheus
 //! would record as a healthy target with no GPUs.
@@ -20,8 +20,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::agent::{Latest, Recommendations, to_json};
 use crate::alert::deliver::DeliveryHealth;
+use crate::api::{Latest, Recommendations, to_json};
 use crate::export::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 
 /// What the server needs to answer.

@@ -3,12 +3,14 @@
 //! bodies, malformed JSON and a server that never answers — all counted, none blocking.
 //! Also the summary it sends and its redaction.
 
+mod common;
 mod delivery_support;
 
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use delivery_support::{Server, Step, response, wait_until};
+use common::http_server::{Answer, HttpServer, Step};
+use delivery_support::wait_until;
 use gpu_sentinel::advice::{
     AdviceError, AdviceStatus, Advisor, CUT_SHORT_NOTE, Redaction, alert_summary, fleet_summary,
 };
@@ -22,11 +24,11 @@ use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-not-a-real-key";
 
-fn config(server: &Server) -> AdviceConfig {
+fn config(server: &HttpServer) -> AdviceConfig {
     AdviceConfig {
         enabled: true,
         // A base ending in /v1, as OpenAI-style servers are often given.
-        base_url: format!("{}/v1", server.url),
+        base_url: server.url("/v1"),
         model: "test-model".into(),
         api_key_env: "GS_TEST_UNUSED".into(),
         timeout: Duration::from_secs(2),
@@ -35,7 +37,7 @@ fn config(server: &Server) -> AdviceConfig {
     }
 }
 
-fn advisor(server: &Server) -> Advisor {
+fn advisor(server: &HttpServer) -> Advisor {
     Advisor::start(&config(server), KEY.into()).expect("advisor")
 }
 
@@ -75,12 +77,8 @@ fn settled(advisor: &Advisor, key: &str) -> AdviceStatus {
 
 #[test]
 fn a_normal_answer_is_cached_per_group() {
-    let server = Server::start(|_| {
-        response(
-            200,
-            &[],
-            &completion("- drain GPU 3\n- open an RMA", "stop"),
-        )
+    let server = HttpServer::answering(|_| {
+        Answer::status(200).body(&completion("- drain GPU 3\n- open an RMA", "stop"))
     });
     let advisor = advisor(&server);
     assert_eq!(advisor.status("g"), AdviceStatus::Unrequested);
@@ -102,7 +100,7 @@ fn a_normal_answer_is_cached_per_group() {
     assert_eq!(requests.len(), 1);
     let r = &requests[0];
     assert_eq!(r.method, "POST");
-    assert_eq!(r.path, "/v1/chat/completions");
+    assert_eq!(r.path(), "/v1/chat/completions");
     assert_eq!(r.header("authorization"), Some(&*format!("Bearer {KEY}")));
     let body: Value = serde_json::from_slice(&r.body).expect("JSON request");
     assert_eq!(body["model"], "test-model", "the model is configuration");
@@ -121,10 +119,10 @@ fn a_normal_answer_is_cached_per_group() {
 
 #[test]
 fn blank_keep_alive_lines_before_the_body_are_skipped() {
-    let server = Server::start(|_| {
+    let server = HttpServer::answering(|_| {
         // No Content-Length: the body runs to the end of the connection, and the
         // keep-alive lines come while the "model" works.
-        vec![
+        Answer::raw(vec![
             Step::Write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
                     .to_vec(),
@@ -135,7 +133,7 @@ fn blank_keep_alive_lines_before_the_body_are_skipped() {
             Step::Sleep(Duration::from_millis(200)),
             Step::Write(b": keep-alive\n\n".to_vec()),
             Step::Write(completion("- reseat the GPU", "stop").into_bytes()),
-        ]
+        ])
     });
     let advisor = advisor(&server);
     advisor.request("g", &summary());
@@ -148,8 +146,9 @@ fn blank_keep_alive_lines_before_the_body_are_skipped() {
 
 #[test]
 fn an_answer_cut_at_max_tokens_is_kept_and_marked() {
-    let server =
-        Server::start(|_| response(200, &[], &completion("- drain GPU 3\n- che", "length")));
+    let server = HttpServer::answering(|_| {
+        Answer::status(200).body(&completion("- drain GPU 3\n- che", "length"))
+    });
     let advisor = advisor(&server);
     advisor.request("g", &summary());
     let AdviceStatus::Ready(text) = settled(&advisor, "g") else {
@@ -162,8 +161,8 @@ fn an_answer_cut_at_max_tokens_is_kept_and_marked() {
 }
 
 /// One failing answer: no advice, counted under `outcome`, not asked again at once.
-fn fails_with(steps: fn() -> Vec<Step>, outcome: &str) {
-    let server = Server::start(move |_| steps());
+fn fails_with(answer: fn() -> Answer, outcome: &str) {
+    let server = HttpServer::answering(move |_| answer());
     let advisor = advisor(&server);
     assert!(advisor.request("g", &summary()));
     assert_eq!(settled(&advisor, "g"), AdviceStatus::Failed, "{outcome}");
@@ -177,11 +176,7 @@ fn fails_with(steps: fn() -> Vec<Step>, outcome: &str) {
 fn a_refused_key_is_counted_and_not_retried_at_once() {
     fails_with(
         || {
-            response(
-                401,
-                &[],
-                r#"{"error":{"message":"Authentication Fails (no such user)","type":"authentication_error"}}"#,
-            )
+            Answer::status(401).body(r#"{"error":{"message":"Authentication Fails (no such user)","type":"authentication_error"}}"#)
         },
         "unauthorized",
     );
@@ -190,36 +185,43 @@ fn a_refused_key_is_counted_and_not_retried_at_once() {
 #[test]
 fn server_errors_error_bodies_and_malformed_json_are_counted() {
     fails_with(
-        || response(500, &[], r#"{"error":{"message":"internal"}}"#),
+        || Answer::status(500).body(r#"{"error":{"message":"internal"}}"#),
         "server_error",
     );
-    fails_with(|| response(503, &[], "upstream overloaded"), "server_error");
     fails_with(
-        || response(200, &[], r#"{"error":{"message":"Model Not Exist"}}"#),
+        || Answer::status(503).body("upstream overloaded"),
+        "server_error",
+    );
+    fails_with(
+        || Answer::status(200).body(r#"{"error":{"message":"Model Not Exist"}}"#),
         "error_body",
     );
     fails_with(
-        || response(200, &[], r#"{"choices": [{"message": {"content": "- dr"#),
+        || Answer::status(200).body(r#"{"choices": [{"message": {"content": "- dr"#),
         "malformed",
     );
-    fails_with(|| response(200, &[], "<html>gateway</html>"), "malformed");
-    fails_with(|| response(200, &[], &completion("", "stop")), "empty");
-    fails_with(|| response(404, &[], "not found"), "client_error");
+    fails_with(
+        || Answer::status(200).body("<html>gateway</html>"),
+        "malformed",
+    );
+    fails_with(
+        || Answer::status(200).body(&completion("", "stop")),
+        "empty",
+    );
+    fails_with(|| Answer::status(404).body("not found"), "client_error");
 }
 
 #[test]
 fn rate_limiting_pauses_the_worker_for_retry_after() {
-    let server = Server::start(|r| {
+    let server = HttpServer::answering(|r| {
         let body: Value = serde_json::from_slice(&r.body).unwrap_or_default();
         let user = body["messages"][1]["content"].as_str().unwrap_or("");
         if user.contains("first") {
-            response(
-                429,
-                &[("Retry-After", "1")],
-                r#"{"error":{"message":"Rate limit reached"}}"#,
-            )
+            Answer::status(429)
+                .header("Retry-After", "1")
+                .body(r#"{"error":{"message":"Rate limit reached"}}"#)
         } else {
-            response(200, &[], &completion("- wait", "stop"))
+            Answer::status(200).body(&completion("- wait", "stop"))
         }
     });
     let advisor = advisor(&server);
@@ -239,7 +241,7 @@ fn rate_limiting_pauses_the_worker_for_retry_after() {
 
 #[test]
 fn a_hanging_server_times_out_and_blocks_nothing() {
-    let server = Server::start(|_| vec![Step::Sleep(Duration::from_secs(60))]);
+    let server = HttpServer::answering(|_| Answer::raw(vec![Step::Sleep(Duration::from_secs(60))]));
     let mut config = config(&server);
     config.timeout = Duration::from_secs(1);
     let advisor = Advisor::start(&config, KEY.into()).expect("advisor");
@@ -276,18 +278,14 @@ fn a_hanging_server_times_out_and_blocks_nothing() {
 
 #[test]
 fn the_digest_is_asked_once_and_taken_once() {
-    let server = Server::start(|r| {
+    let server = HttpServer::answering(|r| {
         let body: Value = serde_json::from_slice(&r.body).unwrap_or_default();
         let system = body["messages"][0]["content"].as_str().unwrap_or("");
         assert!(
             system.contains("summarise"),
             "the digest has its own prompt"
         );
-        response(
-            200,
-            &[],
-            &completion("GPU 3 is at risk; 2 GPUs idle.", "stop"),
-        )
+        Answer::status(200).body(&completion("GPU 3 is at risk; 2 GPUs idle.", "stop"))
     });
     let advisor = advisor(&server);
     assert!(advisor.digest(&json!({"gpus": []})));

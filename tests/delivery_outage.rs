@@ -2,6 +2,7 @@
 //! delivered, each notification accepted once), `Retry-After`, rejected notifications, a
 //! hanging receiver next to a healthy one, rate-limit batching, expiry and shutdown.
 
+mod common;
 mod delivery_support;
 
 use std::collections::BTreeMap;
@@ -10,8 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use delivery_support::{HttpNotifier, Server, Step, notification, response, temp_dir, wait_until};
+use common::http_server::{Answer, HttpServer, Step};
+use delivery_support::{HttpNotifier, notification, temp_dir, wait_until};
 use gpu_sentinel::alert::AlertState::{Firing, Resolved};
+use gpu_sentinel::alert::Notification;
 use gpu_sentinel::alert::deliver::{Delivery, DeliveryOptions, Outcome, Target, merge};
 use gpu_sentinel::alert::outbox::{FILE_NAME, Outbox};
 
@@ -25,10 +28,10 @@ fn fast() -> DeliveryOptions {
     }
 }
 
-fn target(name: &str, server: &Server, max_per_minute: u32) -> Target {
+fn target(name: &str, server: &HttpServer, max_per_minute: u32) -> Target {
     Target {
         name: name.into(),
-        notifier: Box::new(HttpNotifier::new(&server.url, Duration::from_secs(5))),
+        notifier: Box::new(HttpNotifier::new(&server.url(""), Duration::from_secs(5))),
         max_per_minute,
         max_backoff: None,
     }
@@ -36,11 +39,11 @@ fn target(name: &str, server: &Server, max_per_minute: u32) -> Target {
 
 /// Accepted (2xx) notifications per group key, from the server's log and the status the
 /// handler chose for each request.
-fn accepted(server: &Server, ok: impl Fn(usize) -> bool) -> BTreeMap<String, usize> {
+fn accepted(server: &HttpServer, ok: impl Fn(usize) -> bool) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     for (i, r) in server.requests().iter().enumerate() {
         if ok(i) {
-            for alert in r.notification().alerts {
+            for alert in r.body_as::<Notification>().alerts {
                 *out.entry(alert.labels["gpu"].clone()).or_insert(0) += 1;
             }
         }
@@ -55,10 +58,10 @@ fn an_outage_delays_but_loses_and_repeats_nothing() {
     let outage = Duration::from_millis(1500);
     let statuses = Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = Arc::clone(&statuses);
-    let server = Server::start(move |_| {
+    let server = HttpServer::answering(move |_| {
         let status = if start.elapsed() < outage { 503 } else { 200 };
         log.lock().unwrap().push(status);
-        response(status, &[], "")
+        Answer::status(status)
     });
     let dir = temp_dir("outage");
     let outbox = Arc::new(Outbox::open(&dir.join(FILE_NAME), 100).unwrap());
@@ -97,11 +100,13 @@ fn an_outage_delays_but_loses_and_repeats_nothing() {
 fn retry_after_is_a_minimum_wait() {
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&calls);
-    let server = Server::start(move |_| {
+    let server = HttpServer::answering(move |_| {
         if seen.fetch_add(1, Ordering::SeqCst) == 0 {
-            response(429, &[("Retry-After", "1")], "slow down")
+            Answer::status(429)
+                .header("Retry-After", "1")
+                .body("slow down")
         } else {
-            response(200, &[], "")
+            Answer::status(200)
         }
     });
     let outbox = Arc::new(Outbox::in_memory(10));
@@ -132,11 +137,13 @@ fn a_retry_after_beyond_max_backoff_is_cut_to_it_and_counted() {
     for asked in ["18446744073709551615", "Thu, 01 Jan 2099 00:00:00 GMT"] {
         let calls = Arc::new(AtomicUsize::new(0));
         let seen = Arc::clone(&calls);
-        let server = Server::start(move |_| {
+        let server = HttpServer::answering(move |_| {
             if seen.fetch_add(1, Ordering::SeqCst) == 0 {
-                response(429, &[("Retry-After", asked)], "slow down")
+                Answer::status(429)
+                    .header("Retry-After", asked)
+                    .body("slow down")
             } else {
-                response(200, &[], "")
+                Answer::status(200)
             }
         });
         let outbox = Arc::new(Outbox::in_memory(10));
@@ -161,11 +168,11 @@ fn a_retry_after_beyond_max_backoff_is_cut_to_it_and_counted() {
 
 #[test]
 fn a_rejected_notification_is_dropped_and_counted_not_retried() {
-    let server = Server::start(|r| {
-        if r.notification().group_key == "bad" {
-            response(400, &[], "invalid payload")
+    let server = HttpServer::answering(|r| {
+        if r.body_as::<Notification>().group_key == "bad" {
+            Answer::status(400).body("invalid payload")
         } else {
-            response(200, &[], "")
+            Answer::status(200)
         }
     });
     let outbox = Arc::new(Outbox::in_memory(10));
@@ -186,8 +193,9 @@ fn a_rejected_notification_is_dropped_and_counted_not_retried() {
 
 #[test]
 fn a_hanging_receiver_holds_back_only_itself_and_shutdown_abandons_it() {
-    let hanging = Server::start(|_| vec![Step::Sleep(Duration::from_secs(30))]);
-    let healthy = Server::start(|_| response(200, &[], ""));
+    let hanging =
+        HttpServer::answering(|_| Answer::raw(vec![Step::Sleep(Duration::from_secs(30))]));
+    let healthy = HttpServer::answering(|_| Answer::status(200));
     let dir = temp_dir("hang");
     let outbox = Arc::new(Outbox::open(&dir.join(FILE_NAME), 100).unwrap());
     let mut delivery = Delivery::start(
@@ -197,7 +205,7 @@ fn a_hanging_receiver_holds_back_only_itself_and_shutdown_abandons_it() {
                 name: "stuck".into(),
                 // Longer than the test: the worker must not need the timeout to stay out
                 // of the other receiver's way.
-                notifier: Box::new(HttpNotifier::new(&hanging.url, Duration::from_secs(60))),
+                notifier: Box::new(HttpNotifier::new(&hanging.url(""), Duration::from_secs(60))),
                 max_per_minute: 0,
                 max_backoff: None,
             },
@@ -231,7 +239,7 @@ fn a_hanging_receiver_holds_back_only_itself_and_shutdown_abandons_it() {
 
 #[test]
 fn over_the_rate_limit_notifications_are_batched_not_dropped() {
-    let server = Server::start(|_| response(200, &[], ""));
+    let server = HttpServer::answering(|_| Answer::status(200));
     let outbox = Arc::new(Outbox::in_memory(100));
     // Waiting before the workers start, so the test sees one burst.
     let now = Utc::now();
@@ -246,14 +254,14 @@ fn over_the_rate_limit_notifications_are_batched_not_dropped() {
     assert_eq!(requests.len(), 3, "3 messages a minute");
     let sizes: Vec<usize> = requests
         .iter()
-        .map(|r| r.notification().alerts.len())
+        .map(|r| r.body_as::<Notification>().alerts.len())
         .collect();
     assert_eq!(
         sizes,
         vec![1, 1, 6],
         "the last message of the minute carries the rest"
     );
-    let summary = requests[2].notification();
+    let summary = requests[2].body_as::<Notification>();
     assert_eq!(summary.receiver, "bot");
     let gpus: Vec<String> = summary
         .alerts
@@ -273,7 +281,7 @@ fn over_the_rate_limit_notifications_are_batched_not_dropped() {
 
 #[test]
 fn superseded_and_evicted_notifications_are_counted() {
-    let server = Server::start(|_| response(503, &[], ""));
+    let server = HttpServer::answering(|_| Answer::status(503));
     let outbox = Arc::new(Outbox::in_memory(2));
     let delivery = Delivery::start(
         Arc::clone(&outbox),
@@ -296,7 +304,7 @@ fn superseded_and_evicted_notifications_are_counted() {
 
 #[test]
 fn notifications_past_max_age_are_dropped() {
-    let server = Server::start(|_| response(200, &[], ""));
+    let server = HttpServer::answering(|_| Answer::status(200));
     let outbox = Arc::new(Outbox::in_memory(10));
     let old = Utc::now() - chrono::Duration::hours(2);
     outbox
@@ -316,7 +324,7 @@ fn notifications_past_max_age_are_dropped() {
     assert!(wait_until(Duration::from_secs(10), || outbox.pending() == 0));
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
-    assert_eq!(requests[0].notification().group_key, "new");
+    assert_eq!(requests[0].body_as::<Notification>().group_key, "new");
     assert_eq!(delivery.stats().count("ops", Outcome::Dropped), 1);
 }
 
@@ -460,7 +468,7 @@ fn a_retry_stored_years_ahead_comes_due_within_max_backoff() {
             .with_timezone(&Utc);
         assert!(outbox.failed(id, "HTTP 429", year_2099).unwrap());
     }
-    let server = Server::start(|_| response(200, &[], ""));
+    let server = HttpServer::answering(|_| Answer::status(200));
     let outbox = Arc::new(Outbox::open(&path, 10).unwrap());
     let delivery = Delivery::start(Arc::clone(&outbox), vec![target("ops", &server, 0)], fast());
     assert!(

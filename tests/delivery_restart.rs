@@ -5,6 +5,7 @@
 //! `child_process` test then opens the outbox, submits notifications and blocks until killed.
 //! Run normally (without those variables) that test does nothing.
 
+mod common;
 mod delivery_support;
 
 use std::collections::BTreeMap;
@@ -13,8 +14,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delivery_support::{HttpNotifier, Server, Step, notification, response, temp_dir, wait_until};
+use common::http_server::{Answer, HttpServer};
+use delivery_support::{HttpNotifier, notification, temp_dir, wait_until};
 use gpu_sentinel::alert::AlertState::Firing;
+use gpu_sentinel::alert::Notification;
 use gpu_sentinel::alert::deliver::{Delivery, DeliveryOptions, Outcome, Target};
 use gpu_sentinel::alert::outbox::{FILE_NAME, Outbox};
 
@@ -94,10 +97,11 @@ fn kill(mut child: Child) {
 }
 
 /// Notifications a server accepted (answered 200), per group.
-fn accepted(server: &Server) -> BTreeMap<String, usize> {
+fn accepted(server: &HttpServer) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     for r in server.requests() {
-        *out.entry(r.notification().group_key).or_insert(0) += 1;
+        *out.entry(r.body_as::<Notification>().group_key)
+            .or_insert(0) += 1;
     }
     out
 }
@@ -116,14 +120,14 @@ fn notifications_for_a_dead_receiver_survive_kill_9() {
     std::thread::sleep(Duration::from_millis(300));
     kill(child);
 
-    let server = Server::start(|_| response(200, &[], ""));
+    let server = HttpServer::answering(|_| Answer::status(200));
     let outbox = Arc::new(Outbox::open(&dir.join(FILE_NAME), 1000).expect("reopen"));
     assert_eq!(outbox.pending(), 20, "nothing lost in the kill");
     assert!(
         outbox.entries().iter().any(|e| e.attempts >= 1),
         "the old process's failed attempts were recorded too"
     );
-    let delivery = delivery(&outbox, &server.url);
+    let delivery = delivery(&outbox, &server.url(""));
     assert!(wait_until(Duration::from_secs(20), || outbox.pending() == 0));
     let got = accepted(&server);
     assert_eq!(got.len(), 20, "{got:?}");
@@ -135,12 +139,8 @@ fn notifications_for_a_dead_receiver_survive_kill_9() {
 fn a_kill_during_delivery_loses_nothing_and_repeats_at_most_the_one_in_flight() {
     let dir = temp_dir("kill9-live");
     // A slow receiver: the kill lands while deliveries are going on.
-    let server = Server::start(|_| {
-        let mut steps = vec![Step::Sleep(Duration::from_millis(100))];
-        steps.extend(response(200, &[], ""));
-        steps
-    });
-    let child = spawn_child(&dir, &server.url, 30);
+    let server = HttpServer::answering(|_| Answer::status(200).delay(Duration::from_millis(100)));
+    let child = spawn_child(&dir, &server.url(""), 30);
     // Killed only once all 30 are durable (the marker) and deliveries are under way: on a
     // loaded machine the first requests can arrive before the last submit returns, and a
     // notification never submitted is not one the outbox lost.
@@ -153,7 +153,7 @@ fn a_kill_during_delivery_loses_nothing_and_repeats_at_most_the_one_in_flight() 
     let outbox = Arc::new(Outbox::open(&dir.join(FILE_NAME), 1000).expect("reopen"));
     let left = outbox.pending();
     assert!(left < 30, "some were delivered before the kill");
-    let _delivery = delivery(&outbox, &server.url);
+    let _delivery = delivery(&outbox, &server.url(""));
     assert!(wait_until(Duration::from_secs(30), || outbox.pending() == 0));
     // Requests that had reached the server before the kill may still be answered after
     // it; those count as accepted (the receiver has them), which is the point.

@@ -1,42 +1,23 @@
-//! `gpu-sentinel review` through the real binary, against a tiny local HTTP server that
-//! serves a fixed `/api/v1/gpus` document (the shape the exporter serves).
+//! `gpu-sentinel review` through the real binary, against the tests' loopback HTTP server
+//! serving a fixed `/api/v1/gpus` document (the shape the exporter serves).
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::process::Output;
 
+use common::http_server::{Answer, HttpServer};
 use common::{free_port, run};
 
-/// Serves `body` with `status` to every request until the test process ends; returns the
-/// base URL. Also checks that the request asks for /api/v1/gpus.
-fn serve(status: &'static str, body: String) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    let addr = listener.local_addr().expect("its address");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
-            let mut request_line = String::new();
-            let _ = reader.read_line(&mut request_line);
-            let mut header = String::new();
-            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
-                header.clear();
-            }
-            let (status, body) = if request_line.starts_with("GET /api/v1/gpus ") {
-                (status, body.as_str())
-            } else {
-                ("404 Not Found", "not found")
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
+/// An exporter serving `body` with `status` at `GET /api/v1/gpus` (404 elsewhere, so the
+/// review must ask for the right path) until dropped.
+fn serving(status: u16, body: String) -> HttpServer {
+    HttpServer::answering(move |request| {
+        if request.method == "GET" && request.target == "/api/v1/gpus" {
+            Answer::json(status, &body)
+        } else {
+            Answer::status(404).body("not found")
         }
-    });
-    format!("http://{addr}")
+    })
 }
 
 fn review(url: &str) -> Output {
@@ -92,8 +73,8 @@ fn fleet() -> String {
 
 #[test]
 fn the_fleet_is_ranked_most_at_risk_first_with_reasons() {
-    let url = serve("200 OK", fleet());
-    let out = review(&url);
+    let exporter = serving(200, fleet());
+    let out = review(&exporter.url(""));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -149,8 +130,8 @@ fn an_unreachable_exporter_is_a_clear_error() {
 
 #[test]
 fn a_body_of_another_shape_is_a_clear_error() {
-    let url = serve("200 OK", "<html>a router's login page</html>".into());
-    let out = review(&url);
+    let exporter = serving(200, "<html>a router's login page</html>".into());
+    let out = review(&exporter.url(""));
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -158,18 +139,18 @@ fn a_body_of_another_shape_is_a_clear_error() {
         "{stderr}"
     );
 
-    let url = serve(
-        "200 OK",
+    let exporter = serving(
+        200,
         r#"{"gpus": [{"index": 0, "uuid": "GPU-0", "name": "x", "up": true}]}"#.into(),
     );
-    let stderr = String::from_utf8_lossy(&review(&url).stderr).into_owned();
+    let stderr = String::from_utf8_lossy(&review(&exporter.url("")).stderr).into_owned();
     assert!(stderr.contains("no risk scores"), "{stderr}");
 }
 
 #[test]
 fn an_exporter_that_is_not_ready_says_so() {
-    let url = serve("503 Service Unavailable", "no collection yet".into());
-    let out = review(&url);
+    let exporter = serving(503, "no collection yet".into());
+    let out = review(&exporter.url(""));
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("first collection"), "{stderr}");

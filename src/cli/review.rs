@@ -9,8 +9,11 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context;
+use chrono::SecondsFormat;
 use clap::Args;
-use serde::Deserialize;
+
+use crate::api::{GpuView, GpusDocument};
+use crate::engine::risk::Contribution;
 
 #[derive(Debug, Clone, Args)]
 pub struct ReviewArgs {
@@ -22,67 +25,8 @@ pub struct ReviewArgs {
     pub timeout: Duration,
 }
 
-/// The parts of `/api/v1/gpus` the review reads; other fields are ignored.
-#[derive(Debug, Deserialize)]
-pub struct GpusDocument {
-    #[serde(default)]
-    pub at: Option<String>,
-    #[serde(default)]
-    pub hostname: Option<String>,
-    #[serde(default)]
-    pub risk_threshold: Option<f64>,
-    pub gpus: Vec<ApiGpu>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ApiGpu {
-    pub index: u32,
-    pub uuid: String,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default = "yes")]
-    pub up: bool,
-    #[serde(default)]
-    pub risk: Option<ApiRisk>,
-    #[serde(default)]
-    pub findings: Vec<String>,
-    #[serde(default)]
-    pub temperature_celsius: Option<f64>,
-    #[serde(default)]
-    pub utilization: Option<ApiUtilization>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ApiUtilization {
-    #[serde(default)]
-    pub gpu: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ApiRisk {
-    pub score: f64,
-    #[serde(default)]
-    pub rule: Option<String>,
-    #[serde(default)]
-    pub contributions: Vec<ApiContribution>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ApiContribution {
-    pub feature: String,
-    pub value: f64,
-    pub contribution: f64,
-}
-
 /// Reasons shown per GPU.
 const TOP_REASONS: usize = 3;
-
-/// The threshold when the exporter does not say (`[risk] threshold`'s default).
-const DEFAULT_THRESHOLD: f64 = 0.7;
 
 pub fn review(args: &ReviewArgs) -> anyhow::Result<()> {
     let url = gpus_url(&args.url);
@@ -135,9 +79,10 @@ fn fetch(url: &str, timeout: Duration) -> anyhow::Result<String> {
     }
 }
 
-/// The document, checked for what the review needs.
-pub fn parse(body: &str) -> anyhow::Result<GpusDocument> {
-    let doc: GpusDocument = serde_json::from_str(body).map_err(|e| {
+/// The document, checked for what the review needs (see [`crate::api::documents`] for
+/// what reading keeps and what it leaves out).
+pub fn parse(body: &str) -> anyhow::Result<GpusDocument<'static>> {
+    let doc: GpusDocument<'static> = serde_json::from_str(body).map_err(|e| {
         anyhow::anyhow!(
             "not a gpu-sentinel /api/v1/gpus document ({e}); expected {{\"gpus\": [{{\"index\", \"uuid\", \"risk\": {{\"score\", …}}, \"findings\", …}}]}}"
         )
@@ -150,31 +95,38 @@ pub fn parse(body: &str) -> anyhow::Result<GpusDocument> {
     Ok(doc)
 }
 
-fn score(g: &ApiGpu) -> f64 {
+fn score(g: &GpuView<'_>) -> f64 {
     g.risk.as_ref().map_or(0.0, |r| r.score)
 }
 
-fn lost(g: &ApiGpu) -> bool {
+fn lost(g: &GpuView<'_>) -> bool {
     g.findings.iter().any(|f| f == "lost")
 }
 
 /// The ranking as text.
-pub fn render(doc: &GpusDocument, url: &str) -> String {
-    let threshold = doc.risk_threshold.unwrap_or(DEFAULT_THRESHOLD);
-    let mut ranked: Vec<&ApiGpu> = doc.gpus.iter().collect();
+pub fn render(doc: &GpusDocument<'_>, url: &str) -> String {
+    let threshold = doc
+        .risk_threshold
+        // An exporter that does not say uses `[risk] threshold`'s default.
+        .unwrap_or(crate::config::DEFAULT_RISK_THRESHOLD);
+    let mut ranked: Vec<&GpuView<'_>> = doc.gpus.iter().collect();
     ranked.sort_by(|a, b| {
         score(b)
             .total_cmp(&score(a))
             .then_with(|| lost(b).cmp(&lost(a)))
-            .then_with(|| a.index.cmp(&b.index))
+            .then_with(|| a.sample.index.cmp(&b.sample.index))
     });
+    // RFC 3339 in UTC with `Z`, as the exporter writes it.
+    let at = doc.at.map_or_else(
+        || "?".to_string(),
+        |at| at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+    );
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{} — host {}, as of {}",
+        "{} — host {}, as of {at}",
         url,
         doc.hostname.as_deref().unwrap_or("?"),
-        doc.at.as_deref().unwrap_or("?")
     );
     let at_risk = ranked.iter().filter(|g| score(g) >= threshold).count();
     let _ = writeln!(
@@ -182,7 +134,7 @@ pub fn render(doc: &GpusDocument, url: &str) -> String {
         "{} GPUs: {at_risk} at risk (score ≥ {threshold:.2}), {} lost, {} not answering",
         ranked.len(),
         ranked.iter().filter(|g| lost(g)).count(),
-        ranked.iter().filter(|g| !g.up).count()
+        ranked.iter().filter(|g| !g.sample.up).count()
     );
     if ranked.is_empty() {
         return out;
@@ -195,21 +147,22 @@ pub fn render(doc: &GpusDocument, url: &str) -> String {
     for (rank, g) in ranked.iter().enumerate() {
         let state = if lost(g) {
             "LOST"
-        } else if !g.up {
+        } else if !g.sample.up {
             "DOWN"
         } else {
             "up"
         };
         let flag = if score(g) >= threshold { "!" } else { " " };
         let util = g
+            .sample
             .utilization
-            .as_ref()
-            .and_then(|u| u.gpu)
+            .gpu
             .map_or("-".into(), |u| format!("{:.0}%", u * 100.0));
         let temp = g
+            .sample
             .temperature_celsius
             .map_or("-".into(), |t| format!("{t:.0}C"));
-        let name: String = g.name.chars().take(24).collect();
+        let name: String = g.sample.name.chars().take(24).collect();
         let risk = g
             .risk
             .as_ref()
@@ -218,13 +171,13 @@ pub fn render(doc: &GpusDocument, url: &str) -> String {
             out,
             "{:>4} {:>4} {:>5}{flag}  {:<6} {:>5} {:>5}  {:<24} {}",
             rank + 1,
-            g.index,
+            g.sample.index,
             risk,
             state,
             util,
             temp,
             name,
-            g.uuid
+            g.sample.uuid
         );
         let indent = " ".repeat(12);
         if let Some(rule) = g.risk.as_ref().and_then(|r| r.rule.as_deref()) {
@@ -233,7 +186,7 @@ pub fn render(doc: &GpusDocument, url: &str) -> String {
                 "{indent}rule: {rule} (a known-bad state, not a prediction)"
             );
         }
-        let mut reasons: Vec<&ApiContribution> = g
+        let mut reasons: Vec<&Contribution> = g
             .risk
             .as_ref()
             .map(|r| {
@@ -277,5 +230,18 @@ mod tests {
         let err = parse("{\"gpus\": [{\"index\": 0, \"uuid\": \"GPU-a\"}]}").unwrap_err();
         assert!(err.to_string().contains("no risk scores"), "{err}");
         assert!(parse("{\"gpus\": []}").is_ok());
+    }
+
+    #[test]
+    fn the_heading_shows_the_documents_time_as_the_exporter_wrote_it() {
+        let doc = parse(r#"{"at": "2026-03-02T09:00:00Z", "hostname": "dgx-07", "gpus": []}"#)
+            .expect("a document");
+        let text = render(&doc, "http://h:1/api/v1/gpus");
+        assert!(
+            text.starts_with("http://h:1/api/v1/gpus — host dgx-07, as of 2026-03-02T09:00:00Z\n"),
+            "{text}"
+        );
+        let text = render(&parse("{\"gpus\": []}").expect("a document"), "u");
+        assert!(text.starts_with("u — host ?, as of ?\n"), "{text}");
     }
 }

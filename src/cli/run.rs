@@ -6,9 +6,10 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::{RunArgs, preflight};
-use crate::agent::{Collector, Latest, Persistence};
+use crate::agent::{Collector, Persistence};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
+use crate::api::Latest;
 use crate::config::Config;
 use crate::engine::{Engine, EngineConfig};
 use crate::server::{self, ServerState};

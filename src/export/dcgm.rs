@@ -19,7 +19,7 @@
 //! `docs/metrics.md` and the module tests for the list).
 
 use super::families::{Families, flag};
-use super::metrics::{MetricDef, MetricKind};
+use super::metric_def::{MetricDef, MetricKind};
 use super::state::ExportState;
 use crate::model::{GpuSample, NvLinkErrors, Snapshot};
 

@@ -13,7 +13,7 @@
 
 use prometheus::proto;
 
-use super::metrics::{MetricDef, MetricKind};
+use super::metric_def::{MetricDef, MetricKind};
 use crate::config::MIN_LABEL_LENGTH;
 
 /// The families of one exposition, in output order.

@@ -6,7 +6,10 @@
 //! client asks. Nothing here reads a clock or touches NVML: time comes from the snapshot,
 //! so the same snapshots always give the same bytes (the golden tests rely on it).
 //!
-//! - [`metrics`]: the catalogue of native families and the metrics reference.
+//! - [`metric_def`]: what a family is (name, type, labels, help).
+//! - [`metrics`]: the catalogue of native families.
+//! - [`reference`]: the metrics reference `docs/metrics.md`, from the catalogue and the
+//!   dcgm-exporter fields.
 //! - [`families`]: the families under construction and their text encoding.
 //! - `render`: the native families; [`dcgm`]: dcgm-exporter's names, units and labels.
 //! - [`state`]: what is carried across ticks (XID counters, last XID per GPU, stage times).
@@ -16,7 +19,9 @@
 mod analysis;
 pub mod dcgm;
 pub mod families;
+pub mod metric_def;
 pub mod metrics;
+pub mod reference;
 mod render;
 pub mod state;
 
@@ -28,7 +33,7 @@ use flate2::write::GzEncoder;
 
 pub use dcgm::HostnameLabel;
 pub use families::{Families, Family};
-pub use metrics::reference_markdown;
+pub use reference::reference_markdown;
 pub use state::ExportState;
 
 use crate::config::ExportConfig;

@@ -11,6 +11,7 @@ use super::RenderOptions;
 use std::collections::BTreeSet;
 
 use super::families::{Families, flag};
+use super::metric_def::MetricDef;
 use super::metrics::*;
 use super::state::ExportState;
 use crate::model::CollectHealth;

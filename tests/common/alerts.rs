@@ -1,5 +1,6 @@
-//! Alerts, notifications and receiver entries for notifier tests, with the labels DESIGN.md
-//! promises (alertname, severity, hostname, gpu, uuid) and realistic annotations.
+//! Alerts, notifications and receiver entries for notifier tests, with the labels every
+//! alert carries (alertname, severity, hostname, gpu, uuid: README.md, "Alerting") and
+//! realistic annotations.
 
 use std::time::Duration;
 

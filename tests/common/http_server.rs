@@ -1,7 +1,10 @@
-//! A real HTTP/1.1 server on loopback for tests of things that send HTTP (notifiers,
-//! Alertmanager's webhook, an outbox against a flaky receiver): it records every request
-//! and answers from a script (status, headers, body, delay), then with the last answer of
-//! the script (200 "ok" when the script is empty).
+//! The tests' one HTTP/1.1 server on loopback, for everything that sends HTTP (notifiers,
+//! Alertmanager's webhook, the delivery stage against a flaky receiver, the LLM advisor,
+//! `review` against an exporter): it records every request with the time it arrived, and
+//! answers either from a script (status, headers, body, delay; then the last answer of the
+//! script, 200 "ok" when the script is empty) or from a handler that picks each answer from
+//! the request. An answer may also be raw steps (bytes and pauses) for a response that is
+//! streamed slowly, cut off, or never sent.
 //!
 //! One thread accepts; each connection gets a thread, one request, and `Connection:
 //! close`, which every client handles and which keeps the server simple.
@@ -14,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// One scripted answer.
+/// One answer.
 #[derive(Debug, Clone)]
 pub struct Answer {
     pub status: u16,
@@ -22,6 +25,17 @@ pub struct Answer {
     pub body: String,
     /// Wait before answering (a slow or hanging receiver).
     pub delay: Duration,
+    /// Written after `delay` instead of the response the fields above describe.
+    pub raw: Option<Vec<Step>>,
+}
+
+/// One step of a raw answer.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Bytes written as they are (a status line, headers, part of a body).
+    Write(Vec<u8>),
+    /// A pause: a receiver that works slowly, or never answers.
+    Sleep(Duration),
 }
 
 impl Answer {
@@ -31,6 +45,16 @@ impl Answer {
             headers: Vec::new(),
             body: String::new(),
             delay: Duration::ZERO,
+            raw: None,
+        }
+    }
+
+    /// An answer written step by step, exactly as given; the connection closes after the
+    /// last step.
+    pub fn raw(steps: Vec<Step>) -> Answer {
+        Answer {
+            raw: Some(steps),
+            ..Answer::status(200)
         }
     }
 
@@ -70,6 +94,8 @@ pub struct Request {
     /// Names lower-cased.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// When the whole request had arrived.
+    pub at: Instant,
 }
 
 impl Request {
@@ -100,8 +126,19 @@ impl Request {
 
     /// The body as JSON; panics with the body when it is not.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("request body is not JSON ({e}): {}", self.text()))
+        self.body_as()
+    }
+
+    /// The body as JSON of type `T` (a notification, a chat completion request); panics
+    /// with the body when it is not one.
+    pub fn body_as<T: serde::de::DeserializeOwned>(&self) -> T {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "request body is not a {} ({e}): {}",
+                std::any::type_name::<T>(),
+                self.text()
+            )
+        })
     }
 }
 
@@ -137,7 +174,12 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Picks the answer to a request.
+type Handler = dyn Fn(&Request) -> Answer + Send + Sync;
+
 struct Shared {
+    /// Answers each request when set; the script is not used then.
+    handler: Option<Box<Handler>>,
     script: Mutex<VecDeque<Answer>>,
     last: Mutex<Answer>,
     requests: Mutex<Vec<Request>>,
@@ -155,9 +197,20 @@ pub struct HttpServer {
 impl HttpServer {
     /// Starts on a free loopback port, answering `script` in order.
     pub fn start(script: Vec<Answer>) -> HttpServer {
+        HttpServer::serving(None, script)
+    }
+
+    /// Starts on a free loopback port, answering each request with what `handler` picks
+    /// for it (a receiver whose answer depends on the body, the time, or a count).
+    pub fn answering(handler: impl Fn(&Request) -> Answer + Send + Sync + 'static) -> HttpServer {
+        HttpServer::serving(Some(Box::new(handler)), Vec::new())
+    }
+
+    fn serving(handler: Option<Box<Handler>>, script: Vec<Answer>) -> HttpServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let addr = listener.local_addr().expect("local address");
         let shared = Arc::new(Shared {
+            handler,
             last: Mutex::new(script.last().cloned().unwrap_or_else(Answer::ok)),
             script: Mutex::new(script.into()),
             requests: Mutex::new(Vec::new()),
@@ -187,8 +240,12 @@ impl HttpServer {
         format!("http://{}{path}", self.addr)
     }
 
-    /// Appends answers to the script.
+    /// Appends answers to the script (of a server started with one).
     pub fn then(&self, answers: Vec<Answer>) {
+        assert!(
+            self.shared.handler.is_none(),
+            "a server answering with a handler has no script"
+        );
         let mut script = self.shared.script.lock().expect("script lock");
         if let Some(last) = answers.last() {
             *self.shared.last.lock().expect("last lock") = last.clone();
@@ -244,11 +301,14 @@ fn serve(stream: TcpStream, shared: &Shared) {
     let Some(request) = read_request(&mut reader) else {
         return;
     };
-    let answer = {
-        let mut script = shared.script.lock().expect("script lock");
-        script
-            .pop_front()
-            .unwrap_or_else(|| shared.last.lock().expect("last lock").clone())
+    let answer = match &shared.handler {
+        Some(handler) => handler(&request),
+        None => {
+            let mut script = shared.script.lock().expect("script lock");
+            script
+                .pop_front()
+                .unwrap_or_else(|| shared.last.lock().expect("last lock").clone())
+        }
     };
     {
         let mut requests = shared.requests.lock().expect("requests lock");
@@ -257,6 +317,23 @@ fn serve(stream: TcpStream, shared: &Shared) {
     }
     if !answer.delay.is_zero() {
         std::thread::sleep(answer.delay);
+    }
+    if let Some(steps) = &answer.raw {
+        for step in steps {
+            match step {
+                Step::Write(bytes) => {
+                    if writer
+                        .write_all(bytes)
+                        .and_then(|()| writer.flush())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Step::Sleep(pause) => std::thread::sleep(*pause),
+            }
+        }
+        return;
     }
     let mut head = format!(
         "HTTP/1.1 {} {}\r\nContent-Length: {}\r\nConnection: close\r\n",
@@ -332,5 +409,6 @@ fn read_request(reader: &mut impl BufRead) -> Option<Request> {
         target,
         headers,
         body,
+        at: Instant::now(),
     })
 }

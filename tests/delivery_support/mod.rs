@@ -1,13 +1,10 @@
-//! Shared by the outbox, delivery and advice tests: a real loopback HTTP server with scripted
-//! answers, a test [`Notifier`] that POSTs notifications as JSON with ureq, sample
-//! notifications and temporary directories.
+//! Shared by the outbox, delivery and advice tests: a test [`Notifier`] that POSTs
+//! notifications as JSON through the notifiers' own HTTP endpoint, sample notifications,
+//! temporary directories and waiting for a condition. The receivers they send to are the
+//! tests' one loopback HTTP server, `common::http_server`.
 #![allow(dead_code)] // each test binary uses a different part of this
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -54,136 +51,6 @@ pub fn notification(receiver: &str, group: &str, state: AlertState) -> Notificat
         }],
         created_at: now,
         external_url: "http://node-1:10400/api/v1/alerts".into(),
-    }
-}
-
-/// One request the server received.
-#[derive(Debug, Clone)]
-pub struct Request {
-    pub method: String,
-    pub path: String,
-    pub headers: BTreeMap<String, String>,
-    pub body: Vec<u8>,
-    pub at: Instant,
-}
-
-impl Request {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .get(&name.to_ascii_lowercase())
-            .map(String::as_str)
-    }
-
-    /// The body as a notification (what [`HttpNotifier`] sends).
-    pub fn notification(&self) -> Notification {
-        serde_json::from_slice(&self.body).expect("the body is a notification")
-    }
-}
-
-/// What the server does to answer: write bytes, or pause.
-pub enum Step {
-    Write(Vec<u8>),
-    Sleep(Duration),
-}
-
-/// A complete HTTP/1.1 response that closes the connection.
-pub fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Vec<Step> {
-    let mut head = format!(
-        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    head.push_str(body);
-    vec![Step::Write(head.into_bytes())]
-}
-
-type Handler = dyn Fn(&Request) -> Vec<Step> + Send + Sync;
-
-/// A loopback HTTP server answering each request with its handler's steps, on its own
-/// thread per connection (a handler that sleeps holds only its own connection).
-pub struct Server {
-    pub url: String,
-    requests: Arc<Mutex<Vec<Request>>>,
-}
-
-impl Server {
-    pub fn start(handler: impl Fn(&Request) -> Vec<Step> + Send + Sync + 'static) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-        let url = format!("http://{}", listener.local_addr().expect("local addr"));
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let handler: Arc<Handler> = Arc::new(handler);
-        let seen = Arc::clone(&requests);
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let handler = Arc::clone(&handler);
-                let seen = Arc::clone(&seen);
-                std::thread::spawn(move || serve(stream, &*handler, &seen));
-            }
-        });
-        Server { url, requests }
-    }
-
-    /// Every request received so far, in arrival order.
-    pub fn requests(&self) -> Vec<Request> {
-        self.requests.lock().expect("requests").clone()
-    }
-}
-
-fn serve(stream: TcpStream, handler: &Handler, seen: &Mutex<Vec<Request>>) {
-    let Ok(read_half) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(read_half);
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() || line.is_empty() {
-        return;
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or_default().to_string();
-    let path = parts.next().unwrap_or_default().to_string();
-    let mut headers = BTreeMap::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).is_err() || h.trim().is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    let len: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; len];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let request = Request {
-        method,
-        path,
-        headers,
-        body,
-        at: Instant::now(),
-    };
-    seen.lock().expect("requests").push(request.clone());
-    let mut stream = stream;
-    for step in handler(&request) {
-        match step {
-            Step::Write(bytes) => {
-                if stream
-                    .write_all(&bytes)
-                    .and_then(|_| stream.flush())
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            Step::Sleep(d) => std::thread::sleep(d),
-        }
     }
 }
 
