@@ -19,5 +19,6 @@ pub mod replay;
 pub mod server;
 pub mod source;
 pub mod state_file;
+pub mod sync;
 pub mod train;
 pub mod xid;

@@ -42,7 +42,7 @@ mod worker;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,7 @@ use super::notify::Notifier;
 use super::outbox::{Enqueued, Outbox};
 use super::{LabelSet, Notification};
 use crate::config::ReceiverConfig;
+use crate::sync::lock;
 pub use merge::merge;
 use supervise::{Liveness, Pauses, Status, supervise};
 use worker::{Signal, Worker};
@@ -471,9 +472,4 @@ fn seed(name: &str) -> u64 {
     let mut labels = LabelSet::new();
     labels.insert("receiver".into(), name.into());
     nanos ^ super::fingerprint(&labels) ^ u64::from(std::process::id())
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Counters and flags stay consistent through a panic elsewhere; keep using them.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -16,7 +16,8 @@ use rand::Rng;
 use rand::rngs::SmallRng;
 
 use super::merge::{Batch, single, summary};
-use super::{Outcome, Shared, lock};
+use super::{Outcome, Shared};
+use crate::sync::lock;
 use crate::alert::notify::retry_after;
 use crate::alert::notify::{Notifier, NotifyError};
 
