@@ -16,6 +16,7 @@ pub mod model;
 pub mod procinfo;
 pub mod redact;
 pub mod replay;
+pub mod retry_after;
 pub mod server;
 pub mod source;
 pub mod state_file;

@@ -104,10 +104,10 @@ pub fn classify(
     Err(NotifyError::Drop { reason })
 }
 
-/// `Retry-After` as the wait the service asked for (see [`super::retry_after`]): None
+/// `Retry-After` as the wait the service asked for (see [`crate::retry_after`]): None
 /// when absent or unreadable.
 pub fn retry_after(value: Option<&str>, now: DateTime<Utc>) -> Option<Duration> {
-    super::retry_after::parse(value?, now)
+    crate::retry_after::parse(value?, now)
 }
 
 /// A transport failure as a verdict: nearly all are worth retrying (the receiver may come

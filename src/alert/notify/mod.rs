@@ -5,7 +5,7 @@
 //! live outside the integrations (`alert::deliver`), and no integration imports another.
 //! What they share lives here and in helper modules: [`http`] (the client, the one place
 //! HTTP outcomes are classified, its secrets registered with [`crate::redact`]),
-//! [`retry_after`] (the wait a service asks for) and [`text`] (what a human-readable
+//! [`crate::retry_after`] (the wait a service asks for) and [`text`] (what a human-readable
 //! message says, and cutting it to a service's size limit).
 //!
 //! [`build`] turns a `[[alerting.receivers]]` entry into a notifier, resolving `url_env`
@@ -24,7 +24,6 @@ pub mod dingtalk;
 pub mod feishu;
 pub mod http;
 pub mod log;
-pub mod retry_after;
 pub mod slack;
 pub mod text;
 pub mod webhook;
