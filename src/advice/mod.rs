@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use client::{Answer, ChatClient, ChatError, endpoint};
-pub use summary::{Redaction, alert_summary, fleet_summary};
+pub use summary::{AlertFacts, Redaction, alert_summary, fleet_summary};
 
 use crate::config::AdviceConfig;
 use crate::sync::lock;

@@ -83,6 +83,22 @@ impl Alert {
     }
 }
 
+/// What the advice prompt reads of an alert (advice sits below alerting and does not know
+/// this type).
+impl crate::advice::AlertFacts for Alert {
+    fn labels(&self) -> &LabelSet {
+        &self.labels
+    }
+
+    fn state(&self) -> &str {
+        self.state.as_str()
+    }
+
+    fn annotation(&self, name: &str) -> Option<&str> {
+        self.annotations.get(name).map(String::as_str)
+    }
+}
+
 /// FNV-1a over label names and values in sorted order, with separators — Alertmanager's
 /// `LabelSet.Fingerprint` shape, so the same labels give the same identity everywhere.
 pub fn fingerprint(labels: &LabelSet) -> u64 {
