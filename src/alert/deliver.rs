@@ -99,12 +99,12 @@ pub struct Target {
     pub max_backoff: Option<Duration>,
 }
 
-/// A receiver's effective rate limit: its `max_per_minute`, or its kind's limit when 0 —
-/// 20 per bot for DingTalk (custom robot guide; past it the robot is throttled for ten
-/// minutes) and WeCom (group robot guide); 0 means unlimited.
+/// A receiver's effective rate limit: its `max_per_minute`, or when 0 its kind's default
+/// (`KindFacts::default_max_per_minute`: 20 for DingTalk and WeCom bots); 0 means
+/// unlimited.
 pub fn max_per_minute(receiver: &ReceiverConfig) -> u32 {
-    match (receiver.max_per_minute, receiver.kind.as_str()) {
-        (0, "dingtalk" | "wecom") => 20,
+    match (receiver.max_per_minute, receiver.kind.valid()) {
+        (0, Some(kind)) => super::notify::kind::facts(*kind).default_max_per_minute,
         (n, _) => n,
     }
 }
