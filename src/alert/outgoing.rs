@@ -17,13 +17,26 @@ use super::deliver::{
     Delivery, DeliveryHealth, DeliveryOptions, DeliveryStats, Target, max_per_minute,
 };
 use super::notify::kind::{self, Consumes};
-use super::notify::{Settings, build_with};
+use super::notify::{ReceiverError, Settings, build_with};
 use super::outbox::Outbox;
 use super::route::Route;
 use super::{Alert, AlertState, LabelSet, Notification};
-use crate::advice::{AdviceStats, AdviceStatus, Advisor, Redaction, alert_summary, fleet_summary};
+use crate::advice::{
+    AdviceError, AdviceStats, AdviceStatus, Advisor, Redaction, alert_summary, fleet_summary,
+};
 use crate::config::Config;
 use crate::engine::Findings;
+
+/// Why delivery or advice cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum OutgoingError {
+    /// The receiver's problems are in the message itself (not a separate source), so
+    /// `run` prints them once.
+    #[error("[[alerting.receivers]] {name:?}: {error}")]
+    Receiver { name: String, error: ReceiverError },
+    #[error(transparent)]
+    Advice(#[from] AdviceError),
+}
 
 /// Delivery and advice for the agent.
 pub struct Outgoing {
@@ -53,12 +66,15 @@ impl Outgoing {
         state_dir: Option<&std::path::Path>,
         hostname: String,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> anyhow::Result<Outgoing> {
+    ) -> Result<Outgoing, OutgoingError> {
         let settings = Settings::from_config(&config.alerting);
         let mut targets = Vec::new();
         for receiver in &config.alerting.receivers {
-            let notifier = build_with(receiver, env, &settings)
-                .map_err(|e| anyhow::anyhow!("[[alerting.receivers]] {:?}: {e}", receiver.name))?;
+            let notifier =
+                build_with(receiver, env, &settings).map_err(|error| OutgoingError::Receiver {
+                    name: receiver.name.clone(),
+                    error,
+                })?;
             targets.push(Target {
                 name: receiver.name.clone(),
                 notifier,

@@ -33,10 +33,11 @@ pub enum MatcherError {
     NoOperator,
     #[error("{0:?} is not a label name")]
     LabelName(String),
+    /// The regex's own message is part of this one (not a separate source), as it was
+    /// before matchers were typed.
     #[error("bad regex {pattern:?}: {error}")]
     Regex {
         pattern: String,
-        #[source]
         error: regex::Error,
     },
 }
