@@ -17,8 +17,8 @@
 //! apart by `state`, and a resolved alert's `ends_at` is when it resolved. An Alertmanager
 //! receiver gets the whole current alert list on every resend, firing alerts with
 //! `ends_at: None` (stamped send time + 4 × resend interval when sent; see
-//! [`alertmanager`]). With `send_resolved = false`, [`build`] leaves resolved alerts out
-//! (never for Alertmanager, whose alerts end only that way).
+//! [`alertmanager`]). With `send_resolved = false`, dispatch (`alert::dispatch`) leaves
+//! resolved alerts out (never for Alertmanager, whose alerts end only that way).
 
 pub mod alertmanager;
 pub mod dingtalk;
@@ -92,8 +92,8 @@ pub fn build(
 }
 
 /// Builds the notifier of a receiver: resolves `url` / `url_env` and `secret_env` through
-/// `env` (`|name| std::env::var(name).ok()` in the agent), checks the URL, and applies
-/// `send_resolved`. Errors name the receiver and the missing variable, never a secret;
+/// `env` (`|name| std::env::var(name).ok()` in the agent) and checks the URL. Errors name
+/// the receiver and the missing variable, never a secret;
 /// every problem of the entry is found in one pass, so `run` and `check-config`
 /// (`config::preflight`) report the same ones.
 ///
