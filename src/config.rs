@@ -9,6 +9,8 @@
 mod alerting;
 mod analysis;
 mod locate;
+mod matcher;
+mod parsed;
 pub mod url;
 
 use std::net::SocketAddr;
@@ -19,12 +21,14 @@ use serde::{Deserialize, Deserializer};
 
 pub use alerting::{
     AdviceConfig, AlertingConfig, DEFAULT_GROUP_BY, DEFAULT_GROUP_INTERVAL, DEFAULT_GROUP_WAIT,
-    DEFAULT_REPEAT_INTERVAL, RECEIVER_KINDS, ReceiverConfig, RouteConfig, RuleConfig,
+    DEFAULT_REPEAT_INTERVAL, ReceiverConfig, ReceiverKind, RouteConfig, RuleConfig, UnknownKind,
 };
 pub use analysis::{
     CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, IdleConfig, OWNER_KINDS, RiskConfig,
 };
 pub use locate::Problem;
+pub use matcher::{Matcher, MatcherError};
+pub use parsed::Parsed;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]

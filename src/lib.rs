@@ -2,7 +2,7 @@
 //!
 //! Sources ([`source`]) produce one [`model::Snapshot`] per tick; the [`agent`] renders it
 //! once for Prometheus ([`export`]) and publishes it; the [`server`] serves what was
-//! rendered last. See DESIGN.md for the whole picture.
+//! rendered last. docs/architecture.md draws the whole picture: layers, data flow, contracts.
 
 pub mod advice;
 pub mod agent;
@@ -17,8 +17,10 @@ pub mod model;
 pub mod procinfo;
 pub mod redact;
 pub mod replay;
+pub mod retry_after;
 pub mod server;
 pub mod source;
 pub mod state_file;
+pub mod sync;
 pub mod train;
 pub mod xid;

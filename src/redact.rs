@@ -115,27 +115,18 @@ static REGISTRY: RwLock<Redactor> = RwLock::new(Redactor::new());
 
 /// Registers a secret process-wide (see [`Redactor::add_secret`]).
 pub fn register_secret(secret: &str) {
-    REGISTRY
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .add_secret(secret);
+    crate::sync::write(&REGISTRY).add_secret(secret);
 }
 
 /// Registers the secret parts of a configured URL process-wide (see [`Redactor::add_url`]).
 pub fn register_url(url: &str) {
-    REGISTRY
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .add_url(url);
+    crate::sync::write(&REGISTRY).add_url(url);
 }
 
 /// `text` with the shapes and every registered secret replaced: what may be logged, stored
 /// or answered.
 pub fn scrub(text: &str) -> String {
-    REGISTRY
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .scrub(text)
+    crate::sync::read(&REGISTRY).scrub(text)
 }
 
 /// One configured URL as it may be shown in a message: [`scrub`]bed, or `<not a URL>` when

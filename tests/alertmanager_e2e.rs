@@ -1,6 +1,6 @@
 //! End to end with a real Alertmanager (Debian's `prometheus-alertmanager`, started here on
 //! loopback): gpu-sentinel's Alertmanager notifier pushes alerts; Alertmanager's API must
-//! show them with DESIGN.md's labels (alertname, severity, hostname, gpu, uuid) and the
+//! show them with README.md's labels (alertname, severity, hostname, gpu, uuid) and the
 //! fingerprints we compute; Alertmanager must forward them, firing then resolved, to a
 //! webhook served by this test. Alertmanager's forwarded body and the body of our own
 //! webhook notifier are read by one parser of the version-4 payload, so the two are held
@@ -375,7 +375,7 @@ fn alertmanager_receives_pushed_alerts_and_forwards_them_as_version_4() {
 }
 
 /// The agent itself, on the accelerated simulator with an Alertmanager receiver: its
-/// alerts appear in a real Alertmanager with DESIGN.md's labels, and Alertmanager
+/// alerts appear in a real Alertmanager with README.md's labels, and Alertmanager
 /// forwards them as version-4 webhooks.
 #[test]
 fn the_agent_pushes_the_simulators_alerts_into_a_real_alertmanager() {

@@ -170,7 +170,7 @@ fn analysis_shows_risk_reasons_idle_and_ghosts_on_the_accelerated_simulator() {
         assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
     }
 
-    // The same faults as alerts, with DESIGN.md's labels.
+    // The same faults as alerts, with the labels the README promises (alertname, severity, hostname, gpu, uuid).
     let alerts: serde_json::Value =
         serde_json::from_slice(&agent.get("/api/v1/alerts").body).unwrap();
     let lost = alerts["alerts"]

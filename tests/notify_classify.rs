@@ -316,35 +316,47 @@ fn build_resolves_urls_and_secrets_from_the_environment() {
     assert_eq!(request.header("authorization"), Some("Bearer tok-123"));
 
     // A missing variable is named, with its receiver.
-    let err = build(&entry, &no_env).err().expect("missing env");
+    let err = build(&entry, &no_env)
+        .err()
+        .expect("missing env")
+        .to_string();
     assert!(
         err.contains("OPS_TOKEN") && err.contains("\"ops\""),
         "{err}"
     );
     entry.secret_env = None;
-    let err = build(&entry, &no_env).err().expect("missing env");
+    let err = build(&entry, &no_env)
+        .err()
+        .expect("missing env")
+        .to_string();
     assert!(err.contains("OPS_URL") && err.contains("not set"), "{err}");
     let err = build(&entry, &|_| Some("  ".into()))
         .err()
-        .expect("empty env");
+        .expect("empty env")
+        .to_string();
     assert!(err.contains("OPS_URL") && err.contains("empty"), "{err}");
 
     // Bad entries.
     let err = build(&receiver("x", "pager", Some("http://a/")), &no_env).err();
-    assert!(err.expect("unknown kind").contains("pager"));
+    assert!(err.expect("unknown kind").to_string().contains("pager"));
     let err = build(&receiver("x", "slack", None), &no_env).err();
-    assert!(err.expect("no url").contains("url"));
+    assert!(err.expect("no url").to_string().contains("url"));
     let mut slack = receiver("x", "slack", Some("https://hooks.slack.com/services/T/B/x"));
     slack.secret_env = Some("S".into());
     let err = build(&slack, &|_| Some("s".into())).err();
-    assert!(err.expect("secret on slack").contains("secret_env"));
+    assert!(
+        err.expect("secret on slack")
+            .to_string()
+            .contains("secret_env")
+    );
     // A bad URL is reported without being quoted (it may hold the token).
     let err = build(
         &receiver("x", "wecom", Some("ftp://host/send?key=SECRETKEY")),
         &no_env,
     )
     .err()
-    .expect("bad scheme");
+    .expect("bad scheme")
+    .to_string();
     assert!(err.contains("http") && !err.contains("SECRETKEY"), "{err}");
     // The log receiver needs no URL.
     build(&receiver("demo", "log", None), &no_env)

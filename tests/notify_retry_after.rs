@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use gpu_sentinel::alert::notify::retry_after::{bounded, imf_fixdate, parse};
+use gpu_sentinel::retry_after::{bounded, imf_fixdate, parse};
 use proptest::prelude::*;
 
 fn now() -> DateTime<Utc> {

@@ -159,13 +159,11 @@ impl ChatClient {
             .map_err(transport)?;
         let status = response.status().as_u16();
         // Seconds or an HTTP date, read as the notifiers read it; the worker bounds it.
-        let retry_after = crate::alert::notify::http::retry_after(
-            response
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok()),
-            chrono::Utc::now(),
-        );
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| crate::retry_after::parse(v, chrono::Utc::now()));
         let text = response
             .body_mut()
             .with_config()

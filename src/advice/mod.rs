@@ -26,13 +26,14 @@ pub mod summary;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use client::{Answer, ChatClient, ChatError, endpoint};
-pub use summary::{Redaction, alert_summary, fleet_summary};
+pub use summary::{AlertFacts, Redaction, alert_summary, fleet_summary};
 
 use crate::config::AdviceConfig;
+use crate::sync::lock;
 
 /// A group whose request failed is not asked about again before this.
 pub const RETRY_FAILED_AFTER: Duration = Duration::from_secs(300);
@@ -441,9 +442,4 @@ fn pause(shared: &Shared, d: Duration) {
             Duration::from_millis(100).min(until.saturating_duration_since(Instant::now())),
         );
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every update is a single assignment; a panic elsewhere cannot leave them half-done.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

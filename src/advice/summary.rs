@@ -9,11 +9,10 @@
 //! it. Names shorter than two characters are left to the structural removal: replacing one
 //! letter everywhere would garble the text without hiding anything.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
-use crate::alert::Alert;
 use crate::config::AdviceConfig;
 use crate::engine::idle::ProcessFinding;
 use crate::engine::{Findings, GpuFindings};
@@ -38,6 +37,18 @@ impl From<&AdviceConfig> for Redaction {
     }
 }
 
+/// What the prompt reads of one alert. Alerting implements it for its alerts: advice sits
+/// below alerting and knows none of its types, and a trait (rather than a copy of each
+/// alert) says exactly what of an alert leaves the host.
+pub trait AlertFacts {
+    /// Label names to values: `alertname`, `severity`, `hostname`, `gpu`, `uuid`, …
+    fn labels(&self) -> &BTreeMap<String, String>;
+    /// `pending`, `firing` or `resolved`.
+    fn state(&self) -> &str;
+    /// The annotation `name` (`summary`, `description`), if the alert has it.
+    fn annotation(&self, name: &str) -> Option<&str>;
+}
+
 /// Labels that carry a user's identity, and a command's.
 const USER_LABELS: [&str; 4] = ["user", "pod", "namespace", "container"];
 const COMMAND_LABELS: [&str; 2] = ["process", "command"];
@@ -47,8 +58,8 @@ const REASONS: usize = 5;
 
 /// The summary for a group of alerts: the alerts, the GPUs they concern with their numbers
 /// and reasons, and the fleet around them.
-pub fn alert_summary(
-    alerts: &[Alert],
+pub fn alert_summary<A: AlertFacts>(
+    alerts: &[A],
     findings: &Findings,
     hostname: &str,
     redaction: Redaction,
@@ -58,12 +69,13 @@ pub fn alert_summary(
         .iter()
         .filter(|g| {
             alerts.iter().any(|a| {
-                a.labels.get("uuid") == Some(&g.uuid)
-                    || a.labels.get("gpu") == Some(&g.index.to_string())
+                a.labels().get("uuid") == Some(&g.uuid)
+                    || a.labels().get("gpu") == Some(&g.index.to_string())
             })
         })
         .collect();
-    let scrub = Scrubber::new(alerts, findings, hostname, redaction);
+    let labels: Vec<&BTreeMap<String, String>> = alerts.iter().map(AlertFacts::labels).collect();
+    let scrub = Scrubber::new(&labels, findings, hostname, redaction);
     let mut out = Map::new();
     if !redaction.hostnames {
         out.insert("host".into(), json!(hostname));
@@ -106,10 +118,10 @@ pub fn fleet_summary(findings: &Findings, hostname: &str, redaction: Redaction) 
     Value::Object(out)
 }
 
-fn alert_json(alert: &Alert, scrub: &Scrubber) -> Value {
+fn alert_json(alert: &impl AlertFacts, scrub: &Scrubber) -> Value {
     let r = scrub.redaction;
     let labels: Map<String, Value> = alert
-        .labels
+        .labels()
         .iter()
         .filter(|(k, _)| !(r.hostnames && k.as_str() == "hostname"))
         .filter(|(k, _)| !(r.users && USER_LABELS.contains(&k.as_str())))
@@ -118,9 +130,9 @@ fn alert_json(alert: &Alert, scrub: &Scrubber) -> Value {
         .collect();
     let mut out = Map::new();
     out.insert("labels".into(), Value::Object(labels));
-    out.insert("state".into(), json!(alert.state.as_str()));
+    out.insert("state".into(), json!(alert.state()));
     for key in ["summary", "description"] {
-        if let Some(text) = alert.annotations.get(key) {
+        if let Some(text) = alert.annotation(key) {
             out.insert(key.into(), json!(scrub.text(text)));
         }
     }
@@ -249,7 +261,13 @@ struct Scrubber {
 }
 
 impl Scrubber {
-    fn new(alerts: &[Alert], findings: &Findings, hostname: &str, redaction: Redaction) -> Self {
+    /// Names to hide, from the host, the alerts' label sets and the findings' processes.
+    fn new(
+        alert_labels: &[&BTreeMap<String, String>],
+        findings: &Findings,
+        hostname: &str,
+        redaction: Redaction,
+    ) -> Self {
         let mut names: BTreeSet<(String, &'static str)> = BTreeSet::new();
         let mut add = |value: Option<&String>, replacement: &'static str| {
             if let Some(v) = value.map(|v| v.trim()).filter(|v| v.chars().count() >= 2) {
@@ -258,8 +276,8 @@ impl Scrubber {
         };
         if redaction.hostnames {
             add(Some(&hostname.to_string()), "<host>");
-            for a in alerts {
-                add(a.labels.get("hostname"), "<host>");
+            for labels in alert_labels {
+                add(labels.get("hostname"), "<host>");
             }
         }
         let processes = findings
@@ -277,15 +295,15 @@ impl Scrubber {
                 add(p.process.as_ref(), "<command>");
             }
         }
-        for a in alerts {
+        for labels in alert_labels {
             if redaction.users {
                 for l in USER_LABELS {
-                    add(a.labels.get(l), "<user>");
+                    add(labels.get(l), "<user>");
                 }
             }
             if redaction.commands {
                 for l in COMMAND_LABELS {
-                    add(a.labels.get(l), "<command>");
+                    add(labels.get(l), "<command>");
                 }
             }
         }

@@ -1,15 +1,22 @@
 //! The alerting stage of the agent: rules over each step's findings, the alert book, and
-//! the dispatcher that turns it into notifications; its state persisted so a restart
-//! neither re-fires nor forgets.
+//! dispatch turning it into notifications; its state persisted so a restart neither
+//! re-fires nor forgets.
+//!
+//! Replay drives the same stage without receivers ([`Alerting::without_receivers`]): rules
+//! and book only, so a recording fires exactly the alerts the agent would have.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::route::{DispatchState, Dispatcher, ReceiverInfo, Route};
-use super::rules::{self, AlertBook, Rule, RuleInput};
+use super::book::AlertBook;
+use super::dispatch::{DispatchState, Dispatcher, ReceiverInfo};
+use super::notify::kind::{self, Consumes};
+use super::route::{Route, RouteError};
+use super::rules::{self, Rule, RuleError, RuleInput};
 use super::{AlertState, Notification};
 use crate::config::Config;
 use crate::engine::Findings;
@@ -26,11 +33,22 @@ pub struct AlertingState {
 /// File name of the alerting state inside `[state] dir`.
 pub const FILE_NAME: &str = "alerts.json";
 
-/// Rules, book and dispatcher together.
+/// Why a configuration's alerting cannot be built. A configuration that loaded has
+/// neither (its value checks and `check-config` find them first).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AlertingError {
+    #[error(transparent)]
+    Rules(#[from] RuleError),
+    #[error(transparent)]
+    Route(#[from] RouteError),
+}
+
+/// Rules, book and (in the agent) dispatch together.
 #[derive(Debug)]
 pub struct Alerting {
     rules: Vec<Rule>,
-    dispatcher: Dispatcher,
+    /// None without receivers (replay): alerts are evaluated, nothing is notified.
+    dispatcher: Option<Dispatcher>,
     pub state: AlertingState,
     retention: Duration,
     hostname: String,
@@ -39,38 +57,67 @@ pub struct Alerting {
 }
 
 impl Alerting {
-    /// The alerting of a configuration; `external_url` is where alerts can be seen.
+    /// The alerting of a configuration, compiling its routing tree; `external_url` is where
+    /// alerts can be seen. See [`Alerting::with_route`] to share a compiled tree.
     pub fn from_config(
         config: &Config,
         hostname: String,
         external_url: String,
-    ) -> Result<Alerting, String> {
+    ) -> Result<Alerting, AlertingError> {
+        let route = Arc::new(Route::compile(&config.alerting.route)?);
+        Alerting::with_route(config, route, hostname, external_url)
+    }
+
+    /// The alerting of a configuration whose routing tree is already compiled (the agent
+    /// compiles it once and shares it with the advice digest).
+    pub fn with_route(
+        config: &Config,
+        route: Arc<Route>,
+        hostname: String,
+        external_url: String,
+    ) -> Result<Alerting, AlertingError> {
         let rules = rules::from_config(config.risk.threshold, &config.alerting.rules)?;
-        let route = Route::compile(&config.alerting.route)?;
         let receivers = config
             .alerting
             .receivers
             .iter()
             .map(|r| {
-                (
-                    r.name.clone(),
-                    ReceiverInfo {
-                        alertmanager: r.kind == "alertmanager",
-                        send_resolved: r.send_resolved,
-                    },
-                )
+                // An unknown kind (refused when the configuration loads) is fed groups.
+                let consumes = r
+                    .kind
+                    .valid()
+                    .map_or(Consumes::Groups, |k| kind::facts(*k).consumes);
+                let info = ReceiverInfo {
+                    consumes,
+                    send_resolved: r.send_resolved,
+                };
+                (r.name.clone(), info)
             })
             .collect::<BTreeMap<_, _>>();
         Ok(Alerting {
             rules,
-            dispatcher: Dispatcher {
+            dispatcher: Some(Dispatcher {
                 route,
                 receivers,
                 resend_interval: config.alerting.resend_interval,
                 external_url,
-            },
+            }),
             state: AlertingState::default(),
             retention: config.alerting.resolved_retention,
+            hostname,
+            persisted: None,
+        })
+    }
+
+    /// The rules of a configuration (tuned, disabled and added ones included) and the book,
+    /// without dispatch: what replay runs. Resolved alerts leave the book at the next step,
+    /// as no receiver is re-sent them.
+    pub fn without_receivers(config: &Config, hostname: String) -> Result<Alerting, RuleError> {
+        Ok(Alerting {
+            rules: rules::from_config(config.risk.threshold, &config.alerting.rules)?,
+            dispatcher: None,
+            state: AlertingState::default(),
+            retention: Duration::ZERO,
             hostname,
             persisted: None,
         })
@@ -104,7 +151,8 @@ impl Alerting {
         self.persisted.as_ref().map(SaveLog::failures)
     }
 
-    /// One step: evaluates the rules, advances the lifecycle, returns the notifications due.
+    /// One step: evaluates the rules, advances the lifecycle, returns the notifications due
+    /// (none without receivers).
     pub fn step(
         &mut self,
         findings: &Findings,
@@ -122,9 +170,18 @@ impl Alerting {
         self.state
             .book
             .update(findings.at, candidates, self.retention);
-        let notifications =
-            self.dispatcher
-                .tick(&mut self.state.dispatch, &self.state.book, findings.at);
+        let notifications = match &self.dispatcher {
+            Some(dispatcher) => {
+                let muted = self.state.book.inhibited();
+                dispatcher.tick(
+                    &mut self.state.dispatch,
+                    &self.state.book,
+                    &muted,
+                    findings.at,
+                )
+            }
+            None => Vec::new(),
+        };
         // Transitions and notifications are rare; saving on each keeps a restart from
         // re-firing or repeating, without writing every tick.
         if self.transitions() != before || !notifications.is_empty() {

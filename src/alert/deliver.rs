@@ -42,7 +42,7 @@ mod worker;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,7 @@ use super::notify::Notifier;
 use super::outbox::{Enqueued, Outbox};
 use super::{LabelSet, Notification};
 use crate::config::ReceiverConfig;
+use crate::sync::lock;
 pub use merge::merge;
 use supervise::{Liveness, Pauses, Status, supervise};
 use worker::{Signal, Worker};
@@ -98,12 +99,12 @@ pub struct Target {
     pub max_backoff: Option<Duration>,
 }
 
-/// A receiver's effective rate limit: its `max_per_minute`, or its kind's limit when 0 —
-/// 20 per bot for DingTalk (custom robot guide; past it the robot is throttled for ten
-/// minutes) and WeCom (group robot guide); 0 means unlimited.
+/// A receiver's effective rate limit: its `max_per_minute`, or when 0 its kind's default
+/// (`KindFacts::default_max_per_minute`: 20 for DingTalk and WeCom bots); 0 means
+/// unlimited.
 pub fn max_per_minute(receiver: &ReceiverConfig) -> u32 {
-    match (receiver.max_per_minute, receiver.kind.as_str()) {
-        (0, "dingtalk" | "wecom") => 20,
+    match (receiver.max_per_minute, receiver.kind.valid()) {
+        (0, Some(kind)) => super::notify::kind::facts(*kind).default_max_per_minute,
         (n, _) => n,
     }
 }
@@ -471,9 +472,4 @@ fn seed(name: &str) -> u64 {
     let mut labels = LabelSet::new();
     labels.insert("receiver".into(), name.into());
     nanos ^ super::fingerprint(&labels) ^ u64::from(std::process::id())
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Counters and flags stay consistent through a panic elsewhere; keep using them.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

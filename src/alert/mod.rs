@@ -2,18 +2,26 @@
 //! notifications routed and grouped the way Alertmanager does it, and notifications are
 //! delivered durably through an outbox to Alertmanager and chat receivers.
 //!
-//! - [`alerting`]: the agent's alerting stage tying the pieces together, persisted;
-//! - [`rules`]: the default rule set (DESIGN.md's alert names) and its tuning; evaluation
-//!   and the pending → firing → resolved lifecycle, inhibition; pure, time from snapshots;
-//! - [`route`]: matchers, the routing tree, aggregation groups and their timers;
-//! - [`notify`]: one file per integration behind [`notify::Notifier`], HTTP outcome
-//!   classification in one place;
+//! Split along Alertmanager's lines, each module one job:
+//! - [`rules`]: the condition language, the default rule table, tuning from config and
+//!   evaluation over findings; pure, time from the findings;
+//! - [`book`]: the alert lifecycle (pending → firing → resolved) and inhibition;
+//! - [`route`]: the routing tree (its label matchers are configuration values,
+//!   [`crate::config::Matcher`]);
+//! - [`dispatch`]: aggregation groups and their timers, and what each receiver gets, given
+//!   the book and what it inhibits;
+//! - [`alerting`]: the agent's alerting stage tying rules, book and dispatch together,
+//!   persisted; replay runs it without dispatch;
+//! - [`notify`]: one file per integration behind [`notify::Notifier`], each with its
+//!   kind's facts, HTTP outcome classification in one place;
 //! - [`outbox`]: the crash-safe store notifications wait in until delivered;
 //! - [`deliver`]: the delivery loop with retries, backoff and rate limits;
 //! - [`outgoing`]: advice for critical notifications (never blocking them), then delivery.
 
 pub mod alerting;
+pub mod book;
 pub mod deliver;
+pub mod dispatch;
 pub mod notify;
 pub mod outbox;
 pub mod outgoing;
@@ -80,6 +88,22 @@ impl Alert {
     /// Identity of the alert: a hash of its labels, as Alertmanager computes it.
     pub fn fingerprint(&self) -> u64 {
         fingerprint(&self.labels)
+    }
+}
+
+/// What the advice prompt reads of an alert (advice sits below alerting and does not know
+/// this type).
+impl crate::advice::AlertFacts for Alert {
+    fn labels(&self) -> &LabelSet {
+        &self.labels
+    }
+
+    fn state(&self) -> &str {
+        self.state.as_str()
+    }
+
+    fn annotation(&self, name: &str) -> Option<&str> {
+        self.annotations.get(name).map(String::as_str)
     }
 }
 
@@ -182,50 +206,5 @@ pub(crate) fn labels(pairs: &[(&str, &str)]) -> LabelSet {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprints_depend_on_labels_only() {
-        let a = labels(&[("alertname", "GpuLost"), ("gpu", "1")]);
-        let b = labels(&[("gpu", "1"), ("alertname", "GpuLost")]);
-        let c = labels(&[("alertname", "GpuLost"), ("gpu", "2")]);
-        assert_eq!(fingerprint(&a), fingerprint(&b));
-        assert_ne!(fingerprint(&a), fingerprint(&c));
-        // Separators keep ("ab","c") apart from ("a","bc").
-        assert_ne!(
-            fingerprint(&labels(&[("ab", "c")])),
-            fingerprint(&labels(&[("a", "bc")]))
-        );
-    }
-
-    #[test]
-    fn common_labels_are_the_intersection() {
-        let alert = |gpu: &str| Alert {
-            labels: labels(&[
-                ("alertname", "GpuLost"),
-                ("gpu", gpu),
-                ("severity", "critical"),
-            ]),
-            annotations: LabelSet::new(),
-            state: AlertState::Firing,
-            active_at: Utc::now(),
-            starts_at: None,
-            ends_at: None,
-        };
-        let n = Notification {
-            receiver: "ops".into(),
-            group_key: "k".into(),
-            group_labels: LabelSet::new(),
-            alerts: vec![alert("1"), alert("2")],
-            created_at: Utc::now(),
-            external_url: String::new(),
-        };
-        assert_eq!(
-            n.common_labels(),
-            labels(&[("alertname", "GpuLost"), ("severity", "critical")])
-        );
-        assert_eq!(n.status(), "firing");
-        assert_eq!(n.severity(), "critical");
-    }
-}
+#[path = "alert_tests.rs"]
+mod tests;

@@ -527,9 +527,7 @@ impl Outbox {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave the map half-updated (each change is
-        // one insert/remove), so a poisoned lock is still safe to use.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.state)
     }
 }
 

@@ -16,13 +16,27 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::deliver::{
     Delivery, DeliveryHealth, DeliveryOptions, DeliveryStats, Target, max_per_minute,
 };
-use super::notify::{Settings, build_with};
+use super::notify::kind::{self, Consumes};
+use super::notify::{ReceiverError, Settings, build_with};
 use super::outbox::Outbox;
 use super::route::Route;
 use super::{Alert, AlertState, LabelSet, Notification};
-use crate::advice::{AdviceStats, AdviceStatus, Advisor, Redaction, alert_summary, fleet_summary};
+use crate::advice::{
+    AdviceError, AdviceStats, AdviceStatus, Advisor, Redaction, alert_summary, fleet_summary,
+};
 use crate::config::Config;
 use crate::engine::Findings;
+
+/// Why delivery or advice cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum OutgoingError {
+    /// The receiver's problems are in the message itself (not a separate source), so
+    /// `run` prints them once.
+    #[error("[[alerting.receivers]] {name:?}: {error}")]
+    Receiver { name: String, error: ReceiverError },
+    #[error(transparent)]
+    Advice(#[from] AdviceError),
+}
 
 /// Delivery and advice for the agent.
 pub struct Outgoing {
@@ -37,24 +51,30 @@ pub struct Outgoing {
     awaiting: BTreeMap<(String, String), (String, Notification)>,
     digest_every: Option<Duration>,
     last_digest: Option<Instant>,
-    digest_route: Option<Route>,
+    /// The routing tree the digest follows (the one dispatch uses), when there is a digest.
+    digest_route: Option<Arc<Route>>,
 }
 impl Outgoing {
     /// Builds notifiers for every receiver (a missing environment variable is an error
     /// naming it), opens the outbox in `state_dir` (in memory without one), starts delivery
     /// and, when `[advice]` is on, the advisor. `env` reads the variables `*_env` options
-    /// name (`std::env::var` in the agent).
+    /// name (`std::env::var` in the agent). `route` is the compiled routing tree alerting
+    /// dispatches along; the digest follows it too.
     pub fn from_config(
         config: &Config,
+        route: Arc<Route>,
         state_dir: Option<&std::path::Path>,
         hostname: String,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> anyhow::Result<Outgoing> {
+    ) -> Result<Outgoing, OutgoingError> {
         let settings = Settings::from_config(&config.alerting);
         let mut targets = Vec::new();
         for receiver in &config.alerting.receivers {
-            let notifier = build_with(receiver, env, &settings)
-                .map_err(|e| anyhow::anyhow!("[[alerting.receivers]] {:?}: {e}", receiver.name))?;
+            let notifier =
+                build_with(receiver, env, &settings).map_err(|error| OutgoingError::Receiver {
+                    name: receiver.name.clone(),
+                    error,
+                })?;
             targets.push(Target {
                 name: receiver.name.clone(),
                 notifier,
@@ -81,9 +101,7 @@ impl Outgoing {
             None => None,
         };
         let digest_route = match (&advisor, config.advice.digest_interval) {
-            (Some(_), Some(_)) => {
-                Some(Route::compile(&config.alerting.route).map_err(anyhow::Error::msg)?)
-            }
+            (Some(_), Some(_)) => Some(route),
             _ => None,
         };
         Ok(Outgoing {
@@ -95,7 +113,11 @@ impl Outgoing {
                 .alerting
                 .receivers
                 .iter()
-                .filter(|r| r.kind == "alertmanager")
+                .filter(|r| {
+                    r.kind
+                        .valid()
+                        .is_some_and(|k| kind::facts(*k).consumes == Consumes::AlertList)
+                })
                 .map(|r| r.name.clone())
                 .collect(),
             awaiting: BTreeMap::new(),

@@ -19,7 +19,7 @@
 use std::path::Path;
 
 use crate::advice::AdviceError;
-use crate::alert::notify::{ReceiverIssue, Settings, build_checked};
+use crate::alert::notify::{ReceiverIssue, Settings, build_with};
 use crate::config::{Config, ConfigError, Problem};
 
 /// Reads the variables `*_env` options name: `std::env::var` in the agent, a table in
@@ -88,7 +88,7 @@ pub fn check(text: &str, env: &Env<'_>) -> Checked {
     }
     if built("alerting.route") {
         if let Err(e) = crate::alert::route::Route::compile(&config.alerting.route) {
-            errors.push(Problem::at_key(text, "alerting.route", e));
+            errors.push(Problem::at_key(text, "alerting.route", e.to_string()));
         }
     }
     let settings = Settings::from_config(&config.alerting);
@@ -97,7 +97,7 @@ pub fn check(text: &str, env: &Env<'_>) -> Checked {
         if !built(&entry) {
             continue;
         }
-        let Err(e) = build_checked(receiver, env, &settings) else {
+        let Err(e) = build_with(receiver, env, &settings) else {
             continue;
         };
         for p in e.problems {
@@ -151,7 +151,7 @@ fn rule_problems(text: &str, config: &Config) -> Option<Problem> {
         Some(i) => format!("alerting.rules[{i}]"),
         None => "alerting.rules".to_string(),
     };
-    Some(Problem::at_key(text, &key, message))
+    Some(Problem::at_key(text, &key, message.to_string()))
 }
 
 /// `key` is `prefix` or one of its options or entries (`prefix.x`, `prefix[2]`).

@@ -9,6 +9,7 @@ use super::{RunArgs, preflight};
 use crate::agent::{Collector, Persistence};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
+use crate::alert::route::Route;
 use crate::api::Latest;
 use crate::config::Config;
 use crate::engine::{Engine, EngineConfig};
@@ -134,9 +135,14 @@ impl Parts {
         external_url: String,
     ) -> anyhow::Result<Parts> {
         let engine = Engine::new(EngineConfig::from_config(config)?);
-        let alerting = Alerting::from_config(config, hostname.clone(), external_url)
+        // Compiled once: dispatch and the advice digest follow the same tree.
+        let route = Route::compile(&config.alerting.route)
+            .map(Arc::new)
             .map_err(|e| anyhow::anyhow!("alerting: {e}"))?;
-        let outgoing = Outgoing::from_config(config, state_dir, hostname, env)?;
+        let alerting =
+            Alerting::with_route(config, Arc::clone(&route), hostname.clone(), external_url)
+                .map_err(|e| anyhow::anyhow!("alerting: {e}"))?;
+        let outgoing = Outgoing::from_config(config, route, state_dir, hostname, env)?;
         Ok(Parts {
             engine,
             alerting,

@@ -5,11 +5,13 @@
 //! repeat_interval and `[[alerting.route.routes]]` matchers/receiver/continue, `[advice]`)
 //! keep their meaning; everything else here extends them.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::duration;
+use super::{Matcher, Parsed, duration};
 
 /// `[alerting]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -45,16 +47,82 @@ impl Default for AlertingConfig {
     }
 }
 
-/// Receiver kinds gpu-sentinel can deliver to.
-pub const RECEIVER_KINDS: [&str; 7] = [
-    "alertmanager",
-    "webhook",
-    "slack",
-    "feishu",
-    "dingtalk",
-    "wecom",
-    "log",
-];
+/// What a receiver is: the integration its notifications go through. What each kind
+/// takes (a secret?), how fast it may be sent to and what it is fed are facts of its
+/// notifier, kept next to it (`alert::notify::kind`); configuration only needs to know
+/// which kinds exist and which need a URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReceiverKind {
+    /// Alertmanager's `/api/v2/alerts`.
+    Alertmanager,
+    /// A JSON POST in Alertmanager's webhook format.
+    Webhook,
+    Slack,
+    Feishu,
+    DingTalk,
+    WeCom,
+    /// The agent's own log: for trying routing out.
+    Log,
+}
+
+impl ReceiverKind {
+    /// Every kind, in the order messages list them.
+    pub const ALL: [ReceiverKind; 7] = [
+        ReceiverKind::Alertmanager,
+        ReceiverKind::Webhook,
+        ReceiverKind::Slack,
+        ReceiverKind::Feishu,
+        ReceiverKind::DingTalk,
+        ReceiverKind::WeCom,
+        ReceiverKind::Log,
+    ];
+
+    /// As written in `kind = "…"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReceiverKind::Alertmanager => "alertmanager",
+            ReceiverKind::Webhook => "webhook",
+            ReceiverKind::Slack => "slack",
+            ReceiverKind::Feishu => "feishu",
+            ReceiverKind::DingTalk => "dingtalk",
+            ReceiverKind::WeCom => "wecom",
+            ReceiverKind::Log => "log",
+        }
+    }
+
+    /// Whether the receiver posts to a URL (`url` or `url_env`): every kind but `log`,
+    /// which writes to the agent's own log.
+    pub fn needs_url(self) -> bool {
+        self != ReceiverKind::Log
+    }
+}
+
+impl fmt::Display for ReceiverKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ReceiverKind {
+    type Err = UnknownKind;
+
+    fn from_str(text: &str) -> Result<ReceiverKind, UnknownKind> {
+        ReceiverKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+            .ok_or_else(|| UnknownKind(text.to_string()))
+    }
+}
+
+/// A `kind` that is none of [`ReceiverKind::ALL`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("kind {0:?} is not one of {known}", known = known_kinds())]
+pub struct UnknownKind(pub String);
+
+fn known_kinds() -> String {
+    let names: Vec<&str> = ReceiverKind::ALL.iter().map(|k| k.as_str()).collect();
+    names.join(", ")
+}
 
 /// `[[alerting.receivers]]`: one destination.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -63,7 +131,7 @@ pub struct ReceiverConfig {
     /// Name routes refer to.
     pub name: String,
     /// alertmanager | webhook | slack | feishu | dingtalk | wecom | log
-    pub kind: String,
+    pub kind: Parsed<ReceiverKind>,
     /// Endpoint URL. Chat webhook URLs embed their token: prefer `url_env`.
     #[serde(default)]
     pub url: Option<String>,
@@ -112,7 +180,7 @@ pub struct RouteConfig {
     pub receiver: String,
     /// Labels `label=value`, `label!=value`, `label=~regex`, `label!~regex`; all must hold.
     /// Empty on the root route (it matches everything).
-    pub matchers: Vec<String>,
+    pub matchers: Vec<Parsed<Matcher>>,
     /// Labels whose values make up a group: alerts sharing them go out together
     /// (root default: alertname, hostname, gpu).
     pub group_by: Option<Vec<String>>,
@@ -237,18 +305,12 @@ pub(super) fn problems(alerting: &AlertingConfig, advice: &AdviceConfig) -> Vec<
                 format!("receiver {:?} is defined twice", r.name),
             ));
         }
-        if !RECEIVER_KINDS.contains(&r.kind.as_str()) {
-            out.push((
-                key("kind"),
-                format!(
-                    "receiver {:?}: kind {:?} is not one of {}",
-                    r.name,
-                    r.kind,
-                    RECEIVER_KINDS.join(", ")
-                ),
-            ));
+        if let Parsed::Invalid { error, .. } = &r.kind {
+            out.push((key("kind"), format!("receiver {:?}: {error}", r.name)));
         }
-        if r.kind != "log" && r.url.is_none() && r.url_env.is_none() {
+        // An unknown kind is told as such above; it is not also let off its URL.
+        let needs_url = r.kind.valid().is_none_or(|kind| kind.needs_url());
+        if needs_url && r.url.is_none() && r.url_env.is_none() {
             out.push((
                 format!("alerting.receivers[{i}]"),
                 format!("receiver {:?} needs url or url_env", r.name),
@@ -364,10 +426,10 @@ fn check_route(
         ));
     }
     for (i, m) in route.matchers.iter().enumerate() {
-        if let Err(e) = crate::alert::route::Matcher::parse(m) {
+        if let Parsed::Invalid { text, error } = m {
             out.push((
                 format!("{key}.matchers[{i}]"),
-                format!("matcher {m:?}: {e}"),
+                format!("matcher {text:?}: {error}"),
             ));
         }
     }

@@ -1,22 +1,20 @@
-//! The default alert rules over a replay: the same rules and lifecycle the live agent runs
-//! (`alert::rules`), with every firing episode listed in the report.
+//! The alert rules over a replay: the agent's own alerting stage
+//! ([`Alerting::without_receivers`]: the same rules and lifecycle, nothing notified), with
+//! every firing episode listed in the report.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::report::{ReplayRules, ReportAlert, rfc3339};
 use crate::alert::AlertState;
-use crate::alert::rules::{self, AlertBook, Rule, RuleInput};
+use crate::alert::alerting::Alerting;
 use crate::engine::Findings;
 
-/// Rules and the alert book over a recording. Collection health is not in recordings, so
+/// Alerting over a recording. Collection health is not in recordings, so
 /// `GpuCollectionFailing` never fires in replay.
 pub struct ReplayAlerting {
-    rules: Vec<Rule>,
-    book: AlertBook,
-    hostname: String,
+    alerting: Alerting,
     /// Firing alerts by fingerprint, with their entry in the report.
     open: BTreeMap<u64, usize>,
 }
@@ -24,17 +22,15 @@ pub struct ReplayAlerting {
 impl ReplayAlerting {
     /// The rules of a configuration (tuning, disabled and added rules included).
     pub fn from_config(config: &crate::config::Config) -> anyhow::Result<ReplayAlerting> {
-        let rules = rules::from_config(config.risk.threshold, &config.alerting.rules)
-            .map_err(|e| anyhow::anyhow!("[[alerting.rules]]: {e}"))?;
         let hostname = if config.export.hostname.is_empty() {
             "replay".to_string()
         } else {
             config.export.hostname.clone()
         };
+        let alerting = Alerting::without_receivers(config, hostname)
+            .map_err(|e| anyhow::anyhow!("[[alerting.rules]]: {e}"))?;
         Ok(ReplayAlerting {
-            rules,
-            book: AlertBook::default(),
-            hostname,
+            alerting,
             open: BTreeMap::new(),
         })
     }
@@ -42,17 +38,10 @@ impl ReplayAlerting {
 
 impl ReplayRules for ReplayAlerting {
     fn step(&mut self, findings: &Findings, alerts: &mut Vec<ReportAlert>) {
-        let candidates = rules::evaluate(
-            &self.rules,
-            &RuleInput {
-                findings,
-                health: None,
-                hostname: &self.hostname,
-            },
-        );
-        // Resolved alerts need not be kept: the report records the episode's end at once.
-        self.book.update(findings.at, candidates, Duration::ZERO);
-        for (fingerprint, alert) in &self.book.alerts {
+        // Without receivers nothing is due; the book is what the report reads.
+        self.alerting.step(findings, None);
+        let book = self.alerting.book();
+        for (fingerprint, alert) in &book.alerts {
             match alert.state {
                 AlertState::Firing if !self.open.contains_key(fingerprint) => {
                     let label = |name: &str| alert.labels.get(name).cloned().unwrap_or_default();
@@ -79,7 +68,7 @@ impl ReplayRules for ReplayAlerting {
         let gone: Vec<u64> = self
             .open
             .keys()
-            .filter(|fp| !self.book.alerts.contains_key(fp))
+            .filter(|fp| !book.alerts.contains_key(fp))
             .copied()
             .collect();
         for fp in gone {

@@ -73,7 +73,7 @@ pub fn notification(receiver: &str, alerts: Vec<Alert>) -> Notification {
 pub fn receiver(name: &str, kind: &str, url: Option<&str>) -> ReceiverConfig {
     ReceiverConfig {
         name: name.to_string(),
-        kind: kind.to_string(),
+        kind: kind.into(),
         url: url.map(str::to_string),
         url_env: None,
         secret_env: None,

@@ -11,10 +11,11 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::redact;
+use crate::sync::lock;
 
 /// Whether a receiver's worker is delivering.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,11 +140,6 @@ pub(super) fn panic_message(payload: &(dyn Any + Send)) -> String {
         .cloned()
         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "no message".to_string())
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Plain maps, consistent after any panic elsewhere.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

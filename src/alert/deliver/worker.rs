@@ -16,9 +16,10 @@ use rand::Rng;
 use rand::rngs::SmallRng;
 
 use super::merge::{Batch, single, summary};
-use super::{Outcome, Shared, lock};
-use crate::alert::notify::retry_after;
+use super::{Outcome, Shared};
 use crate::alert::notify::{Notifier, NotifyError};
+use crate::retry_after;
+use crate::sync::lock;
 
 /// Longest sleep without a wake-up: a wall-clock jump is noticed within it.
 const IDLE_POLL: Duration = Duration::from_secs(30);

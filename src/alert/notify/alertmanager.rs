@@ -22,7 +22,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::http::Endpoint;
+use super::http::{Endpoint, EndpointError};
+use super::kind::{Consumes, KindFacts, SecretUse};
 use super::{Notifier, NotifyError};
 use crate::alert::{AlertState, LabelSet, Notification};
 
@@ -31,6 +32,14 @@ const BATCH: usize = 256;
 
 /// The API path alerts are posted to.
 const ALERTS_PATH: &str = "/api/v2/alerts";
+
+/// A bearer token for an Alertmanager behind an authenticating proxy; no rate limit of
+/// its own; fed the whole alert list, which it groups, silences and inhibits itself.
+pub const FACTS: KindFacts = KindFacts {
+    secret: Some(SecretUse::Bearer),
+    default_max_per_minute: 0,
+    consumes: Consumes::AlertList,
+};
 
 #[derive(Debug)]
 pub struct AlertmanagerNotifier {
@@ -48,7 +57,7 @@ impl AlertmanagerNotifier {
         bearer: Option<String>,
         timeout: Duration,
         resend_interval: Duration,
-    ) -> Result<AlertmanagerNotifier, String> {
+    ) -> Result<AlertmanagerNotifier, EndpointError> {
         Ok(AlertmanagerNotifier {
             endpoint: Endpoint::new(&alerts_url(url), timeout)?.with_bearer(bearer),
             resend_interval,

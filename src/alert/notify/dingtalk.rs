@@ -21,7 +21,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::http::{BodyCheck, Endpoint, Reply, errcode_verdict};
+use super::http::{BodyCheck, Endpoint, EndpointError, Reply, errcode_verdict};
+use super::kind::{Consumes, KindFacts, SecretUse};
 use super::text::{self, Facts, Tone};
 use super::{Notifier, NotifyError, hmac_sha256_base64};
 use crate::alert::Notification;
@@ -31,6 +32,14 @@ pub const MAX_TEXT_BYTES: usize = 20_000;
 
 /// How long DingTalk throttles a robot that sent more than 20 messages in a minute.
 const THROTTLE: Duration = Duration::from_secs(10 * 60);
+
+/// The signing secret ("加签"), when the robot has it on; 20 messages a minute (past it
+/// DingTalk throttles the robot for ten minutes); fed groups.
+pub const FACTS: KindFacts = KindFacts {
+    secret: Some(SecretUse::Signing),
+    default_max_per_minute: 20,
+    consumes: Consumes::Groups,
+};
 
 pub struct DingTalkNotifier {
     endpoint: Endpoint,
@@ -53,7 +62,7 @@ impl DingTalkNotifier {
         url: &str,
         secret: Option<String>,
         timeout: Duration,
-    ) -> Result<DingTalkNotifier, String> {
+    ) -> Result<DingTalkNotifier, EndpointError> {
         let mut endpoint = Endpoint::new(url, timeout)?;
         if let Some(secret) = &secret {
             endpoint.redact_also(secret);

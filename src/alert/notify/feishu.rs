@@ -24,7 +24,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::http::{BodyCheck, Endpoint, Reply, body_code, retry_after};
+use super::http::{BodyCheck, Endpoint, EndpointError, Reply, body_code, retry_after};
+use super::kind::{Consumes, KindFacts, SecretUse};
 use super::text::{self, Facts, Tone};
 use super::{Notifier, NotifyError, hmac_sha256_base64};
 use crate::alert::Notification;
@@ -34,6 +35,14 @@ pub const MAX_BODY_BYTES: usize = 20_000;
 
 /// Codes meaning "too many requests, try later".
 const RETRY_CODES: [i64; 2] = [11232, 99991400];
+
+/// The signing secret, when the bot has signature verification on; Feishu's limits (100 a
+/// minute, 5 a second) are far above what groups send, so none here; fed groups.
+pub const FACTS: KindFacts = KindFacts {
+    secret: Some(SecretUse::Signing),
+    default_max_per_minute: 0,
+    consumes: Consumes::Groups,
+};
 
 pub struct FeishuNotifier {
     endpoint: Endpoint,
@@ -57,7 +66,7 @@ impl FeishuNotifier {
         url: &str,
         secret: Option<String>,
         timeout: Duration,
-    ) -> Result<FeishuNotifier, String> {
+    ) -> Result<FeishuNotifier, EndpointError> {
         let mut endpoint = Endpoint::new(url, timeout)?;
         if let Some(secret) = &secret {
             endpoint.redact_also(secret);

@@ -104,10 +104,10 @@ pub fn classify(
     Err(NotifyError::Drop { reason })
 }
 
-/// `Retry-After` as the wait the service asked for (see [`super::retry_after`]): None
+/// `Retry-After` as the wait the service asked for (see [`crate::retry_after`]): None
 /// when absent or unreadable.
 pub fn retry_after(value: Option<&str>, now: DateTime<Utc>) -> Option<Duration> {
-    super::retry_after::parse(value?, now)
+    crate::retry_after::parse(value?, now)
 }
 
 /// A transport failure as a verdict: nearly all are worth retrying (the receiver may come
@@ -129,6 +129,20 @@ fn transport_error(err: ureq::Error, timeout: Duration) -> NotifyError {
             after: None,
         },
     }
+}
+
+/// Why a URL cannot be a receiver's endpoint. The URL shows only redacted (`shown`), or not
+/// at all when nothing of it can be told apart from a token.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("URL must start with http:// or https:// (its value is not shown: it may be a token)")]
+    NoScheme,
+    #[error("URL {shown} is not a valid URL")]
+    Invalid { shown: String },
+    #[error("URL {shown} must start with http:// or https://")]
+    Scheme { shown: String },
+    #[error("URL {shown} has no host")]
+    NoHost { shown: String },
 }
 
 /// One receiver's endpoint: the URL, a client with the receiver's timeout and the optional
@@ -153,29 +167,22 @@ impl std::fmt::Debug for Endpoint {
 impl Endpoint {
     /// Checks that `url` is an absolute http(s) URL; errors show it only redacted. Its
     /// secret parts are registered first, so even a URL refused here never reaches a log.
-    pub fn new(url: &str, timeout: Duration) -> Result<Endpoint, String> {
+    pub fn new(url: &str, timeout: Duration) -> Result<Endpoint, EndpointError> {
         redact::register_url(url);
         if !url.contains("://") {
             // Nothing of it can be told apart from a token: not quoted at all.
-            return Err(
-                "URL must start with http:// or https:// (its value is not shown: it may be a token)"
-                    .into(),
-            );
+            return Err(EndpointError::NoScheme);
         }
+        let shown = || redacted_url(url);
         let uri: Uri = url
             .parse()
-            .map_err(|_| format!("URL {} is not a valid URL", redacted_url(url)))?;
+            .map_err(|_| EndpointError::Invalid { shown: shown() })?;
         match uri.scheme_str() {
             Some("http") | Some("https") => {}
-            _ => {
-                return Err(format!(
-                    "URL {} must start with http:// or https://",
-                    redacted_url(url)
-                ));
-            }
+            _ => return Err(EndpointError::Scheme { shown: shown() }),
         }
         if uri.host().is_none_or(str::is_empty) {
-            return Err(format!("URL {} has no host", redacted_url(url)));
+            return Err(EndpointError::NoHost { shown: shown() });
         }
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))

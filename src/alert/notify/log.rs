@@ -2,9 +2,17 @@
 //! whose log shipper is the alert channel. Firing alerts log at WARN, resolved ones at
 //! INFO. Never fails.
 
+use super::kind::{Consumes, KindFacts};
 use super::text::{self, Facts};
 use super::{Notifier, NotifyError};
 use crate::alert::Notification;
+
+/// No secret and no URL (it writes to the agent's log); never limited; fed groups.
+pub const FACTS: KindFacts = KindFacts {
+    secret: None,
+    default_max_per_minute: 0,
+    consumes: Consumes::Groups,
+};
 
 #[derive(Debug)]
 pub struct LogNotifier {

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::http::Endpoint;
+use super::http::{Endpoint, EndpointError};
+use super::kind::{Consumes, KindFacts};
 use super::text::{self, Facts, Tone};
 use super::{Notifier, NotifyError};
 use crate::alert::Notification;
@@ -23,6 +24,14 @@ const MAX_SECTION_CHARS: usize = 3000;
 const MAX_HEADER_CHARS: usize = 150;
 const MAX_TEXT_CHARS: usize = 40_000;
 
+/// No secret: the incoming webhook's URL is its credential; Slack's 429s carry their own
+/// `Retry-After`, so no rate limit here; fed groups.
+pub const FACTS: KindFacts = KindFacts {
+    secret: None,
+    default_max_per_minute: 0,
+    consumes: Consumes::Groups,
+};
+
 #[derive(Debug)]
 pub struct SlackNotifier {
     endpoint: Endpoint,
@@ -30,7 +39,7 @@ pub struct SlackNotifier {
 
 impl SlackNotifier {
     /// `url`: the incoming webhook URL (`https://hooks.slack.com/services/…`).
-    pub fn new(url: &str, timeout: Duration) -> Result<SlackNotifier, String> {
+    pub fn new(url: &str, timeout: Duration) -> Result<SlackNotifier, EndpointError> {
         Ok(SlackNotifier {
             endpoint: Endpoint::new(url, timeout)?,
         })

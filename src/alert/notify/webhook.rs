@@ -14,12 +14,20 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 
-use super::http::Endpoint;
+use super::http::{Endpoint, EndpointError};
+use super::kind::{Consumes, KindFacts, SecretUse};
 use super::{Notifier, NotifyError, text};
 use crate::alert::{AlertState, LabelSet, Notification};
 
 /// Go's zero `time.Time` as `encoding/json` writes it.
 pub const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// A bearer token, when the receiver wants one; no rate limit; fed groups.
+pub const FACTS: KindFacts = KindFacts {
+    secret: Some(SecretUse::Bearer),
+    default_max_per_minute: 0,
+    consumes: Consumes::Groups,
+};
 
 /// POSTs version-4 payloads to one URL, with an optional bearer token.
 #[derive(Debug)]
@@ -33,7 +41,7 @@ impl WebhookNotifier {
         url: &str,
         bearer: Option<String>,
         timeout: Duration,
-    ) -> Result<WebhookNotifier, String> {
+    ) -> Result<WebhookNotifier, EndpointError> {
         Ok(WebhookNotifier {
             endpoint: Endpoint::new(url, timeout)?.with_bearer(bearer),
         })

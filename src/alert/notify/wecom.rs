@@ -16,7 +16,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::http::{BodyCheck, Endpoint, Reply, errcode_verdict};
+use super::http::{BodyCheck, Endpoint, EndpointError, Reply, errcode_verdict};
+use super::kind::{Consumes, KindFacts};
 use super::text::{self, Facts};
 use super::{Notifier, NotifyError};
 use crate::alert::Notification;
@@ -27,6 +28,14 @@ pub const MAX_CONTENT_BYTES: usize = 4096;
 /// WeCom's rate window: 20 messages per robot per minute.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
 
+/// No secret: the `key` in the URL is the credential; 20 messages a minute per robot;
+/// fed groups.
+pub const FACTS: KindFacts = KindFacts {
+    secret: None,
+    default_max_per_minute: 20,
+    consumes: Consumes::Groups,
+};
+
 #[derive(Debug)]
 pub struct WeComNotifier {
     endpoint: Endpoint,
@@ -34,7 +43,7 @@ pub struct WeComNotifier {
 
 impl WeComNotifier {
     /// `url`: the robot's webhook (`https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=…`).
-    pub fn new(url: &str, timeout: Duration) -> Result<WeComNotifier, String> {
+    pub fn new(url: &str, timeout: Duration) -> Result<WeComNotifier, EndpointError> {
         Ok(WeComNotifier {
             endpoint: Endpoint::new(url, timeout)?,
         })

@@ -1,0 +1,125 @@
+//! The default rules: known-bad hardware states (`GpuLost`, `GpuHardwareXid`,
+//! `GpuRowRemapFailure`, `GpuUncorrectableEccErrors`) fire at once; risk, heat and
+//! collection failures after a while; waste and capacity as warnings and information.
+//! Their names are a contract: README.md lists them, `gpu_sentinel_alerts` counts by them,
+//! and the Prometheus rules in `alerts/gpu-sentinel.rules.yml` have a twin of each.
+
+use super::{Condition, Rule, rule};
+
+/// Names of the default rules, in evaluation order.
+pub const DEFAULT_RULES: [&str; 12] = [
+    "GpuLost",
+    "GpuHardwareXid",
+    "GpuRowRemapFailure",
+    "GpuUncorrectableEccErrors",
+    "GpuFailureRiskHigh",
+    "GpuThermalSlowdown",
+    "GpuAllocatedIdle",
+    "GpuGhostProcess",
+    "GpuLongRunningProcess",
+    "GpuFleetScaleOut",
+    "GpuFleetScaleIn",
+    "GpuCollectionFailing",
+];
+
+/// The default rules with the risk threshold of `[risk]`.
+pub fn defaults(risk_threshold: f64) -> Vec<Rule> {
+    vec![
+        rule(
+            "GpuLost",
+            "critical",
+            0,
+            Condition::Lost,
+            "GPU {gpu} on {hostname} is lost (fell off the bus or stopped answering)",
+            "Drain the node; check `nvidia-smi` and the kernel log for XID 79; reset the GPU or reboot. A GPU that drops again goes to RMA.",
+        ),
+        rule(
+            "GpuHardwareXid",
+            "critical",
+            0,
+            Condition::HardwareXid,
+            "GPU {gpu} on {hostname} raised hardware XID {value}",
+            "Look the XID up in NVIDIA's XID catalog; drain jobs before a reset. Repeated hardware XIDs warrant RMA.",
+        ),
+        rule(
+            "GpuRowRemapFailure",
+            "critical",
+            0,
+            Condition::RowRemapFailure,
+            "GPU {gpu} on {hostname} failed to remap a memory row",
+            "A row-remap failure is NVIDIA's RMA signal: drain the GPU and open an RMA.",
+        ),
+        rule(
+            "GpuUncorrectableEccErrors",
+            "critical",
+            0,
+            Condition::UncorrectableEcc,
+            "GPU {gpu} on {hostname} had {value} uncorrectable ECC errors in 24 h",
+            "Jobs on this GPU may have crashed. Drain it, reset it so pending remaps apply, and watch for recurrence.",
+        ),
+        rule(
+            "GpuFailureRiskHigh",
+            "warning",
+            15 * 60,
+            Condition::RiskHigh(risk_threshold),
+            "GPU {gpu} on {hostname} is at risk of failure (score {value})",
+            "Move long jobs off this GPU before the next checkpoint; schedule a maintenance reset and check the reasons.",
+        ),
+        rule(
+            "GpuThermalSlowdown",
+            "warning",
+            5 * 60,
+            Condition::ThermalSlowdown,
+            "GPU {gpu} on {hostname} is in thermal slowdown",
+            "Check airflow, fans and inlet temperature of the node; a GPU much hotter than its peers points at its cooling.",
+        ),
+        rule(
+            "GpuAllocatedIdle",
+            "warning",
+            0,
+            Condition::AllocatedIdle,
+            "GPU {gpu} on {hostname} is allocated but idle for {value}",
+            "Ask the owner to release the GPU or scale the job down; consider an idle-reclaim policy.",
+        ),
+        rule(
+            "GpuGhostProcess",
+            "warning",
+            0,
+            Condition::GhostProcess,
+            "GPU {gpu} on {hostname} holds memory for {value} dead process(es)",
+            "The owning process is gone, a zombie or orphaned: kill it or its parent; if memory stays held, reset the GPU.",
+        ),
+        rule(
+            "GpuLongRunningProcess",
+            "info",
+            0,
+            Condition::LongRunningProcess,
+            "GPU {gpu} on {hostname} runs {value} process(es) past the long-running limit",
+            "Confirm with the owner that the job is meant to run this long.",
+        ),
+        rule(
+            "GpuFleetScaleOut",
+            "info",
+            0,
+            Condition::ScaleOut,
+            "GPUs on {hostname} are saturated: {value} GPUs recommended",
+            "Add capacity or queue work elsewhere.",
+        ),
+        rule(
+            "GpuFleetScaleIn",
+            "info",
+            0,
+            Condition::ScaleIn,
+            "GPUs on {hostname} are mostly idle: {value} GPUs recommended",
+            "Release or consolidate capacity.",
+        ),
+        rule(
+            "GpuCollectionFailing",
+            "warning",
+            5 * 60,
+            Condition::CollectionFailing,
+            "GPU collection on {hostname} is failing",
+            "Check gpu_sentinel_collector_success and the agent's log; the driver may be wedged.",
+        ),
+    ]
+}

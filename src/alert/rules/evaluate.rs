@@ -1,0 +1,223 @@
+//! Evaluation: which rules' conditions hold for which GPU (or the host) now, each as a
+//! [`Candidate`] with the labels that identify it and annotations that explain it (the
+//! numbers and reasons behind a risk score, the processes behind a ghost).
+
+use std::time::Duration;
+
+use super::{Condition, Field, Rule};
+use crate::alert::LabelSet;
+use crate::engine::{Findings, GpuFindings};
+use crate::model::CollectHealth;
+
+/// One rule's condition holding for one label set, before the lifecycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub labels: LabelSet,
+    pub annotations: LabelSet,
+    pub for_: Duration,
+}
+
+/// What rules read besides findings: collection health (absent in replay) and the host.
+pub struct RuleInput<'a> {
+    pub findings: &'a Findings,
+    pub health: Option<&'a CollectHealth>,
+    pub hostname: &'a str,
+}
+
+/// Every candidate alert the rules produce now (inhibition comes later, in the book:
+/// [`crate::alert::book::AlertBook::inhibited`]).
+pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    for rule in rules {
+        match &rule.condition {
+            Condition::ScaleOut | Condition::ScaleIn => node_rule(rule, input, &mut out),
+            Condition::CollectionFailing => collection_rule(rule, input, &mut out),
+            _ => {
+                for gpu in &input.findings.gpus {
+                    if let Some((value, description)) = gpu_condition(&rule.condition, gpu) {
+                        out.push(candidate(
+                            rule,
+                            input.hostname,
+                            Some(gpu),
+                            &value,
+                            description,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Value shown in the summary and the description with the numbers, when the condition holds.
+fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, String)> {
+    let reasons = || {
+        let top: Vec<String> = g
+            .risk
+            .top(3)
+            .map(|c| format!("{} = {:.2} (+{:.2})", c.feature, c.value, c.contribution))
+            .collect();
+        let rule = g
+            .risk
+            .rule
+            .as_deref()
+            .map(|r| format!("rule {r}; "))
+            .unwrap_or_default();
+        format!(
+            "risk {:.2}: {rule}{}",
+            g.risk.score,
+            if top.is_empty() {
+                "no weighted feature".into()
+            } else {
+                top.join(", ")
+            }
+        )
+    };
+    let processes = |list: &[crate::engine::idle::ProcessFinding]| {
+        list.iter()
+            .map(|p| {
+                let mem = p.memory_bytes.map_or(String::new(), |b| {
+                    format!(", {:.1} GiB", b as f64 / f64::from(1u32 << 30))
+                });
+                format!(
+                    "pid {} ({}{}, {:?}, idle {:.0} min)",
+                    p.pid,
+                    p.owner(),
+                    mem,
+                    p.liveness,
+                    p.idle_seconds / 60.0
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    match condition {
+        Condition::Lost => g.lost.then(|| ("lost".into(), format!("The GPU stopped answering NVML. {}", reasons()))),
+        Condition::HardwareXid => (!g.hardware_xids_24h.is_empty()).then(|| {
+            let xids: Vec<String> = g.hardware_xids_24h.iter().map(u32::to_string).collect();
+            let described: Vec<String> = g
+                .hardware_xids_24h
+                .iter()
+                .map(|x| format!("XID {x}: {}", crate::xid::description(*x)))
+                .collect();
+            (xids.join(", "), format!("Hardware-fault XIDs in the last 24 h: {}.", described.join("; ")))
+        }),
+        Condition::RowRemapFailure => g.row_remap_failure.then(|| ("failed".into(), format!("Row remapping failed. {}", reasons()))),
+        Condition::UncorrectableEcc => (g.uncorrectable_ecc_24h > 0.0).then(|| {
+            (format!("{:.0}", g.uncorrectable_ecc_24h), format!("{:.0} uncorrectable ECC errors in 24 h. {}", g.uncorrectable_ecc_24h, reasons()))
+        }),
+        Condition::RiskHigh(threshold) => (g.up && g.risk.score >= *threshold)
+            .then(|| (format!("{:.2}", g.risk.score), reasons())),
+        Condition::ThermalSlowdown => g.thermal_slowdown.then(|| ("active".into(), "Clocks are cut by thermal slowdown.".into())),
+        Condition::AllocatedIdle => g.idle.allocated_idle.then(|| {
+            let minutes = g.idle.allocated_idle_seconds / 60.0;
+            (format!("{minutes:.0} min"), format!("Memory is held while utilization stayed under the idle threshold for {minutes:.0} minutes."))
+        }),
+        Condition::GhostProcess => (!g.idle.ghosts.is_empty()).then(|| {
+            (g.idle.ghosts.len().to_string(), format!("Memory held by processes that are gone, zombies or orphans: {}.", processes(&g.idle.ghosts)))
+        }),
+        Condition::LongRunningProcess => (!g.idle.long_running.is_empty()).then(|| {
+            (g.idle.long_running.len().to_string(), format!("Long-running: {}.", processes(&g.idle.long_running)))
+        }),
+        Condition::Threshold { field, op, value } => {
+            let actual = field_value(*field, g)?;
+            op.holds(actual, *value).then(|| (format!("{actual:.2}"), format!("value {actual:.2}, threshold {value}")))
+        }
+        Condition::ScaleOut | Condition::ScaleIn | Condition::CollectionFailing => None,
+    }
+}
+
+fn field_value(field: Field, g: &GpuFindings) -> Option<f64> {
+    let s = &g.readings;
+    match field {
+        Field::Temperature => s.temperature_celsius,
+        Field::MemoryTemperature => s.memory_temperature_celsius,
+        Field::Power => s.power_watts,
+        Field::Utilization => s.utilization,
+        Field::MemoryUsedRatio => s.memory_used_ratio,
+        Field::RiskScore => Some(g.risk.score),
+        Field::IdleSeconds => Some(g.idle.idle_seconds),
+    }
+}
+
+fn node_rule(rule: &Rule, input: &RuleInput<'_>, out: &mut Vec<Candidate>) {
+    use crate::engine::capacity::Direction;
+    let advice = &input.findings.capacity;
+    let wanted = match rule.condition {
+        Condition::ScaleOut => Direction::Out,
+        _ => Direction::In,
+    };
+    if advice.direction == wanted {
+        out.push(candidate(
+            rule,
+            input.hostname,
+            None,
+            &advice.recommended_gpus.to_string(),
+            advice.reason.clone(),
+        ));
+    }
+}
+
+fn collection_rule(rule: &Rule, input: &RuleInput<'_>, out: &mut Vec<Candidate>) {
+    let Some(health) = input.health else {
+        return;
+    };
+    let failing: Vec<&str> = health
+        .families
+        .iter()
+        .filter(|f| !f.success)
+        .map(|f| f.name)
+        .collect();
+    if !health.source_up || !failing.is_empty() {
+        let description = if health.source_up {
+            format!("Collector families failing: {}.", failing.join(", "))
+        } else {
+            "NVML is unavailable; re-initialisation is being retried.".to_string()
+        };
+        out.push(candidate(
+            rule,
+            input.hostname,
+            None,
+            "failing",
+            description,
+        ));
+    }
+}
+
+fn candidate(
+    rule: &Rule,
+    hostname: &str,
+    gpu: Option<&GpuFindings>,
+    value: &str,
+    description: String,
+) -> Candidate {
+    let mut labels = LabelSet::new();
+    labels.insert("alertname".into(), rule.name.clone());
+    labels.insert("severity".into(), rule.severity.clone());
+    labels.insert("hostname".into(), hostname.to_string());
+    let (index, uuid) = gpu.map_or((String::new(), String::new()), |g| {
+        (g.index.to_string(), g.uuid.clone())
+    });
+    if let Some(g) = gpu {
+        labels.insert("gpu".into(), index.clone());
+        labels.insert("uuid".into(), g.uuid.clone());
+    }
+    let summary = rule
+        .summary
+        .replace("{gpu}", &index)
+        .replace("{uuid}", &uuid)
+        .replace("{hostname}", hostname)
+        .replace("{value}", value);
+    let mut annotations = LabelSet::new();
+    annotations.insert("summary".into(), summary);
+    annotations.insert("description".into(), description);
+    if !rule.runbook.is_empty() {
+        annotations.insert("runbook".into(), rule.runbook.clone());
+    }
+    Candidate {
+        labels,
+        annotations,
+        for_: rule.for_,
+    }
+}
