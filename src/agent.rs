@@ -82,6 +82,7 @@ impl Collector {
         self.clear_impossible_values(&mut snapshot);
         let findings = self.engine.step(&snapshot);
         let notifications = self.alerting.step(&findings, Some(&health));
+        self.keeper.save_alerts_when_changed(&mut self.alerting);
         self.outgoing.step(notifications, &findings);
         let render_began = Instant::now();
         let metrics = self.render_exposition(RenderInput {
@@ -129,8 +130,7 @@ impl Collector {
         let alert_counts = self.alerting.counts();
         let delivery = self.outgoing.delivery_stats();
         let advice = self.outgoing.advice_stats();
-        self.keeper
-            .note_failures(&self.alerting, &mut self.export_state);
+        self.keeper.note_failures(&mut self.export_state);
         crate::export::render(
             &RenderInput {
                 alerts: Some(&alert_counts),
@@ -176,7 +176,7 @@ impl Collector {
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
-                self.keeper.finish(&mut self.engine);
+                self.keeper.finish(&mut self.engine, &self.alerting);
                 self.outgoing.shutdown();
             })
     }

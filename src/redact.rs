@@ -391,7 +391,10 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn percent_encode(text: &str) -> String {
+/// Percent-encodes everything but RFC 3986's unreserved characters (base64's `+`, `/`,
+/// `=` included). The one encoding of secrets put into URLs (DingTalk's `sign`), so that
+/// redaction knows each secret in exactly the form it is sent in.
+pub fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 3);
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {

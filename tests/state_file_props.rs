@@ -16,6 +16,7 @@ use gpu_sentinel::alert::alerting::{Alerting, AlertingState};
 use gpu_sentinel::config::{Config, SimulationConfig};
 use gpu_sentinel::engine::{Engine, EngineConfig, EngineState, STATE_VERSION, store};
 use gpu_sentinel::source::simulate::Fleet;
+use gpu_sentinel::state_file;
 
 /// A fresh directory for one case.
 fn case_dir() -> PathBuf {
@@ -157,14 +158,14 @@ proptest! {
         let dir = case_dir();
         let path = dir.join(gpu_sentinel::alert::alerting::FILE_NAME);
         fs::write(&path, &bytes).expect("write the case");
-        let mut alerting = alerting();
-        alerting.persist_at(path);
+        // As the agent resumes alerting (agent/persistence.rs): the state file's loader.
+        let loaded = state_file::load::<AlertingState>(&path).unwrap_or_default();
         let spelled = serde_json::from_slice::<AlertingState>(&bytes).ok();
         check_verdict(
             &dir,
             gpu_sentinel::alert::alerting::FILE_NAME,
             &bytes,
-            alerting.state,
+            loaded,
             spelled,
         )?;
         let _ = fs::remove_dir_all(&dir);
@@ -189,14 +190,8 @@ proptest! {
         prop_assert_eq!(store::load(&path), engine);
 
         let path = dir.join(gpu_sentinel::alert::alerting::FILE_NAME);
-        let mut saving = alerting();
-        saving.persist_at(path.clone());
-        saving.state = alerts.clone();
-        saving.save();
-        prop_assert_eq!(saving.save_failures(), Some(0));
-        let mut loading = alerting();
-        loading.persist_at(path);
-        prop_assert_eq!(loading.state, alerts);
+        state_file::save(&path, &alerts).expect("save the alert state");
+        prop_assert_eq!(state_file::load::<AlertingState>(&path), Some(alerts));
         prop_assert!(kept(&dir, store::FILE_NAME).is_empty());
         let _ = fs::remove_dir_all(&dir);
     }

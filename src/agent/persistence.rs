@@ -4,19 +4,20 @@
 //! Two state files live in `[state] dir`: the engine's (its windows, baselines and
 //! counters), saved every `[state] save_interval` by [`EngineSaver`] off the collection
 //! thread and once more at shutdown; and alerting's (the alert book and the groups'
-//! notification history), which [`Alerting`] saves itself inside its step whenever an
-//! alert changes state or a notification goes out — rare events a restart must not lose.
-//! [`StateKeeper`] is the agent's one place for both: it resumes them at start, hands the
-//! engine's state to the saver on its cadence, finishes at shutdown, and reports each
-//! file's failed saves for `gpu_sentinel_state_save_errors_total`.
+//! notification history), saved after each step in which an alert changed state or a
+//! notification went out — rare events a restart must not lose — and at shutdown.
+//! [`StateKeeper`] is the agent's one place for both: it resumes them at start, saves each
+//! when due, finishes at shutdown, and reports each file's failed saves for
+//! `gpu_sentinel_state_save_errors_total`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::saver::EngineSaver;
-use crate::alert::alerting::{Alerting, FILE_NAME as ALERTING_FILE_NAME};
+use crate::alert::alerting::{Alerting, AlertingState, FILE_NAME as ALERTING_FILE_NAME};
 use crate::engine::{Engine, store};
 use crate::export::ExportState;
+use crate::state_file::SaveLog;
 
 /// Where the agent's state survives a restart, and how often the engine's part is saved.
 #[derive(Debug, Clone)]
@@ -33,6 +34,8 @@ pub struct Persistence {
 pub struct StateKeeper {
     /// Writes the engine's state; None without persistence, and after [`StateKeeper::finish`].
     saver: Option<EngineSaver>,
+    /// Where alerting's state is saved, and how its saves went; None without persistence.
+    alerts: Option<SaveLog>,
     save_every: Duration,
     last_save: Instant,
 }
@@ -49,6 +52,7 @@ impl StateKeeper {
         let Some(persistence) = persistence else {
             return StateKeeper {
                 saver: None,
+                alerts: None,
                 save_every: Duration::MAX,
                 last_save: Instant::now(),
             };
@@ -60,9 +64,18 @@ impl StateKeeper {
             path.display(),
             engine.state.gpus.len()
         );
-        alerting.persist_at(persistence.dir.join(ALERTING_FILE_NAME));
+        let alerts_path = persistence.dir.join(ALERTING_FILE_NAME);
+        if let Some(state) = crate::state_file::load::<AlertingState>(&alerts_path) {
+            tracing::info!(
+                "alert state at {}: {} alerts remembered",
+                alerts_path.display(),
+                state.book.alerts.len()
+            );
+            alerting.restore(state);
+        }
         StateKeeper {
             saver: Some(EngineSaver::start(path)),
+            alerts: Some(SaveLog::new("alert state", alerts_path)),
             save_every: persistence.save_every,
             last_save: Instant::now(),
         }
@@ -81,21 +94,37 @@ impl StateKeeper {
         }
     }
 
-    /// Saves the engine's state one last time and waits until it is written (shutdown).
-    /// Alerting's state needs no last save: it was saved at its last change.
-    pub fn finish(&mut self, engine: &mut Engine) {
+    /// Saves alerting's state when its last step changed it, before that step's
+    /// notifications are handed to delivery. Written on the collection thread: it is small
+    /// and changes rarely.
+    pub fn save_alerts_when_changed(&mut self, alerting: &mut Alerting) {
+        if alerting.take_changed() {
+            self.save_alerts(alerting);
+        }
+    }
+
+    fn save_alerts(&mut self, alerting: &Alerting) {
+        if let Some(log) = &mut self.alerts {
+            let outcome = crate::state_file::save(log.path(), &alerting.state);
+            log.record(&outcome);
+        }
+    }
+
+    /// Saves both states one last time and waits until they are written (shutdown).
+    pub fn finish(&mut self, engine: &mut Engine, alerting: &Alerting) {
+        self.save_alerts(alerting);
         if let Some(saver) = self.saver.take() {
             saver.finish(std::mem::take(&mut engine.state));
         }
     }
 
     /// Failed saves per state file, for `gpu_sentinel_state_save_errors_total`.
-    pub fn note_failures(&self, alerting: &Alerting, export_state: &mut ExportState) {
+    pub fn note_failures(&self, export_state: &mut ExportState) {
         if let Some(saver) = &self.saver {
             export_state.set_state_save_errors(store::FILE_NAME, saver.failures());
         }
-        if let Some(failures) = alerting.save_failures() {
-            export_state.set_state_save_errors(ALERTING_FILE_NAME, failures);
+        if let Some(log) = &self.alerts {
+            export_state.set_state_save_errors(ALERTING_FILE_NAME, log.failures());
         }
     }
 }

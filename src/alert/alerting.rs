@@ -1,12 +1,12 @@
 //! The alerting stage of the agent: rules over each step's findings, the alert book, and
-//! dispatch turning it into notifications; its state persisted so a restart neither
-//! re-fires nor forgets.
+//! dispatch turning it into notifications. Its state ([`AlertingState`]) is what a restart
+//! must keep so it neither re-fires nor forgets; the agent saves it when a step says it
+//! changed ([`Alerting::take_changed`]).
 //!
 //! Replay drives the same stage without receivers ([`Alerting::without_receivers`]): rules
 //! and book only, so a recording fires exactly the alerts the agent would have.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +21,6 @@ use super::{AlertState, Notification};
 use crate::config::Config;
 use crate::engine::Findings;
 use crate::model::CollectHealth;
-use crate::state_file::SaveLog;
 
 /// What survives a restart: the alerts and the groups' notification history.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -52,8 +51,9 @@ pub struct Alerting {
     pub state: AlertingState,
     retention: Duration,
     hostname: String,
-    /// Where the state is saved, and how saves went; None when nothing is persisted.
-    persisted: Option<SaveLog>,
+    /// Whether an alert changed state or a notification went out since the last
+    /// [`Alerting::take_changed`]: the moments the state must be saved.
+    changed: bool,
 }
 
 impl Alerting {
@@ -105,7 +105,7 @@ impl Alerting {
             state: AlertingState::default(),
             retention: config.alerting.resolved_retention,
             hostname,
-            persisted: None,
+            changed: false,
         })
     }
 
@@ -119,36 +119,21 @@ impl Alerting {
             state: AlertingState::default(),
             retention: Duration::ZERO,
             hostname,
-            persisted: None,
+            changed: false,
         })
     }
 
-    /// Resumes from, and later saves to, `path`. An unusable file there is moved aside and
-    /// alerting starts fresh.
-    pub fn persist_at(&mut self, path: PathBuf) {
-        if let Some(state) = crate::state_file::load::<AlertingState>(&path) {
-            tracing::info!(
-                "alert state at {}: {} alerts remembered",
-                path.display(),
-                state.book.alerts.len()
-            );
-            self.state = state;
-        }
-        self.persisted = Some(SaveLog::new("alert state", path));
+    /// Resumes from a saved state.
+    pub fn restore(&mut self, state: AlertingState) {
+        self.state = state;
     }
 
-    /// Saves the state where [`Alerting::persist_at`] said; a failure is logged when it is
-    /// the first of its kind (see [`SaveLog`]) and always counted.
-    pub fn save(&mut self) {
-        if let Some(log) = &mut self.persisted {
-            let outcome = crate::state_file::save(log.path(), &self.state);
-            log.record(&outcome);
-        }
-    }
-
-    /// Failed saves of the state since start; None when nothing is persisted.
-    pub fn save_failures(&self) -> Option<u64> {
-        self.persisted.as_ref().map(SaveLog::failures)
+    /// Whether the state changed in a way a restart must not lose (an alert changed state,
+    /// a notification went out) since the last call; clears the flag. Transitions and
+    /// notifications are rare: saving on them keeps a restart from re-firing or repeating,
+    /// without writing every tick.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
     }
 
     /// One step: evaluates the rules, advances the lifecycle, returns the notifications due
@@ -182,10 +167,8 @@ impl Alerting {
             }
             None => Vec::new(),
         };
-        // Transitions and notifications are rare; saving on each keeps a restart from
-        // re-firing or repeating, without writing every tick.
         if self.transitions() != before || !notifications.is_empty() {
-            self.save();
+            self.changed = true;
         }
         notifications
     }

@@ -110,22 +110,8 @@ fn signed_url(url: &str, now: DateTime<Utc>, secret: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
     format!(
         "{url}{separator}timestamp={timestamp}&sign={}",
-        url_encode(&sign(timestamp, secret))
+        crate::redact::percent_encode(&sign(timestamp, secret))
     )
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters (base64's `+`, `/`,
-/// `=` included).
-fn url_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3);
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The markdown text showing the first `shown` alerts.
@@ -173,7 +159,7 @@ mod tests {
 
     #[test]
     fn signatures_are_url_encoded() {
-        assert_eq!(url_encode("a+b/c=="), "a%2Bb%2Fc%3D%3D");
+        assert_eq!(crate::redact::percent_encode("a+b/c=="), "a%2Bb%2Fc%3D%3D");
         let now = DateTime::from_timestamp_millis(1_700_000_000_123).expect("time");
         let url = signed_url("https://x/robot/send?access_token=t", now, "SECret");
         assert!(
