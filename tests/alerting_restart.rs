@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::http_server::{Answer, HttpServer};
@@ -47,15 +46,7 @@ fn undelivered_notifications_survive_kill_minus_nine() {
         "{}",
         refused[0].text()
     );
-    let pid = first.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let _ = first.child.wait();
+    first.kill9();
 
     hook.then(vec![Answer::ok()]);
     let before = hook.requests().len();

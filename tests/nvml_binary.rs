@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Agent, fake_nvml_lib, run, samples, temp_file};
+use common::{Agent, fake_nvml_lib, run, samples, temp_file, value};
 
 /// Starts `run --nvml-lib <fake>` with a scenario and the kernel log off (the host's
 /// /dev/kmsg has nothing to do with the simulated GPUs).
@@ -25,13 +25,6 @@ fn start(name: &str, scenario: &str) -> Agent {
         ],
         &[("FAKE_NVML_SCENARIO", scenario.to_str().unwrap())],
     )
-}
-
-fn value(text: &str, family: &str, labels_contain: &str) -> Option<f64> {
-    samples(text, family)
-        .into_iter()
-        .find(|(labels, _)| labels.contains(labels_contain))
-        .map(|(_, v)| v)
 }
 
 #[test]

@@ -6,10 +6,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Agent, fake_nvml_lib, samples, temp_file};
+use common::{Agent, fake_nvml_lib, samples, temp_file, value};
 
 /// A fresh state directory for one test.
 fn state_dir(name: &str) -> PathBuf {
@@ -58,13 +57,6 @@ fn named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn value(text: &str, name: &str, labels: &str) -> Option<f64> {
-    samples(text, name)
-        .into_iter()
-        .find(|(l, _)| l.contains(labels))
-        .map(|(_, v)| v)
 }
 
 #[test]
@@ -167,15 +159,7 @@ fn kill_minus_nine_loses_at_most_the_save_interval() {
     std::thread::sleep(Duration::from_secs(6));
     let before = cost(&first.get("/metrics").text());
     let killed_at = chrono::Utc::now().timestamp();
-    let pid = first.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let _ = first.child.wait();
+    first.kill9();
 
     // What is on disk is about the save interval (and a collection) old; the bounds leave
     // room for a loaded machine, far below the minute of the default interval.

@@ -137,6 +137,12 @@ impl Agent {
         self.get("/metrics").text()
     }
 
+    /// Kills the agent with SIGKILL (`Child::kill`): no destructor, no flush, no save.
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("kill -9");
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGTERM and returns the exit status and stderr.
     pub fn stop(mut self) -> (std::process::ExitStatus, String) {
         let pid = self.child.id().to_string();
@@ -192,6 +198,14 @@ pub fn samples<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
             Some((labels, value.split(' ').next()?.parse().ok()?))
         })
         .collect()
+}
+
+/// The value of the first sample of `family` whose labels contain `labels_contain`.
+pub fn value(text: &str, family: &str, labels_contain: &str) -> Option<f64> {
+    samples(text, family)
+        .into_iter()
+        .find(|(labels, _)| labels.contains(labels_contain))
+        .map(|(_, v)| v)
 }
 
 /// The path of an external tool the tests run for real (promtool, prometheus, …), or None
