@@ -140,6 +140,69 @@ fn a_gpu_whose_rows_stop_is_lost_even_when_the_log_ends_soon_after() {
     }
 }
 
+/// The alerts of the report named `alertname`, as (gpu, starts_at).
+fn alerts_named<'a>(report: &'a Value, alertname: &str) -> Vec<(&'a str, &'a str)> {
+    report["alerts"]
+        .as_array()
+        .expect("alerts array")
+        .iter()
+        .filter(|a| a["alertname"] == alertname)
+        .map(|a| {
+            (
+                a["gpu"].as_str().expect("gpu label"),
+                a["starts_at"].as_str().expect("starts_at"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_device_handle_line_keeps_every_round_on_its_own_time() {
+    // GPU 0 (bus 3B:00.0, first in every round) becomes unreachable at 09:01:00: from then
+    // on nvidia-smi writes "Unable to determine the device handle" where its row was.
+    let (report, stderr) = replay_json(&[path(&fixture("device_handle.csv"))]);
+    assert!(
+        stderr.contains("Unable to determine the device handle"),
+        "{stderr}"
+    );
+    assert_eq!(report["samples"], 96);
+    assert_eq!(report["start"], "2026-03-02T09:00:00.002Z");
+    // The last round is that of 09:01:55, stamped by its first timed row (GPU 1's).
+    assert_eq!(report["end"], "2026-03-02T09:01:55.005Z");
+    let lost = gpu(&report, 0);
+    assert_eq!(lost["lost"], true, "{lost:#}");
+    // Lost in the round of 09:01:00, not in the one before (its last good row, 09:00:55).
+    assert_eq!(
+        alerts_named(&report, "GpuLost"),
+        [("0", "2026-03-02T09:01:00.005Z")],
+        "{report:#}"
+    );
+    for i in [1, 2, 3] {
+        assert_eq!(gpu(&report, i)["lost"], false, "GPU {i}: {report:#}");
+        assert!(!findings(gpu(&report, i)).contains(&"lost"));
+    }
+}
+
+#[test]
+fn a_gpu_whose_value_cells_read_unknown_error_is_lost() {
+    // GPU 2's rows go on to the end, identity cells kept, every value `[Unknown Error]`.
+    let (report, _) = replay_json(&[path(&fixture("unknown_error.csv"))]);
+    assert_eq!(report["samples"], 96);
+    assert_eq!(report["end"], "2026-03-02T09:01:55.002Z");
+    let lost = gpu(&report, 2);
+    assert_eq!(lost["lost"], true, "{lost:#}");
+    assert!(findings(lost).contains(&"lost"), "{lost:#}");
+    assert_eq!(
+        alerts_named(&report, "GpuLost"),
+        [("2", "2026-03-02T09:01:00.002Z")],
+        "{report:#}"
+    );
+    // The others write `[N/A]` for fan.speed in every row and stay up.
+    for i in [0, 1, 3] {
+        assert_eq!(gpu(&report, i)["lost"], false, "GPU {i}: {report:#}");
+    }
+}
+
 #[test]
 fn a_last_round_cut_mid_write_does_not_make_gpus_lost() {
     // GPUs 0, 1 and 3 report to the end; the capture is killed in the middle of GPU 1's

@@ -335,3 +335,32 @@ timestamp, index, uuid, temperature.gpu, utilization.gpu [%], power.draw [W]
          power_watts: 1, first at line 4; utilization.gpu: 1, first at line 3)"
     );
 }
+
+#[test]
+fn a_row_whose_values_all_read_unknown_error_is_a_lost_gpu() {
+    let text = "\
+timestamp, index, uuid, name, pci.bus_id, driver_version, temperature.gpu, power.draw [W], fan.speed [%], ecc.errors.corrected.volatile.total
+2026/07/14 08:00:00.000, 0, GPU-aaaa, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 570.124.06, 50, 100.00 W, [N/A], 0
+2026/07/14 08:00:00.003, 1, GPU-bbbb, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 570.124.06, [Unknown Error], [Unknown Error], [Unknown Error], [Unknown Error]
+2026/07/14 08:00:05.000, 0, GPU-aaaa, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 570.124.06, [N/A], [Not Supported], [N/A], [Unknown Error]
+2026/07/14 08:00:05.003, 1, GPU-bbbb, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 570.124.06, [GPU is lost], [Unknown Error], [Unknown Error], [GPU requires reset]
+";
+    let (snaps, stats, warnings) = read_all(text, None);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(stats.samples, 4);
+    let up: Vec<Vec<(&str, bool)>> = snaps
+        .iter()
+        .map(|s| s.gpus.iter().map(|g| (g.uuid.as_str(), g.up)).collect())
+        .collect();
+    // GPU-aaaa's second row has no value, but nvidia-smi read it as absent: it answers.
+    assert_eq!(
+        up,
+        [
+            [("GPU-aaaa", true), ("GPU-bbbb", false)],
+            [("GPU-aaaa", true), ("GPU-bbbb", false)]
+        ]
+    );
+    // The lost GPU keeps its identity.
+    let b = &snaps[0].gpus[1];
+    assert_eq!((b.index, b.pci_bus_id.as_str()), (1, "00000000:2A:00.0"));
+}

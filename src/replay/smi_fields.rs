@@ -5,7 +5,8 @@
 //! `nounits` is given, in which case the unit is only in the header (`memory.used [MiB]`);
 //! without a header either, each field's usual unit is assumed. Values it cannot give are
 //! bracketed (`[N/A]`, `[Not Supported]`, `[Requested functionality has been deprecated]`,
-//! `[Unknown Error]`) or a bare `N/A`: they are absent values, not errors.
+//! `[Unknown Error]`) or a bare `N/A`: they are absent values, not errors (a row whose every
+//! value reads `[Unknown Error]` is a GPU nvidia-smi could not reach: see [`super::smi_row`]).
 
 use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, Offset as _, Utc};
 

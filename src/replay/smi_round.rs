@@ -17,6 +17,14 @@
 //!   (so a missing row cannot shift every later round by one GPU).
 //! - Otherwise the row **joins** the current round.
 //!
+//! **Unreachable GPUs.** nvidia-smi writes "Unable to determine the device handle for GPU
+//! …" in place of the row of a GPU it cannot reach; that line has no timestamp, so the
+//! reader stamps it with the current round's time. When it comes first in its round, the
+//! round has no time yet: the row starts the round with the time of the round before, and
+//! the round's first timed row, however late, joins it and gives it its own time. Without
+//! that, the unreachable GPU would form a round of its own stamped with the previous
+//! round's time (reported lost before it fell off).
+//!
 //! **A log cut part-way through a round** (the capture was killed, or its tail lost): at
 //! the end of the log, a last round that lacks GPUs the round before it had answering, all
 //! of them after its own last row in that round's order, was cut short — the file ended
@@ -78,6 +86,10 @@ pub struct Rounds {
     last_row: Vec<Option<(DateTime<Utc>, u64)>>,
     /// Time of the current round, or of the last one while none is being filled.
     last_round_at: Option<DateTime<Utc>>,
+    /// Rows of the current round that carry their own time. While there are none, the
+    /// round holds only rows of unreachable GPUs, whose time is borrowed from the round
+    /// before: the first timed row joins such a round and gives it its time.
+    timed_in_current: usize,
 }
 
 impl Rounds {
@@ -93,7 +105,7 @@ impl Rounds {
         {
             return Verdict::Duplicate { of_line: line };
         }
-        match self.by_round(at, gpu) {
+        match self.by_round(at, gpu, timed) {
             verdict @ (Verdict::Join | Verdict::NextRound) => match last_row {
                 Some((last, line)) if at < last => Verdict::Stale {
                     of_line: line,
@@ -106,12 +118,23 @@ impl Rounds {
     }
 
     /// [`Rounds::judge`] by the current round alone.
-    fn by_round(&self, at: DateTime<Utc>, gpu: usize) -> Verdict {
+    fn by_round(&self, at: DateTime<Utc>, gpu: usize, timed: bool) -> Verdict {
         let jitter = TimeDelta::from_std(ROUND_JITTER).unwrap_or_default();
         let filling = !self.current.gpus.is_empty();
         let round = self.current.at;
         let repeats = self.ids.contains(&gpu);
-        let late = filling && round.checked_add_signed(jitter).is_some_and(|end| at > end);
+        // A round begun by an unreachable GPU (nvidia-smi wrote its message where its row
+        // would be, first in the round) has no time of its own yet: the round's first
+        // timed row belongs to it, however long after the round before it comes.
+        let borrowed = filling && self.timed_in_current == 0 && timed;
+        let late =
+            filling && !borrowed && round.checked_add_signed(jitter).is_some_and(|end| at > end);
+        if borrowed && !repeats {
+            return match self.last_round_at {
+                Some(last) if at < last => Verdict::OutOfOrder { round: last },
+                _ => Verdict::Join,
+            };
+        }
         if !filling || repeats || late {
             // A row that starts a round must not be older than the last round.
             return match self.last_round_at {
@@ -141,6 +164,13 @@ impl Rounds {
             self.last_round_at = Some(at);
         }
         if timed {
+            if self.timed_in_current == 0 {
+                // The first timed row of a round begun by unreachable GPUs: its time is
+                // the round's.
+                self.current.at = at;
+                self.last_round_at = Some(at);
+            }
+            self.timed_in_current += 1;
             if self.last_row.len() <= gpu {
                 self.last_row.resize(gpu + 1, None);
             }
@@ -197,6 +227,7 @@ impl Rounds {
                 .map(|(gpu, sample)| (*gpu, sample.up)),
         );
         self.ids.clear();
+        self.timed_in_current = 0;
         std::mem::swap(&mut self.current, into);
         // `current` now holds `into`'s old content, emptied of samples by the caller.
         self.current.gpus.clear();
@@ -207,6 +238,7 @@ impl Rounds {
     /// Gives up the current round: its samples go back to `pool`; how many there were.
     pub fn discard(&mut self, pool: &mut Vec<GpuSample>) -> usize {
         self.ids.clear();
+        self.timed_in_current = 0;
         let n = self.current.gpus.len();
         pool.append(&mut self.current.gpus);
         n

@@ -173,3 +173,38 @@ fn a_last_round_missing_only_its_tail_was_cut_short() {
     // The only round of the log: nothing to compare with.
     assert_eq!(last_round(&[], &[(0, true)]), None);
 }
+
+#[test]
+fn an_unreachable_gpu_first_in_its_round_takes_that_rounds_time() {
+    // GPU 0's row is replaced by a device-handle message (untimed, borrowing the last
+    // round's time) in the rounds of 5 s and 10 s.
+    let (verdicts, rounds, left) = feed(&[
+        (0.0, 0, true, true),
+        (0.003, 1, true, true),
+        (0.0, 0, false, false),
+        (5.003, 1, true, true),
+        // The reader stamps it with the last round's time: 5.003 s by then.
+        (5.003, 0, false, false),
+        (10.003, 1, true, true),
+    ]);
+    use Verdict::*;
+    assert_eq!(verdicts, [Join, Join, NextRound, Join, NextRound, Join]);
+    assert_eq!(rounds, [vec![0, 1], vec![0, 1]]);
+    assert_eq!(left.ids, [0, 1]);
+    assert_eq!(left.current.at, t(10.003));
+    assert_eq!(left.last_round_at(), Some(t(10.003)));
+}
+
+#[test]
+fn rounds_of_unreachable_gpus_alone_keep_the_last_known_time() {
+    // No row carries a time: nothing better than the last round's is known.
+    let (verdicts, rounds, left) = feed(&[
+        (0.0, 0, true, true),
+        (0.0, 0, false, false),
+        (0.0, 0, false, false),
+    ]);
+    use Verdict::*;
+    assert_eq!(verdicts, [Join, NextRound, NextRound]);
+    assert_eq!(rounds.len(), 2);
+    assert_eq!(left.current.at, t(0.0));
+}

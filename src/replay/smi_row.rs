@@ -4,7 +4,9 @@
 //! (`power.draw` or its average; the hex mask or one column per clock-event reason; the
 //! retired-page and remapped-row families) are gathered first and settled once the row is
 //! read. A cell that is not a value of its field leaves the value empty and is warned about
-//! with its line; the row itself is kept.
+//! with its line; the row itself is kept. A row that says the GPU is lost (`[GPU is lost]`,
+//! `[GPU requires reset]`), or whose every value cell reads `[Unknown Error]` (nvidia-smi keeps
+//! the identity of a GPU that fell off the bus), is a sample with `up = false`.
 
 use chrono::{DateTime, Utc};
 use csv::ByteRecord;
@@ -148,12 +150,18 @@ pub fn read(
     let mut has_identity = false;
     let mut got = Gathered::default();
     let mut lost = false;
+    let mut value_cells = 0usize;
+    let mut unreadable_cells = 0usize;
     for (column, cell) in columns.iter().zip(record.iter()) {
         let Some(field) = column.field else {
             continue;
         };
         // nvidia-smi separates cells with ", ".
         let cell = cell.trim_ascii();
+        if is_value_field(field) {
+            value_cells += 1;
+            unreadable_cells += usize::from(unreachable_cell(cell));
+        }
         let mut flags = Flags::default();
         let number = |want: Unit| quantity(cell, column.unit, field, want);
         match field {
@@ -298,11 +306,38 @@ pub fn read(
             );
         }
     }
+    // A GPU that fell off the bus keeps the identity nvidia-smi cached, but every value it
+    // is asked for reads `[Unknown Error]` (or `[GPU is lost]`): that row is a lost GPU,
+    // not an answering one with no values. One `[N/A]` or value among them says it answers.
+    lost |= value_cells > 0 && unreadable_cells == value_cells;
     settle(sample, &got, lost);
     Some(Row {
         at: at?,
         has_identity,
     })
+}
+
+/// Whether a field is a reading of the GPU, not its identity, the time or a host-wide cell:
+/// the cells that tell a GPU that answers from one nvidia-smi could not read.
+fn is_value_field(field: Field) -> bool {
+    !matches!(
+        field,
+        Field::Timestamp
+            | Field::Uuid
+            | Field::Name
+            | Field::PciBusId
+            | Field::Index
+            | Field::Serial
+            | Field::DriverVersion
+            | Field::Hostname
+    )
+}
+
+/// `[Unknown Error]`, `[GPU is lost]` or `[GPU requires reset]`: nvidia-smi could not read
+/// this value from the GPU (unlike `[N/A]` or `[Not Supported]`, which it read as absent).
+fn unreachable_cell(cell: &[u8]) -> bool {
+    cell.eq_ignore_ascii_case(b"[Unknown Error]")
+        || matches!(placeholder::<()>(cell), Some(Cell::Lost))
 }
 
 /// Values given by more than one column, settled once the row is read.
