@@ -213,3 +213,35 @@ fn a_clean_log_has_no_range_or_duplicate_warnings() {
     assert!(!stderr.contains("out of range"), "{stderr}");
     assert!(!stderr.contains("duplicate"), "{stderr}");
 }
+
+/// nvidia-smi waiting on a slow GPU writes a round's rows seconds apart: eight GPUs 400 ms
+/// apart, a round every 7.8 s, for 20 minutes. Each round stays one instant with every GPU
+/// in it, so no GPU is ever missing from the engine's view (split in two, each half of a
+/// round would report the GPUs of the other half gone, and they were reported lost).
+#[test]
+fn rounds_whose_rows_come_seconds_apart_lose_no_gpu() {
+    let mut lines = vec![
+        "timestamp, index, uuid, utilization.gpu [%], memory.used [MiB], memory.total [MiB]"
+            .to_string(),
+    ];
+    let start = chrono::DateTime::parse_from_rfc3339("2026-03-02T09:00:00Z").expect("time");
+    for round in 0..150 {
+        for gpu in 0..8 {
+            let at = start + chrono::TimeDelta::milliseconds(round * 7_800 + gpu * 400);
+            lines.push(format!(
+                "{}, {gpu}, GPU-00000000-0000-0000-0000-00000000000{gpu}, 80 %, 40000 MiB, 81559 MiB",
+                at.format("%Y/%m/%d %H:%M:%S%.3f")
+            ));
+        }
+    }
+    let (report, stderr) = replay_lines("slow-rounds.csv", &lines);
+    assert_eq!(report["gpus"].as_array().map(Vec::len), Some(8), "{stderr}");
+    assert_all_healthy(&report);
+    let lost: Vec<&Value> = report["alerts"]
+        .as_array()
+        .expect("alerts")
+        .iter()
+        .filter(|a| a["alertname"] == "GpuLost")
+        .collect();
+    assert!(lost.is_empty(), "{lost:?}");
+}

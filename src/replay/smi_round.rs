@@ -13,8 +13,13 @@
 //! - **Out of order**: a row older than its GPU's previous row, or than the round it would
 //!   belong to, is skipped (a stale copy of an earlier row is one).
 //! - **Next round**: a row starts a new round when its GPU already has a row in the
-//!   current one, or when it is stamped more than [`ROUND_JITTER`] after the round began
-//!   (so a missing row cannot shift every later round by one GPU).
+//!   current one, or when it is stamped so long after the round began that it can only
+//!   belong to the next: more than three quarters of the log's cadence (the shortest time
+//!   between two rows of one GPU in the last round), and never less than [`ROUND_JITTER`]. A GPU whose row is
+//!   missing from one round then starts the next instead of joining this one with the next
+//!   round's time; and a round whose rows come slowly (nvidia-smi waiting on a failing GPU
+//!   writes a round's rows seconds apart) is not split in two, which would report the GPUs
+//!   of each half missing from the other.
 //! - Otherwise the row **joins** the current round.
 //!
 //! **Unreachable GPUs.** nvidia-smi writes "Unable to determine the device handle for GPU
@@ -86,6 +91,11 @@ pub struct Rounds {
     last_row: Vec<Option<(DateTime<Utc>, u64)>>,
     /// Time of the current round, or of the last one while none is being filled.
     last_round_at: Option<DateTime<Utc>>,
+    /// The log's cadence: the shortest time between two rows of one GPU in the last round
+    /// handed out (the shortest, so that a GPU missing a round does not stretch it).
+    cadence: Option<TimeDelta>,
+    /// The same, in the round being filled.
+    shortest_gap: Option<TimeDelta>,
     /// Rows of the current round that carry their own time. While there are none, the
     /// round holds only rows of unreachable GPUs, whose time is borrowed from the round
     /// before: the first timed row joins such a round and gives it its time.
@@ -127,8 +137,11 @@ impl Rounds {
         // would be, first in the round) has no time of its own yet: the round's first
         // timed row belongs to it, however long after the round before it comes.
         let borrowed = filling && self.timed_in_current == 0 && timed;
-        let late =
-            filling && !borrowed && round.checked_add_signed(jitter).is_some_and(|end| at > end);
+        let late = filling
+            && !borrowed
+            && round
+                .checked_add_signed(self.round_span())
+                .is_some_and(|end| at > end);
         if borrowed && !repeats {
             return match self.last_round_at {
                 Some(last) if at < last => Verdict::OutOfOrder { round: last },
@@ -147,6 +160,16 @@ impl Rounds {
         match round.checked_sub_signed(jitter) {
             Some(floor) if at < floor => Verdict::OutOfOrder { round },
             _ => Verdict::Join,
+        }
+    }
+
+    /// How long after a round began its rows may still come: three quarters of the
+    /// cadence, and at least [`ROUND_JITTER`].
+    fn round_span(&self) -> TimeDelta {
+        let jitter = TimeDelta::from_std(ROUND_JITTER).unwrap_or_default();
+        match self.cadence {
+            Some(cadence) => (cadence * 3 / 4).max(jitter),
+            None => jitter,
         }
     }
 
@@ -173,6 +196,12 @@ impl Rounds {
             self.timed_in_current += 1;
             if self.last_row.len() <= gpu {
                 self.last_row.resize(gpu + 1, None);
+            }
+            if let Some((before, _)) = self.last_row[gpu] {
+                let gap = at - before;
+                if gap > TimeDelta::zero() && self.shortest_gap.is_none_or(|g| gap < g) {
+                    self.shortest_gap = Some(gap);
+                }
             }
             self.last_row[gpu] = Some((at, line));
         }
@@ -228,6 +257,9 @@ impl Rounds {
         );
         self.ids.clear();
         self.timed_in_current = 0;
+        if let Some(gap) = self.shortest_gap.take() {
+            self.cadence = Some(gap);
+        }
         std::mem::swap(&mut self.current, into);
         // `current` now holds `into`'s old content, emptied of samples by the caller.
         self.current.gpus.clear();

@@ -58,6 +58,25 @@ fn a_repeated_gpu_or_a_late_row_starts_the_next_round() {
 }
 
 #[test]
+fn a_round_whose_rows_come_seconds_apart_stays_one_round() {
+    // Eight GPUs written 400 ms apart (nvidia-smi waiting on a slow GPU), every 5 s plus
+    // the 2.8 s the round takes: once the cadence is known, the round is not split.
+    let mut rows = Vec::new();
+    for round in 0..4 {
+        for gpu in 0..8 {
+            rows.push((round as f64 * 7.8 + gpu as f64 * 0.4, gpu, true, true));
+        }
+    }
+    let (_, rounds, left) = feed(&rows);
+    // The first rounds are split while the cadence is unknown (a second of allowance, far
+    // less than the two minutes a GPU must be missing to count as lost); once a whole
+    // round has shown the cadence, every round is whole.
+    let whole: Vec<usize> = (0..8).collect();
+    assert_eq!(rounds.last(), Some(&whole), "{rounds:?}");
+    assert_eq!(left.ids, whole);
+}
+
+#[test]
 fn the_same_gpu_at_the_same_time_is_a_duplicate_of_its_line() {
     let (verdicts, rounds, _) = feed(&[
         (0.0, 0, true, true),
