@@ -7,7 +7,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Agent, fake_nvml_lib, samples, temp_file};
+use common::{Agent, samples};
 
 /// Kills the orphan when the test ends, however it ends.
 struct Orphan(u32);
@@ -33,24 +33,12 @@ fn an_orphan_holding_memory_is_flagged_as_a_ghost() {
         .expect("the shell printed the PID");
     let _orphan = Orphan(pid);
 
-    let lib = fake_nvml_lib();
-    let scenario = temp_file("ghost.toml", "[simulation]\ngpus = 2\nfaults = []\n");
-    let config = temp_file(
-        "ghost-config.toml",
-        "[collect]\ninterval = \"200ms\"\nkmsg = \"off\"\n[idle]\nwindow = \"2s\"\n",
-    );
     let processes = format!("1:{pid}:4294967296:0");
-    let agent = Agent::start(
-        &[
-            "--nvml-lib",
-            lib.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-        &[
-            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
-            ("FAKE_NVML_PROCESSES", processes.as_str()),
-        ],
+    let agent = Agent::on_fake_nvml(
+        "ghost",
+        "[simulation]\ngpus = 2\nfaults = []\n",
+        "[collect]\ninterval = \"200ms\"\nkmsg = \"off\"\n[idle]\nwindow = \"2s\"\n",
+        &[("FAKE_NVML_PROCESSES", processes.as_str())],
     );
     agent.metrics();
     agent.wait_until(Duration::from_secs(30), |a| {

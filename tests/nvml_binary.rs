@@ -10,20 +10,11 @@ use common::{Agent, fake_nvml_lib, run, samples, temp_file, value};
 /// Starts `run --nvml-lib <fake>` with a scenario and the kernel log off (the host's
 /// /dev/kmsg has nothing to do with the simulated GPUs).
 fn start(name: &str, scenario: &str) -> Agent {
-    let lib = fake_nvml_lib();
-    let scenario = temp_file(&format!("{name}.toml"), scenario);
-    let config = temp_file(
-        &format!("{name}-config.toml"),
+    Agent::on_fake_nvml(
+        name,
+        scenario,
         "[collect]\ninterval = \"500ms\"\nkmsg = \"off\"\n",
-    );
-    Agent::start(
-        &[
-            "--nvml-lib",
-            lib.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-        &[("FAKE_NVML_SCENARIO", scenario.to_str().unwrap())],
+        &[],
     )
 }
 

@@ -6,23 +6,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use common::{repo, run, temp_file};
+use common::{replay_json, repo, run, temp_file};
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
     repo().join("tests/fixtures/smi").join(name)
-}
-
-/// Runs `replay ARGS --json`; returns the report and stderr, asserting success.
-fn replay_json(args: &[&str]) -> (Value, String) {
-    let mut all = vec!["replay", "--json"];
-    all.extend_from_slice(args);
-    let out = run(&all);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "replay {args:?} failed:\n{stderr}");
-    let report = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("replay {args:?} printed no JSON ({e}):\n{stderr}"));
-    (report, stderr)
 }
 
 fn path(p: &Path) -> &str {

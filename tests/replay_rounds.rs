@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{repo, run, temp_file};
+use common::{replay_json, repo, run, temp_file};
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
@@ -16,18 +16,6 @@ fn fixture(name: &str) -> PathBuf {
 
 fn path(p: &Path) -> &str {
     p.to_str().expect("test paths are UTF-8")
-}
-
-/// Runs `replay --json ARGS`; returns the report and stderr, asserting success.
-fn replay_json(args: &[&str]) -> (Value, String) {
-    let mut all = vec!["replay", "--json"];
-    all.extend_from_slice(args);
-    let out = run(&all);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "replay {args:?} failed:\n{stderr}");
-    let report = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("replay {args:?} printed no JSON ({e}):\n{stderr}"));
-    (report, stderr)
 }
 
 /// The lines of a fixture, header first.

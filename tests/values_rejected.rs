@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Agent, fake_nvml_lib, samples, temp_file};
+use common::{Agent, samples};
 
 const FIELD: &str = "processes.used_memory_bytes";
 
@@ -20,25 +20,13 @@ fn rejected(text: &str) -> f64 {
 
 #[test]
 fn an_impossible_value_from_nvml_is_cleared_counted_and_logged_once() {
-    let lib = fake_nvml_lib();
-    let scenario = temp_file("rejected.toml", "[simulation]\ngpus = 2\nfaults = []\n");
-    let config = temp_file(
-        "rejected-config.toml",
-        "[collect]\ninterval = \"200ms\"\nkmsg = \"off\"\n",
-    );
     let exabyte = (1u64 << 60).to_string();
     let processes = format!("1:4242:{exabyte}:0");
-    let agent = Agent::start(
-        &[
-            "--nvml-lib",
-            lib.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-        &[
-            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
-            ("FAKE_NVML_PROCESSES", processes.as_str()),
-        ],
+    let agent = Agent::on_fake_nvml(
+        "rejected",
+        "[simulation]\ngpus = 2\nfaults = []\n",
+        "[collect]\ninterval = \"200ms\"\nkmsg = \"off\"\n",
+        &[("FAKE_NVML_PROCESSES", processes.as_str())],
     );
     let text = agent.metrics();
     assert!(

@@ -137,6 +137,27 @@ impl Agent {
         self.get("/metrics").text()
     }
 
+    /// `run` on the fake NVML library (`FAKE_NVML_SCENARIO` = the simulator scenario
+    /// `scenario`, TOML) with the configuration `config` and more environment `env`; the
+    /// files are named after `name`.
+    pub fn on_fake_nvml(name: &str, scenario: &str, config: &str, env: &[(&str, &str)]) -> Agent {
+        let lib = fake_nvml_lib();
+        let scenario = temp_file(&format!("{name}.toml"), scenario);
+        let config = temp_file(&format!("{name}-config.toml"), config);
+        let scenario = scenario.to_str().expect("UTF-8 temp path").to_string();
+        let mut env = env.to_vec();
+        env.push(("FAKE_NVML_SCENARIO", &scenario));
+        Agent::start(
+            &[
+                "--nvml-lib",
+                lib.to_str().expect("UTF-8 library path"),
+                "--config",
+                config.to_str().expect("UTF-8 temp path"),
+            ],
+            &env,
+        )
+    }
+
     /// Kills the agent with SIGKILL (`Child::kill`): no destructor, no flush, no save.
     pub fn kill9(&mut self) {
         self.child.kill().expect("kill -9");
@@ -198,6 +219,18 @@ pub fn samples<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
             Some((labels, value.split(' ').next()?.parse().ok()?))
         })
         .collect()
+}
+
+/// Runs `replay --json ARGS`; returns the report and stderr, asserting success.
+pub fn replay_json(args: &[&str]) -> (serde_json::Value, String) {
+    let mut all = vec!["replay", "--json"];
+    all.extend_from_slice(args);
+    let out = run(&all);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "replay {args:?} failed:\n{stderr}");
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("replay {args:?} printed no JSON ({e}):\n{stderr}"));
+    (report, stderr)
 }
 
 /// The value of the first sample of `family` whose labels contain `labels_contain`.
