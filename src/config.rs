@@ -11,6 +11,7 @@ mod analysis;
 mod locate;
 mod matcher;
 mod parsed;
+mod teams;
 pub mod url;
 
 use std::net::SocketAddr;
@@ -29,6 +30,7 @@ pub use analysis::{
 pub use locate::Problem;
 pub use matcher::{Matcher, MatcherError};
 pub use parsed::Parsed;
+pub use teams::{Glob, GlobError, Holder, TeamConfig, UNASSIGNED, team_of};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
@@ -44,6 +46,8 @@ pub struct Config {
     pub capacity: CapacityConfig,
     pub alerting: AlertingConfig,
     pub advice: AdviceConfig,
+    /// `[[teams]]`: who a GPU's holder belongs to (first match wins).
+    pub teams: Vec<TeamConfig>,
 }
 
 /// `[collect]`: how and how often GPUs are read.
@@ -287,6 +291,13 @@ impl Config {
             .map(|(key, message)| (key.to_string(), message))
             .collect();
         out.extend(alerting::problems(&self.alerting, &self.advice));
+        let receivers: Vec<&str> = self
+            .alerting
+            .receivers
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        out.extend(teams::problems(&self.teams, &receivers));
         out
     }
 
