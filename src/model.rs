@@ -337,6 +337,9 @@ pub struct ProcessSample {
     pub pod: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Slurm job id, from the process's cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hpc_job: Option<String>,
     /// What the host says of the PID: the raw material of ghost detection.
     #[serde(default)]
     pub liveness: Liveness,

@@ -245,3 +245,16 @@ fn real_orphan_is_seen_as_orphaned() {
         assert_eq!(seen, Liveness::Running, "adopted by {ppid:?} {adopter:?}");
     }
 }
+
+#[test]
+fn slurm_jobs_are_named_from_cgroup_v1_and_v2() {
+    // slurmstepd's cgroup v1 tree (/slurm/uid_<uid>/job_<id>/step_<n>/task_<n>).
+    let v1 = fixtures().lookup(6101);
+    assert_eq!(v1.hpc_job.as_deref(), Some("4242"));
+    assert_eq!(v1.user.as_deref(), Some("bob"));
+    // cgroup v2: <node>_slurmstepd.scope/job_<id>/step_batch/user/task_0.
+    let v2 = fixtures().lookup(6102);
+    assert_eq!(v2.hpc_job.as_deref(), Some("977"));
+    // A session scope is no Slurm job.
+    assert_eq!(fixtures().lookup(6001).hpc_job, None);
+}

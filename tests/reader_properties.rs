@@ -690,3 +690,42 @@ proptest! {
         prop_assert_eq!(stats.samples, (gpus * count) as u64);
     }
 }
+
+/// `/proc/PID/cgroup` text: lines of `id:controllers:path`, with Slurm, kubelet and runtime
+/// path pieces mixed into arbitrary ones.
+fn cgroup_text() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("slurm".to_string()),
+        Just("slurmstepd.scope".to_string()),
+        Just("n1_slurmstepd.scope".to_string()),
+        "job_[0-9a-z]{0,6}",
+        "uid_[0-9]{1,5}",
+        "kubepods[a-z_-]{0,12}",
+        "pod[0-9a-f-]{0,40}",
+        "[ -~]{0,20}",
+    ];
+    let line = (
+        "[0-9]{1,2}",
+        "[a-z,=]{0,12}",
+        prop::collection::vec(piece, 0..8),
+    )
+        .prop_map(|(id, ctl, parts)| format!("{id}:{ctl}:/{}", parts.join("/")));
+    prop::collection::vec(line, 0..5).prop_map(|lines| lines.join("\n"))
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// Any cgroup file parses without panicking; a Slurm job id, when found, is digits and
+    /// comes from a `job_` segment of a path under slurmstepd's tree.
+    #[test]
+    fn cgroup_owner_never_panics_and_jobs_are_numeric(text in cgroup_text()) {
+        let owner = gpu_sentinel::procinfo::cgroup::owner(&text);
+        if let Some(job) = owner.hpc_job {
+            prop_assert!(!job.is_empty() && job.bytes().all(|b| b.is_ascii_digit()), "{job:?}");
+            let segment = format!("job_{job}");
+            prop_assert!(text.contains(&segment));
+            prop_assert!(text.contains("slurm"));
+        }
+    }
+}

@@ -23,6 +23,7 @@ const PROCESS: &[&str] = &[
     "container",
     "pod",
     "namespace",
+    "hpc_job",
 ];
 
 pub const GPU_INFO: MetricDef = gauge(

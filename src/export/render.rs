@@ -283,7 +283,7 @@ fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptio
     candidates.truncate(options.max_process_series);
     candidates.sort_by_key(|p| (p.gpu, p.pid));
 
-    let labels: Vec<[String; 8]> = candidates
+    let labels: Vec<[String; 9]> = candidates
         .iter()
         .map(|p| {
             let text = |v: &Option<String>| v.clone().unwrap_or_default();
@@ -296,6 +296,7 @@ fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptio
                 text(&p.container),
                 text(&p.pod),
                 text(&p.namespace),
+                text(&p.hpc_job),
             ]
         })
         .collect();

@@ -25,6 +25,8 @@ pub struct CgroupOwner {
     pub container: Option<String>,
     /// Kubernetes pod UID, lowercase, with dashes.
     pub pod: Option<String>,
+    /// Slurm job id, from the cgroup slurmstepd puts the job's processes in.
+    pub hpc_job: Option<String>,
 }
 
 /// Reads the content of `/proc/PID/cgroup` (v1: one line per hierarchy; v2: `0::/path`).
@@ -40,6 +42,9 @@ pub fn owner(cgroup_file: &str) -> CgroupOwner {
         }
         if found.pod.is_none() {
             found.pod = pod_uid(path);
+        }
+        if found.hpc_job.is_none() {
+            found.hpc_job = slurm_job(path);
         }
     }
     found
@@ -83,6 +88,27 @@ pub fn pod_uid(path: &str) -> Option<String> {
     })
 }
 
+/// The Slurm job id in one cgroup path, if slurmstepd made it.
+///
+/// cgroup v1 (`proctrack/cgroup`): `/slurm/uid_<uid>/job_<id>/step_<step>/…`; cgroup v2:
+/// `/system.slice/slurmstepd.scope/job_<id>/step_<step>/…` (the scope may carry the node
+/// name: `<node>_slurmstepd.scope`). A `job_<id>` segment elsewhere (a user's own cgroup)
+/// names no Slurm job.
+pub fn slurm_job(path: &str) -> Option<String> {
+    let mut segments = path.split('/');
+    let under_slurm = segments
+        .by_ref()
+        .any(|s| s == "slurm" || s == "slurmstepd.scope" || s.ends_with("_slurmstepd.scope"));
+    if !under_slurm {
+        return None;
+    }
+    segments
+        .take(2)
+        .find_map(|s| s.strip_prefix("job_"))
+        .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+        .map(str::to_string)
+}
+
 /// A UUID (`8-4-4-4-12` hex) or a static pod's config hash (32 hex digits).
 fn is_pod_uid(s: &str) -> bool {
     let hex = |part: &str| part.bytes().all(|b| b.is_ascii_hexdigit());
@@ -105,6 +131,25 @@ mod tests {
     fn both(file: &str) -> (Option<String>, Option<String>) {
         let o = owner(file);
         (o.container, o.pod)
+    }
+
+    #[test]
+    fn slurm_jobs_v1_and_v2() {
+        let v1 = "12:devices:/slurm/uid_1000/job_4242/step_0/task_0\n0::/user.slice\n";
+        assert_eq!(owner(v1).hpc_job.as_deref(), Some("4242"));
+        let v2 = "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n";
+        assert_eq!(owner(v2).hpc_job.as_deref(), Some("77"));
+        let named = "0::/system.slice/node01_slurmstepd.scope/job_9/step_0/user/task_0\n";
+        assert_eq!(owner(named).hpc_job.as_deref(), Some("9"));
+        // A job_ segment outside slurmstepd's tree, a non-numeric id, a bare scope: no job.
+        for path in [
+            "0::/user.slice/job_12/x\n",
+            "0::/system.slice/slurmstepd.scope/job_x/step_0\n",
+            "0::/system.slice/slurmstepd.scope/system\n",
+            "0::/slurm\n",
+        ] {
+            assert_eq!(owner(path).hpc_job, None, "{path}");
+        }
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct ProcessInfo {
     pub container: Option<String>,
     /// Kubernetes pod UID from the process's cgroup.
     pub pod: Option<String>,
+    /// Slurm job id from the process's cgroup.
+    pub hpc_job: Option<String>,
     /// Seconds since the process started.
     pub runtime_seconds: Option<f64>,
 }
@@ -70,6 +72,7 @@ pub fn enrich(table: &dyn ProcessTable, processes: &mut [ProcessSample]) {
         fill(&mut sample.user, &info.user);
         fill(&mut sample.container, &info.container);
         fill(&mut sample.pod, &info.pod);
+        fill(&mut sample.hpc_job, &info.hpc_job);
         if info.runtime_seconds.is_some() {
             sample.runtime_seconds = info.runtime_seconds;
         }
@@ -115,6 +118,7 @@ mod tests {
             uid: Some(1000),
             container: Some("c".repeat(64)),
             pod: Some("0f3d2c1a-5b6e-4c7d-8e9f-0a1b2c3d4e5f".into()),
+            hpc_job: Some("4242".into()),
             runtime_seconds: Some(3600.0),
         };
         let table = Fixed(HashMap::from([(42, info)]), Cell::new(0));
@@ -127,6 +131,7 @@ mod tests {
             assert_eq!(p.user.as_deref(), Some("alice"));
             assert_eq!(p.container.as_deref().map(str::len), Some(64));
             assert!(p.pod.is_some());
+            assert_eq!(p.hpc_job.as_deref(), Some("4242"));
             assert_eq!(p.runtime_seconds, Some(3600.0));
         }
     }

@@ -239,6 +239,7 @@ impl ProcessTable for ProcFs {
             uid,
             container: owner.container,
             pod: owner.pod,
+            hpc_job: owner.hpc_job,
             runtime_seconds: stat
                 .as_ref()
                 .and_then(|s| s.start_ticks)

@@ -275,6 +275,7 @@ impl Fleet {
                 container: p.container.clone(),
                 pod: p.pod.clone(),
                 namespace: p.namespace.map(str::to_string),
+                hpc_job: None,
                 liveness: p.liveness,
                 runtime_seconds: Some((self.elapsed - p.started).max(0.0).round()),
             })
