@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod export;
+pub mod fleet;
 pub mod host;
 pub mod model;
 pub mod procinfo;

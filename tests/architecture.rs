@@ -30,7 +30,7 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["advice"],
     &["alert"],
-    &["replay", "train"],
+    &["replay", "train", "fleet"],
     // How they are served.
     &["export"],
     &["api"],

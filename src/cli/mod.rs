@@ -4,11 +4,13 @@
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
+mod backfill;
 pub mod logging;
 pub mod output;
 pub mod preflight;
 mod record;
 mod replay;
+mod report;
 mod review;
 mod run;
 mod snapshot;
@@ -17,6 +19,7 @@ mod train;
 
 pub use record::RecordArgs;
 pub use replay::{ReplayArgs, ReplayFormat};
+pub use report::ReportArgs;
 pub use review::ReviewArgs;
 pub use run::Parts;
 
@@ -55,6 +58,9 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Rank a running exporter's GPUs by failure risk, with reasons and findings.
     Review(ReviewArgs),
+    /// The fleet report from a Prometheus-compatible store: GPU-hours per team, busy and
+    /// idle, waste cost, utilization heatmap, scaling, night-idle hosts, risk review.
+    Report(ReportArgs),
     /// Fit the failure-risk model on labelled history and print how it does.
     Train(train::TrainArgs),
 }
@@ -156,6 +162,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Record(args)) => record::record(&args),
         Some(Command::Replay(args)) => replay::replay(&args),
         Some(Command::Review(args)) => review::review(&args),
+        Some(Command::Report(args)) => report::report(&args),
         Some(Command::Train(args)) => train::train(&args),
     }
 }

@@ -56,6 +56,27 @@ pub struct RecordArgs {
         conflicts_with_all = ["duration", "sim_speed"]
     )]
     pub simulated_duration: Option<Duration>,
+    /// What to write: `jsonl` (snapshots, replayable) or `openmetrics` (what a Prometheus
+    /// scraping the simulated fleet would have stored, with timestamps, for `promtool tsdb
+    /// create-blocks-from openmetrics`; needs --simulate and --simulated-duration, and the
+    /// history ends now).
+    #[arg(long, value_enum, default_value_t = RecordFormat::Jsonl)]
+    pub format: RecordFormat,
+    /// With --format openmetrics: simulated hosts, each with [simulation] gpus GPUs, named
+    /// sim-node-01, sim-node-02, … (the `instance` label).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub hosts: u16,
+    /// With --format openmetrics: a regular expression over the family names to record
+    /// (as /metrics spells them); the default is what the fleet report and dashboards read.
+    /// `.*` records every family.
+    #[arg(long, value_name = "REGEX", default_value = super::backfill::FLEET_FAMILIES, hide_default_value = true)]
+    pub families: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecordFormat {
+    Jsonl,
+    Openmetrics,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, DurationArgError> {
@@ -106,6 +127,13 @@ pub fn record(args: &RecordArgs) -> anyhow::Result<()> {
         interval >= Duration::from_millis(1),
         "--interval {interval:?} is too short (at least 1ms)"
     );
+    if args.format == RecordFormat::Openmetrics {
+        return record_openmetrics(args, &config, interval);
+    }
+    anyhow::ensure!(
+        args.hosts == 1,
+        "--hosts is for --format openmetrics; a JSONL recording is one host"
+    );
     let target = args.out.display().to_string();
     let sink: Box<dyn Write> = if target == "-" {
         Box::new(std::io::stdout().lock())
@@ -132,6 +160,47 @@ pub fn record(args: &RecordArgs) -> anyhow::Result<()> {
         "recorded {} snapshots and {} failure labels to {target} in {:.1}s",
         lines.snapshots,
         lines.labels,
+        began.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// `--format openmetrics`: the simulated hosts' history up to now, for backfilling.
+fn record_openmetrics(
+    args: &RecordArgs,
+    config: &crate::config::Config,
+    interval: Duration,
+) -> anyhow::Result<()> {
+    let Some(span) = args.simulated_duration.filter(|_| args.source.simulate) else {
+        anyhow::bail!(
+            "--format openmetrics writes simulated history: give --simulate and --simulated-duration"
+        );
+    };
+    anyhow::ensure!(
+        args.out.as_os_str() != "-",
+        "--format openmetrics writes a file (its families are joined at the end); give --out FILE"
+    );
+    let families = regex::Regex::new(&args.families)
+        .with_context(|| format!("--families {:?} is not a regular expression", args.families))?;
+    let end = Utc::now()
+        .duration_trunc(TimeDelta::from_std(interval).unwrap_or(TimeDelta::seconds(1)))
+        .unwrap_or_else(|_| Utc::now());
+    let began = Instant::now();
+    let history = super::backfill::History {
+        hosts: usize::from(args.hosts),
+        span,
+        interval,
+        end,
+        families,
+    };
+    let written = super::backfill::write(config, &history, &args.out, &stop_on_signal())?;
+    super::output::note(&format!(
+        "recorded {} hosts × {} steps ({} samples, {} families) to {} in {:.1}s",
+        args.hosts,
+        written.steps,
+        written.samples,
+        written.families,
+        args.out.display(),
         began.elapsed().as_secs_f64()
     ));
     Ok(())

@@ -271,10 +271,6 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start(binary: &Path, targets: &[&str]) -> Prometheus {
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("gpu-sentinel-prom-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("prometheus dir");
         let list = targets
             .iter()
             .map(|t| format!("'{t}'"))
@@ -283,16 +279,42 @@ impl Prometheus {
         let config = format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gpu\n    static_configs:\n      - targets: [{list}]\n"
         );
+        Prometheus::spawn(binary, &config, None)
+    }
+
+    /// A Prometheus that scrapes nothing and serves the TSDB blocks under `data` (made by
+    /// `promtool tsdb create-blocks-from`), kept however old they are; answers once ready.
+    pub fn on_blocks(binary: &Path, data: &Path) -> Prometheus {
+        let prometheus = Prometheus::spawn(binary, "global:\n  scrape_interval: 1m\n", Some(data));
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(60) {
+            let ready = prometheus
+                .http
+                .get(format!("{}/-/ready", prometheus.base))
+                .call()
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                return prometheus;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("Prometheus on {} was not ready within 60s", data.display());
+    }
+
+    fn spawn(binary: &Path, config: &str, data: Option<&Path>) -> Prometheus {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("gpu-sentinel-prom-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("prometheus dir");
         std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus config");
+        let data = data.map_or_else(|| dir.join("data"), Path::to_path_buf);
         let child = Command::new(binary)
             .arg(format!(
                 "--config.file={}",
                 dir.join("prometheus.yml").display()
             ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg("--storage.tsdb.retention.time=100y")
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -186,6 +186,12 @@ impl Fleet {
         }
     }
 
+    /// The same fleet on a host of another name (multi-host recordings).
+    pub fn with_hostname(mut self, hostname: &str) -> Fleet {
+        self.host.hostname = hostname.to_string();
+        self
+    }
+
     pub fn len(&self) -> usize {
         self.gpus.len()
     }

@@ -1,0 +1,13 @@
+//! The fleet view: gpu-sentinel as a client of the store the fleet already runs
+//! (Prometheus, or Thanos, Mimir, VictoriaMetrics: one HTTP query API), never a second
+//! time-series store.
+//!
+//! - [`prom`]: the query API client (bounded, retried on 5xx, errors naming URL and query).
+//! - [`report`]: the weekly report's figures per team and for the fleet, aggregated in
+//!   PromQL; [`render`]: the report as Markdown and as one self-contained HTML file.
+//!
+//! docs/fleet.md documents the report's JSON and the queries behind each figure.
+
+pub mod prom;
+pub mod render;
+pub mod report;

@@ -1,0 +1,323 @@
+//! The report as Markdown (short enough for a chat message) and as one self-contained HTML
+//! file (inline CSS and SVG, no external asset: readable offline and as an attachment).
+
+use std::fmt::Write as _;
+
+use super::report::{HeatCell, Report, TeamReport};
+
+/// Chat services cut long messages (Slack's section text at 3,000 characters, DingTalk's and
+/// WeCom's Markdown at 4,096 bytes): the Markdown stays under this.
+pub const MARKDOWN_LIMIT: usize = 3_800;
+
+/// The report as Markdown: one table of teams, then the fleet in a few lines.
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "## GPU usage {} → {}\n",
+        report.from.format("%Y-%m-%d %H:%M"),
+        report.to.format("%Y-%m-%d %H:%M UTC")
+    );
+    let _ = writeln!(
+        out,
+        "| team | GPU-h held | busy | idle | efficiency | waste ({}) | vs before |",
+        report.currency
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+    let mut rows = String::new();
+    let mut left_out = 0;
+    for team in &report.teams {
+        let row = team_row(team);
+        if out.len() + rows.len() + row.len() > MARKDOWN_LIMIT - 900 {
+            left_out += 1;
+            continue;
+        }
+        rows.push_str(&row);
+    }
+    out.push_str(&rows);
+    if left_out > 0 {
+        let _ = writeln!(
+            out,
+            "\n_{left_out} smaller teams left out; see the HTML report._"
+        );
+    }
+    let fleet = &report.fleet;
+    let _ = writeln!(
+        out,
+        "\n**Fleet:** {} GPUs, {:.0}% mean utilization; scaling: **{}** ({} GPUs) — {}.",
+        fleet.gpus,
+        fleet.utilization * 100.0,
+        fleet.scale.direction,
+        fleet.scale.gpus,
+        fleet.scale.reason
+    );
+    if !fleet.energy.night_idle_hosts.is_empty() {
+        let hosts = fleet.energy.night_idle_hosts.join(", ");
+        let hosts = shorten(&hosts, 300);
+        let _ = writeln!(
+            out,
+            "**Night-idle hosts** ({:02}–{:02} UTC): {hosts}: {:.1} kWh, {:.2} {} in the period.",
+            fleet.energy.night_window.0,
+            fleet.energy.night_window.1,
+            fleet.energy.kwh,
+            fleet.energy.cost,
+            report.currency
+        );
+    }
+    if !fleet.risk.is_empty() {
+        let _ = writeln!(out, "**Most at risk:**");
+        for entry in fleet.risk.iter().filter(|r| r.risk >= 0.1).take(3) {
+            let _ = writeln!(
+                out,
+                "- {} GPU {} ({:.2}): {}",
+                entry.host,
+                entry.gpu,
+                entry.risk,
+                entry.reasons.join(", ")
+            );
+        }
+    }
+    if out.len() > MARKDOWN_LIMIT {
+        out = shorten(&out, MARKDOWN_LIMIT);
+    }
+    out
+}
+
+fn team_row(team: &TeamReport) -> String {
+    let change = if team.previous.gpu_hours > 0.0 {
+        format!(
+            "{:+.0}%",
+            (team.usage.gpu_hours / team.previous.gpu_hours - 1.0) * 100.0
+        )
+    } else {
+        "new".to_string()
+    };
+    format!(
+        "| {} | {:.1} | {:.1} | {:.1} | {:.0}% | {:.2} | {change} |\n",
+        markdown_cell(&team.team),
+        team.usage.gpu_hours,
+        team.usage.busy_gpu_hours,
+        team.usage.idle_gpu_hours,
+        team.usage.efficiency * 100.0,
+        team.usage.waste_cost
+    )
+}
+
+/// A table cell: pipes and line breaks would break the table.
+fn markdown_cell(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// `text` cut to at most `limit` bytes at a character boundary, marked when cut.
+fn shorten(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}\
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse}\
+th,td{padding:4px 10px;border-bottom:1px solid #ddd;text-align:right}\
+th:first-child,td:first-child{text-align:left}.muted{color:#667}svg text{font:10px sans-serif}";
+
+/// The report as one HTML file.
+pub fn html(report: &Report) -> String {
+    let mut out = String::new();
+    let title = format!(
+        "GPU usage {} → {}",
+        report.from.format("%Y-%m-%d"),
+        report.to.format("%Y-%m-%d")
+    );
+    let _ = write!(
+        out,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body><h1>{}</h1>",
+        escape(&title),
+        escape(&title)
+    );
+    let _ = write!(
+        out,
+        "<p class=\"muted\">{} → {} · source: {} · {} GPUs · mean utilization {:.0}%</p>",
+        report.from.to_rfc3339(),
+        report.to.to_rfc3339(),
+        report.source,
+        report.fleet.gpus,
+        report.fleet.utilization * 100.0
+    );
+    out.push_str("<h2>Teams</h2><table><tr><th>team</th><th>GPU-h held</th><th>busy</th><th>idle</th><th>efficiency</th>");
+    let _ = write!(
+        out,
+        "<th>waste ({})</th><th>held before</th></tr>",
+        escape(&report.currency)
+    );
+    for team in &report.teams {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.0}%</td><td>{:.2}</td><td>{:.1}</td></tr>",
+            escape(&team.team),
+            team.usage.gpu_hours,
+            team.usage.busy_gpu_hours,
+            team.usage.idle_gpu_hours,
+            team.usage.efficiency * 100.0,
+            team.usage.waste_cost,
+            team.previous.gpu_hours
+        );
+    }
+    out.push_str("</table><h2>Largest idle holdings</h2><table><tr><th>team</th><th>owner</th><th>host</th><th>GPU</th><th>idle GPU-h</th><th>waste</th></tr>");
+    for team in &report.teams {
+        for idle in &team.top_idle {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td></tr>",
+                escape(&team.team),
+                escape(&idle.owner),
+                escape(&idle.host),
+                escape(&idle.gpu),
+                idle.idle_gpu_hours,
+                idle.waste_cost
+            );
+        }
+    }
+    out.push_str("</table><h2>Fleet utilization by hour (UTC)</h2>");
+    out.push_str(&heatmap_svg(&report.fleet.heatmap));
+    let fleet = &report.fleet;
+    let _ = write!(
+        out,
+        "<h2>Scaling</h2><p><b>{}</b> — {} GPUs recommended. {}</p>",
+        escape(&fleet.scale.direction),
+        fleet.scale.gpus,
+        escape(&fleet.scale.reason)
+    );
+    let _ = write!(
+        out,
+        "<h2>Energy</h2><p>Night-idle hosts: {}. {:.1} kWh, {:.2} {} in the period.</p><p class=\"muted\">{}</p>",
+        if fleet.energy.night_idle_hosts.is_empty() {
+            "none".to_string()
+        } else {
+            escape(&fleet.energy.night_idle_hosts.join(", "))
+        },
+        fleet.energy.kwh,
+        fleet.energy.cost,
+        escape(&report.currency),
+        escape(&fleet.energy.note)
+    );
+    out.push_str("<h2>Failure risk</h2><table><tr><th>host</th><th>GPU</th><th>UUID</th><th>risk</th><th>reasons</th></tr>");
+    for entry in &fleet.risk {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+            escape(&entry.host),
+            escape(&entry.gpu),
+            escape(&entry.uuid),
+            entry.risk,
+            escape(&entry.reasons.join(", "))
+        );
+    }
+    out.push_str("</table></body></html>\n");
+    out
+}
+
+/// Days down, hours across, one cell per hour coloured by utilization.
+fn heatmap_svg(cells: &[HeatCell]) -> String {
+    let mut days: Vec<&str> = cells.iter().map(|c| c.day.as_str()).collect();
+    days.dedup();
+    let (cell, left, top) = (18, 80, 16);
+    let width = left + 24 * cell + 4;
+    let height = top + days.len() * cell + 4;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\" aria-label=\"utilization heatmap\">"
+    );
+    for hour in (0..24).step_by(3) {
+        let _ = write!(
+            svg,
+            "<text x=\"{}\" y=\"11\">{hour:02}</text>",
+            left + hour * cell
+        );
+    }
+    for (row, day) in days.iter().enumerate() {
+        let y = top + row * cell;
+        let _ = write!(svg, "<text x=\"0\" y=\"{}\">{}</text>", y + 13, escape(day));
+        for c in cells.iter().filter(|c| c.day == *day) {
+            let _ = write!(
+                svg,
+                "<rect x=\"{}\" y=\"{y}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{} {:02}:00 {:.0}%</title></rect>",
+                left + c.hour as usize * cell,
+                cell - 1,
+                cell - 1,
+                heat_colour(c.utilization),
+                escape(day),
+                c.hour,
+                c.utilization * 100.0
+            );
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// White (idle) to deep blue (fully busy).
+fn heat_colour(utilization: f64) -> String {
+    let u = utilization.clamp(0.0, 1.0);
+    let channel = |from: f64, to: f64| (from + (to - from) * u).round() as u8;
+    format!(
+        "#{:02x}{:02x}{:02x}",
+        channel(240.0, 8.0),
+        channel(244.0, 64.0),
+        channel(248.0, 160.0)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_neutralises_markup() {
+        assert_eq!(
+            escape("<script>\"x\" & 'y'</script>"),
+            "&lt;script&gt;&quot;x&quot; &amp; &#39;y&#39;&lt;/script&gt;"
+        );
+    }
+
+    #[test]
+    fn shorten_respects_character_boundaries() {
+        assert_eq!(shorten("ééééé", 7), "éé…");
+        assert_eq!(shorten("ééééé", 6), "é…");
+        assert_eq!(shorten("short", 10), "short");
+    }
+
+    #[test]
+    fn heat_colour_runs_from_pale_to_blue() {
+        assert_eq!(heat_colour(0.0), "#f0f4f8");
+        assert_eq!(heat_colour(1.0), "#0840a0");
+        assert_eq!(heat_colour(f64::NAN.max(2.0)), "#0840a0");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaped_text_has_no_markup(text in ".{0,64}") {
+            let escaped = escape(&text);
+            proptest::prop_assert!(!escaped.contains(['<', '>', '"', '\'']));
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! The fleet view end to end: `record --format openmetrics` writes simulated multi-host
+//! history, `promtool tsdb create-blocks-from openmetrics` loads it into TSDB blocks, the
+//! Debian `prometheus` serves them, and `report --prometheus` reads it back; its figures
+//! are checked against ground truth computed from the recorded file itself.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::http_server::{Answer, HttpServer};
+use common::{Prometheus, binary, tool};
+
+const TEAMS: &str = r#"
+[[teams]]
+name = "research"
+namespaces = ["ml-*"]
+
+[[teams]]
+name = "serving"
+namespaces = ["inference"]
+"#;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("gpu-sentinel-fleet-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn gpu_sentinel(args: &[&str]) -> std::process::Output {
+    Command::new(binary())
+        .args(args)
+        .env_remove("GPU_SENTINEL_CONFIG")
+        .output()
+        .expect("gpu-sentinel runs")
+}
+
+/// One sample line of the recording: labels, value, timestamp (seconds).
+fn parse_sample(line: &str) -> Option<(&str, BTreeMap<String, String>, f64, f64)> {
+    let open = line.find('{')?;
+    let close = line.rfind('}')?;
+    let name = &line[..open];
+    let mut labels = BTreeMap::new();
+    for pair in line[open + 1..close].split("\",") {
+        let (key, value) = pair.split_once("=\"")?;
+        labels.insert(key.to_string(), value.trim_end_matches('"').to_string());
+    }
+    let mut tail = line[close + 1..].split_whitespace();
+    let value = tail.next()?.parse().ok()?;
+    let at = tail.next()?.parse().ok()?;
+    Some((name, labels, value, at))
+}
+
+/// Busy and idle GPU-hours per team from the file: each owner series' last value minus its
+/// first (the counter only grows), owners matched to teams as the test's config says.
+fn ground_truth(text: &str) -> (BTreeMap<String, (f64, f64)>, f64, f64) {
+    let mut first_last: BTreeMap<String, (BTreeMap<String, String>, f64, f64)> = BTreeMap::new();
+    let (mut from, mut to) = (f64::MAX, f64::MIN);
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, labels, value, at)) = parse_sample(line) else {
+            panic!("not an OpenMetrics sample line: {line}");
+        };
+        from = from.min(at);
+        to = to.max(at);
+        if name != "gpu_owner_seconds_total" {
+            continue;
+        }
+        let key = format!("{labels:?}");
+        first_last
+            .entry(key)
+            .and_modify(|e| e.2 = value)
+            .or_insert((labels, value, value));
+    }
+    let mut teams: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (labels, first, last) in first_last.values() {
+        let owner = labels["owner"].as_str();
+        let team = if owner.starts_with("ml-") {
+            "research"
+        } else if owner == "inference" {
+            "serving"
+        } else {
+            "unassigned"
+        };
+        let hours = (last - first) / 3600.0;
+        let entry = teams.entry(team.to_string()).or_default();
+        match labels["state"].as_str() {
+            "busy" => entry.0 += hours,
+            "idle" => entry.1 += hours,
+            other => panic!("state {other:?}"),
+        }
+    }
+    (teams, from, to)
+}
+
+fn rfc3339(seconds: f64) -> String {
+    chrono::DateTime::from_timestamp(seconds as i64, 0)
+        .expect("in range")
+        .to_rfc3339()
+}
+
+fn close(report: f64, truth: f64) -> bool {
+    (report - truth).abs() <= 0.01 * truth.abs() + 0.05
+}
+
+fn record_history(dir: &Path) -> (PathBuf, String) {
+    let file = dir.join("history.om");
+    let out = gpu_sentinel(&[
+        "record",
+        "--simulate",
+        "--hosts",
+        "3",
+        "--simulated-duration",
+        "2d",
+        "--interval",
+        "15m",
+        "--format",
+        "openmetrics",
+        "--out",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        out.status.success(),
+        "record failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !dir.join("history.om.parts").exists(),
+        "the part files are removed"
+    );
+    let text = std::fs::read_to_string(&file).expect("recording");
+    (file, text)
+}
+
+#[test]
+fn report_figures_match_the_recording() {
+    let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
+        return;
+    };
+    let dir = scratch("truth");
+    let (file, text) = record_history(&dir);
+
+    // OpenMetrics: each family declared once, never interleaved, and the file ends in EOF.
+    assert!(text.ends_with("# EOF\n"), "ends with # EOF");
+    let mut declared = BTreeSet::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let family = rest.split(' ').next().unwrap_or_default().to_string();
+            assert!(declared.insert(family.clone()), "{family} declared twice");
+            current = family;
+        } else if !line.starts_with('#') {
+            assert!(
+                line.starts_with(&current),
+                "{line} is outside its family {current}"
+            );
+        }
+    }
+    let instances: BTreeSet<String> = text
+        .lines()
+        .filter_map(parse_sample)
+        .map(|(_, labels, _, _)| labels["instance"].clone())
+        .collect();
+    assert_eq!(
+        instances.into_iter().collect::<Vec<_>>(),
+        ["sim-node-01", "sim-node-02", "sim-node-03"]
+    );
+
+    let data = dir.join("data");
+    let loaded = Command::new(&promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
+        .arg(&file)
+        .arg(&data)
+        .output()
+        .expect("promtool runs");
+    assert!(
+        loaded.status.success(),
+        "promtool refused the recording: {}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    let store = Prometheus::on_blocks(&prometheus, &data);
+
+    let (truth, from, to) = ground_truth(&text);
+    let config = dir.join("teams.toml");
+    std::fs::write(&config, TEAMS).expect("config");
+    let (from, to) = (rfc3339(from), rfc3339(to));
+    let report = |format: &str| {
+        gpu_sentinel(&[
+            "report",
+            "--prometheus",
+            &store.base,
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "--step",
+            "15m",
+            "--format",
+            format,
+        ])
+    };
+    let out = report("json");
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
+    assert_eq!(doc["source"], "gpu-sentinel");
+    let teams = doc["teams"].as_array().expect("teams");
+    let names: BTreeSet<&str> = teams.iter().filter_map(|t| t["team"].as_str()).collect();
+    assert_eq!(
+        names,
+        truth.keys().map(String::as_str).collect::<BTreeSet<_>>(),
+        "the teams are those the recording's owners map to"
+    );
+    for team in teams {
+        let name = team["team"].as_str().expect("team name");
+        let (busy, idle) = truth[name];
+        let got = |key: &str| team[key].as_f64().expect(key);
+        assert!(
+            close(got("busy_gpu_hours"), busy),
+            "{name}: busy {} GPU-h, the recording says {busy}",
+            got("busy_gpu_hours")
+        );
+        assert!(
+            close(got("idle_gpu_hours"), idle),
+            "{name}: idle {} GPU-h, the recording says {idle}",
+            got("idle_gpu_hours")
+        );
+        assert!(close(got("gpu_hours"), busy + idle), "{name}: held");
+    }
+    assert!(
+        truth["research"].1 > 1.0,
+        "the recording has an idle research allocation to find: {truth:?}"
+    );
+
+    let fleet = &doc["fleet"];
+    assert_eq!(fleet["gpus"], 24, "3 hosts × 8 GPUs");
+    let top = &fleet["risk"][0];
+    assert_eq!(
+        top["host"], "sim-node-01",
+        "the failing GPUs are on the first host"
+    );
+    assert!(top["risk"].as_f64().expect("risk") > 0.5, "{top}");
+    assert!(!top["reasons"].as_array().expect("reasons").is_empty());
+    assert_eq!(
+        fleet["heatmap"].as_array().expect("heatmap").len(),
+        47,
+        "one cell per hour of the two days after the first"
+    );
+
+    let markdown = report("markdown");
+    assert!(markdown.status.success());
+    let markdown = String::from_utf8(markdown.stdout).expect("utf-8");
+    assert!(
+        markdown.len() < 3_800,
+        "fits a chat message: {}",
+        markdown.len()
+    );
+    assert!(markdown.contains("| research |"), "{markdown}");
+
+    let html = report("html");
+    assert!(html.status.success());
+    let html = String::from_utf8(html.stdout).expect("utf-8");
+    assert!(
+        html.contains("<svg") && html.contains("<rect"),
+        "heatmap drawn"
+    );
+    for external in ["src=", "href=", "@import", "url("] {
+        assert!(!html.contains(external), "no external asset ({external})");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn openmetrics_history_is_simulated_and_written_to_a_file() {
+    let dir = scratch("refusals");
+    let file = dir.join("h.om");
+    let path = file.to_str().expect("utf-8 path");
+    for (args, said) in [
+        (
+            vec!["record", "--format", "openmetrics", "--out", path],
+            "give --simulate and --simulated-duration",
+        ),
+        (
+            vec![
+                "record",
+                "--simulate",
+                "--simulated-duration",
+                "1h",
+                "--format",
+                "openmetrics",
+                "--out",
+                "-",
+            ],
+            "give --out FILE",
+        ),
+        (
+            vec![
+                "record",
+                "--simulate",
+                "--simulated-duration",
+                "1h",
+                "--hosts",
+                "2",
+                "--out",
+                path,
+            ],
+            "--hosts is for --format openmetrics",
+        ),
+        (
+            vec![
+                "record",
+                "--simulate",
+                "--simulated-duration",
+                "1h",
+                "--format",
+                "openmetrics",
+                "--families",
+                "(",
+                "--out",
+                path,
+            ],
+            "--families \"(\" is not a regular expression",
+        ),
+    ] {
+        let out = gpu_sentinel(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+        assert!(!file.exists(), "{args:?} left a file");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_wrong_url_an_empty_store_and_refused_credentials_are_named() {
+    let dir = scratch("errors");
+    let out_file = dir.join("report.json");
+    let out_path = out_file.to_str().expect("utf-8 path");
+
+    // Nothing listens there.
+    let port = common::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = gpu_sentinel(&[
+        "report",
+        "--prometheus",
+        &url,
+        "--last",
+        "7d",
+        "--timeout",
+        "2s",
+        "--format",
+        "json",
+        "--out",
+        out_path,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&url) && stderr.contains("cannot reach"),
+        "{stderr}"
+    );
+    assert!(!out_file.exists(), "no report file after a failure");
+    assert!(!dir.join("report.json.partial").exists());
+
+    // A store that refuses the credentials: said so, the token never printed.
+    let refusing = HttpServer::answering(|_| Answer::status(401).body("Unauthorized"));
+    let out = Command::new(binary())
+        .args(["report", "--prometheus", &refusing.url(""), "--last", "7d"])
+        .env("GPU_SENTINEL_PROMETHEUS_TOKEN", "sekrit-token-123")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("401") && stderr.contains("credentials"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("sekrit-token-123"), "{stderr}");
+    let sent = refusing.requests();
+    assert_eq!(
+        sent.first().and_then(|r| r.header("authorization")),
+        Some("Bearer sekrit-token-123"),
+        "the token is sent as a bearer token"
+    );
+
+    // A store without GPU metrics: the metric and the URL are named.
+    let Some(prometheus) = tool("prometheus") else {
+        return;
+    };
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).expect("empty data dir");
+    let store = Prometheus::on_blocks(&prometheus, &empty);
+    let out = gpu_sentinel(&["report", "--prometheus", &store.base, "--last", "7d"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("gpu_utilization_ratio") && stderr.contains(&store.base),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
