@@ -17,6 +17,8 @@ declare -A needs=(
   [readelf]=binutils
   # kubectl is usually on the machine image already; Debian's older one renders the same.
   [kubectl]=kubernetes-client
+  # HTML pages and reports are loaded in a real browser (headless).
+  [chromium]=chromium
 )
 missing=()
 for tool in "${!needs[@]}"; do

@@ -254,6 +254,16 @@ fn report_figures_match_the_recording() {
         "one cell per hour of the two days after the first"
     );
 
+    let hosts = fleet["node_heatmap"]["hosts"]
+        .as_array()
+        .expect("node heatmap");
+    assert_eq!(hosts.len(), 3);
+    assert!(
+        hosts
+            .iter()
+            .all(|h| h["utilization"].as_array().is_some_and(|u| u.len() > 80))
+    );
+
     let markdown = report("markdown");
     assert!(markdown.status.success());
     let markdown = String::from_utf8(markdown.stdout).expect("utf-8");
@@ -273,6 +283,43 @@ fn report_figures_match_the_recording() {
     );
     for external in ["src=", "href=", "@import", "url("] {
         assert!(!html.contains(external), "no external asset ({external})");
+    }
+    if let Some(chromium) = tool("chromium") {
+        let page = dir.join("report.html");
+        std::fs::write(&page, &html).expect("report file");
+        let shot = dir.join("report.png");
+        let url = format!("file://{}", page.display());
+        let rendered = Command::new(&chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--window-size=1000,1500",
+            ])
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(&url)
+            .output()
+            .expect("chromium runs");
+        assert!(
+            rendered.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rendered.stderr)
+        );
+        let png = std::fs::read(&shot).expect("screenshot written");
+        assert!(
+            png.starts_with(b"\x89PNG") && png.len() > 20_000,
+            "a real page was drawn"
+        );
+        let dom = Command::new(&chromium)
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+            .arg(&url)
+            .output()
+            .expect("chromium runs");
+        let dom = String::from_utf8_lossy(&dom.stdout);
+        assert!(
+            dom.contains("<rect") && dom.contains("sim-node-03"),
+            "the browser parsed the heatmaps"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

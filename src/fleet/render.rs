@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{HeatCell, Report, TeamReport};
+use super::report::{HeatCell, NodeHeatmap, Report, TeamReport};
 
 /// Chat services cut long messages (Slack's section text at 3,000 characters, DingTalk's and
 /// WeCom's Markdown at 4,096 bytes): the Markdown stays under this.
@@ -138,8 +138,8 @@ pub fn escape(text: &str) -> String {
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}\
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse}\
-th,td{padding:4px 10px;border-bottom:1px solid #ddd;text-align:right}\
-th:first-child,td:first-child{text-align:left}.muted{color:#667}svg text{font:10px sans-serif}";
+th,td{padding:4px 10px;border-bottom:1px solid #ddd;text-align:left}\
+.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#667}svg text{font:10px sans-serif}";
 
 /// The report as one HTML file.
 pub fn html(report: &Report) -> String {
@@ -158,22 +158,22 @@ pub fn html(report: &Report) -> String {
     let _ = write!(
         out,
         "<p class=\"muted\">{} → {} · source: {} · {} GPUs · mean utilization {:.0}%</p>",
-        report.from.to_rfc3339(),
-        report.to.to_rfc3339(),
+        report.from.format("%Y-%m-%d %H:%M"),
+        report.to.format("%Y-%m-%d %H:%M UTC"),
         report.source,
         report.fleet.gpus,
         report.fleet.utilization * 100.0
     );
-    out.push_str("<h2>Teams</h2><table><tr><th>team</th><th>GPU-h held</th><th>busy</th><th>idle</th><th>efficiency</th>");
+    out.push_str("<h2>Teams</h2><table><tr><th>team</th><th class=\"n\">GPU-h held</th><th class=\"n\">busy</th><th class=\"n\">idle</th><th class=\"n\">efficiency</th>");
     let _ = write!(
         out,
-        "<th>waste ({})</th><th>held before</th></tr>",
+        "<th class=\"n\">waste ({})</th><th class=\"n\">held before</th></tr>",
         escape(&report.currency)
     );
     for team in &report.teams {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.0}%</td><td>{:.2}</td><td>{:.1}</td></tr>",
+            "<tr><td>{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.0}%</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.1}</td></tr>",
             escape(&team.team),
             team.usage.gpu_hours,
             team.usage.busy_gpu_hours,
@@ -183,23 +183,29 @@ pub fn html(report: &Report) -> String {
             team.previous.gpu_hours
         );
     }
-    out.push_str("</table><h2>Largest idle holdings</h2><table><tr><th>team</th><th>owner</th><th>host</th><th>GPU</th><th>idle GPU-h</th><th>waste</th></tr>");
-    for team in &report.teams {
-        for idle in &team.top_idle {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td></tr>",
-                escape(&team.team),
-                escape(&idle.owner),
-                escape(&idle.host),
-                escape(&idle.gpu),
-                idle.idle_gpu_hours,
-                idle.waste_cost
-            );
-        }
+    out.push_str("</table><h2>Largest idle holdings</h2><table><tr><th>team</th><th>owner</th><th>host</th><th class=\"n\">GPU</th><th class=\"n\">idle GPU-h</th><th class=\"n\">waste</th></tr>");
+    let mut idle: Vec<_> = report
+        .teams
+        .iter()
+        .flat_map(|t| t.top_idle.iter().map(move |i| (t, i)))
+        .collect();
+    idle.sort_by(|a, b| b.1.idle_gpu_hours.total_cmp(&a.1.idle_gpu_hours));
+    for (team, idle) in idle.into_iter().take(10) {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.2}</td></tr>",
+            escape(&team.team),
+            escape(&idle.owner),
+            escape(&idle.host),
+            escape(&idle.gpu),
+            idle.idle_gpu_hours,
+            idle.waste_cost
+        );
     }
     out.push_str("</table><h2>Fleet utilization by hour (UTC)</h2>");
     out.push_str(&heatmap_svg(&report.fleet.heatmap));
+    out.push_str("<h2>Utilization by host</h2>");
+    out.push_str(&node_heatmap_svg(&report.fleet.node_heatmap));
     let fleet = &report.fleet;
     let _ = write!(
         out,
@@ -221,11 +227,11 @@ pub fn html(report: &Report) -> String {
         escape(&report.currency),
         escape(&fleet.energy.note)
     );
-    out.push_str("<h2>Failure risk</h2><table><tr><th>host</th><th>GPU</th><th>UUID</th><th>risk</th><th>reasons</th></tr>");
+    out.push_str("<h2>Failure risk</h2><table><tr><th>host</th><th class=\"n\">GPU</th><th>UUID</th><th class=\"n\">risk</th><th>reasons</th></tr>");
     for entry in &fleet.risk {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{:.2}</td><td>{}</td></tr>",
             escape(&entry.host),
             escape(&entry.gpu),
             escape(&entry.uuid),
@@ -269,6 +275,54 @@ fn heatmap_svg(cells: &[HeatCell]) -> String {
                 c.hour,
                 c.utilization * 100.0
             );
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// Hosts down, time across; one cell per slice, blank where a host had no data.
+fn node_heatmap_svg(map: &NodeHeatmap) -> String {
+    let slices = map
+        .hosts
+        .iter()
+        .map(|h| h.utilization.len())
+        .max()
+        .unwrap_or(0);
+    let (width, height, left, top) = (8, 14, 90, 16);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" role=\"img\" aria-label=\"utilization by host\">",
+        left + slices * width + 4,
+        top + map.hosts.len() * height + 4
+    );
+    if let Some(start) = map.start {
+        let _ = write!(
+            svg,
+            "<text x=\"{left}\" y=\"11\">{}</text>",
+            start.format("%Y-%m-%d %H:%M")
+        );
+    }
+    for (row, host) in map.hosts.iter().enumerate() {
+        let y = top + row * height;
+        let _ = write!(
+            svg,
+            "<text x=\"0\" y=\"{}\">{}</text>",
+            y + 11,
+            escape(&host.host)
+        );
+        for (i, value) in host.utilization.iter().enumerate() {
+            if let Some(u) = value {
+                let _ = write!(
+                    svg,
+                    "<rect x=\"{}\" y=\"{y}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{} {:.0}%</title></rect>",
+                    left + i * width,
+                    width - 1,
+                    height - 1,
+                    heat_colour(*u),
+                    escape(&host.host),
+                    u * 100.0
+                );
+            }
         }
     }
     svg.push_str("</svg>");

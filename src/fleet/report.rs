@@ -96,6 +96,25 @@ pub struct FleetReport {
     pub risk: Vec<RiskEntry>,
     /// Mean fleet utilization per UTC day and hour.
     pub heatmap: Vec<HeatCell>,
+    /// Mean utilization of each host over time.
+    pub node_heatmap: NodeHeatmap,
+}
+
+/// Each host's mean GPU utilization in consecutive slices of the period.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeHeatmap {
+    /// Start of the first slice.
+    pub start: Option<DateTime<Utc>>,
+    pub step_seconds: u64,
+    /// Hosts by name; `utilization[i]` is the slice starting at `start + i × step`, null
+    /// where the host had no data.
+    pub hosts: Vec<NodeRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeRow {
+    pub host: String,
+    pub utilization: Vec<Option<f64>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -247,6 +266,7 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
             energy: energy(client, spec, window, step)?,
             risk: risk(client, spec)?,
             heatmap: heatmap(client, spec)?,
+            node_heatmap: node_heatmap(client, spec, window)?,
         },
     })
 }
@@ -468,4 +488,46 @@ fn heatmap(client: &Client, spec: &ReportSpec) -> anyhow::Result<Vec<HeatCell>> 
                 .collect()
         })
         .unwrap_or_default())
+}
+
+/// Slices of the node heatmap per period: enough to see days and nights in a week.
+const NODE_SLICES: i64 = 84;
+
+/// One range query: each host's mean utilization per slice.
+fn node_heatmap(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Result<NodeHeatmap> {
+    let step = (window / NODE_SLICES).max(60);
+    let first = spec.from + chrono::TimeDelta::seconds(step);
+    let series = client.range(
+        &format!("avg by (instance) (avg_over_time(gpu_utilization_ratio[{step}s]))"),
+        first,
+        spec.to,
+        Duration::from_secs(step as u64),
+    )?;
+    let slices = ((spec.to - first).num_seconds() / step + 1).max(0) as usize;
+    let mut hosts: Vec<NodeRow> = series
+        .iter()
+        .map(|s| {
+            let mut utilization = vec![None; slices];
+            for (at, value) in &s.points {
+                let slot = (*at - first).num_seconds() / step;
+                if let Some(cell) = usize::try_from(slot)
+                    .ok()
+                    .and_then(|i| utilization.get_mut(i))
+                {
+                    *cell = Some(*value).filter(|v| v.is_finite());
+                }
+            }
+            NodeRow {
+                host: s.labels.get("instance").cloned().unwrap_or_default(),
+                utilization,
+            }
+        })
+        .collect();
+    hosts.sort_by(|a, b| a.host.cmp(&b.host));
+    Ok(NodeHeatmap {
+        // Each point averages the slice before it.
+        start: Some(spec.from),
+        step_seconds: step as u64,
+        hosts,
+    })
 }
