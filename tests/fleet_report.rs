@@ -264,6 +264,27 @@ fn report_figures_match_the_recording() {
             .all(|h| h["utilization"].as_array().is_some_and(|u| u.len() > 80))
     );
 
+    // The fleet review reads the same store: the failing host's GPUs lead, with reasons.
+    let review = gpu_sentinel(&["review", "--prometheus", &store.base]);
+    assert!(
+        review.status.success(),
+        "{}",
+        String::from_utf8_lossy(&review.stderr)
+    );
+    let review = String::from_utf8(review.stdout).expect("utf-8");
+    assert!(review.contains("— 3 hosts"), "{review}");
+    let first = review
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .expect("a ranked row");
+    assert!(first.contains("sim-node-01"), "{review}");
+    assert!(review.contains("reasons: "), "{review}");
+    assert_eq!(
+        review.lines().filter(|l| l.contains(" GPU-")).count(),
+        24,
+        "every GPU of the fleet is ranked"
+    );
+
     let markdown = report("markdown");
     assert!(markdown.status.success());
     let markdown = String::from_utf8(markdown.stdout).expect("utf-8");
@@ -449,6 +470,13 @@ fn a_wrong_url_an_empty_store_and_refused_credentials_are_named() {
     assert!(!out.status.success());
     assert!(
         stderr.contains("gpu_utilization_ratio") && stderr.contains(&store.base),
+        "{stderr}"
+    );
+    let out = gpu_sentinel(&["review", "--prometheus", &store.base]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("gpu_info") && stderr.contains(&store.base),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);

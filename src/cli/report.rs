@@ -113,7 +113,7 @@ fn period(args: &ReportArgs) -> anyhow::Result<(DateTime<Utc>, DateTime<Utc>)> {
 
 /// Bearer token or basic-auth pair from the environment; never from a flag, which `ps`
 /// would show.
-fn auth_from_env() -> anyhow::Result<Auth> {
+pub fn auth_from_env() -> anyhow::Result<Auth> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let token = var("GPU_SENTINEL_PROMETHEUS_TOKEN");
     let user = var("GPU_SENTINEL_PROMETHEUS_USER");

@@ -20,6 +20,10 @@ pub struct ReviewArgs {
     /// Base URL of a running gpu-sentinel (or the full /api/v1/gpus URL).
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:10400")]
     pub url: String,
+    /// Rank the whole fleet from a Prometheus-compatible store instead of one exporter
+    /// (credentials as for `report`: GPU_SENTINEL_PROMETHEUS_TOKEN, or _USER and _PASSWORD).
+    #[arg(long, value_name = "URL", conflicts_with = "url")]
+    pub prometheus: Option<String>,
     /// Give up on the exporter after this long.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -29,6 +33,16 @@ pub struct ReviewArgs {
 const TOP_REASONS: usize = 3;
 
 pub fn review(args: &ReviewArgs) -> anyhow::Result<()> {
+    if let Some(base) = &args.prometheus {
+        let client = crate::fleet::prom::Client::new(crate::fleet::prom::Endpoint {
+            base: base.clone(),
+            auth: super::report::auth_from_env()?,
+            timeout: args.timeout,
+        });
+        let at = chrono::Utc::now();
+        let ranked = crate::fleet::review::rank(&client, at)?;
+        return super::output::print(&render_fleet(&ranked, client.base(), at));
+    }
     let url = gpus_url(&args.url);
     let body = fetch(&url, args.timeout)?;
     let doc = parse(&body).with_context(|| format!("{url} did not answer as expected"))?;
@@ -207,6 +221,81 @@ pub fn render(doc: &GpusDocument<'_>, url: &str) -> String {
         }
         if !g.findings.is_empty() {
             let _ = writeln!(out, "{indent}findings: {}", g.findings.join(", "));
+        }
+    }
+    out
+}
+
+/// The fleet's ranking as text: the single-host table with the host in front.
+pub fn render_fleet(
+    ranked: &[crate::fleet::review::FleetGpu],
+    store: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) -> String {
+    let threshold = crate::config::DEFAULT_RISK_THRESHOLD;
+    let mut out = String::new();
+    let hosts: std::collections::BTreeSet<&str> = ranked.iter().map(|g| g.host.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "{store} — {} hosts, as of {}",
+        hosts.len(),
+        at.to_rfc3339_opts(SecondsFormat::Secs, true)
+    );
+    let _ = writeln!(
+        out,
+        "{} GPUs: {} at risk (score ≥ {threshold:.2}), {} not answering",
+        ranked.len(),
+        ranked
+            .iter()
+            .filter(|g| g.risk.unwrap_or(0.0) >= threshold)
+            .count(),
+        ranked.iter().filter(|g| !g.up).count()
+    );
+    if ranked.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:>4} {:<16} {:>4} {:>6}  {:<6} {:>5} {:>5}  {:<24} UUID",
+        "RANK", "HOST", "GPU", "RISK", "STATE", "UTIL", "TEMP", "NAME"
+    );
+    for (rank, g) in ranked.iter().enumerate() {
+        let flag = if g.risk.unwrap_or(0.0) >= threshold {
+            "!"
+        } else {
+            " "
+        };
+        let host: String = g.host.chars().take(16).collect();
+        let name: String = g.name.chars().take(24).collect();
+        let _ = writeln!(
+            out,
+            "{:>4} {:<16} {:>4} {:>5}{flag}  {:<6} {:>5} {:>5}  {:<24} {}",
+            rank + 1,
+            host,
+            g.gpu,
+            g.risk.map_or("-".into(), |r| format!("{r:.2}")),
+            if g.up { "up" } else { "DOWN" },
+            g.utilization
+                .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
+            g.temperature.map_or("-".into(), |t| format!("{t:.0}C")),
+            name,
+            g.uuid
+        );
+        let indent = " ".repeat(12);
+        if let Some(rule) = &g.rule {
+            let _ = writeln!(
+                out,
+                "{indent}rule: {rule} (a known-bad state, not a prediction)"
+            );
+        }
+        if !g.reasons.is_empty() {
+            let text: Vec<String> = g
+                .reasons
+                .iter()
+                .take(TOP_REASONS)
+                .map(|(feature, contribution)| format!("{feature} (+{contribution:.2})"))
+                .collect();
+            let _ = writeln!(out, "{indent}reasons: {}", text.join(", "));
         }
     }
     out

@@ -11,3 +11,4 @@
 pub mod prom;
 pub mod render;
 pub mod report;
+pub mod review;
