@@ -254,6 +254,19 @@ fn report_figures_match_the_recording() {
         "one cell per hour of the two days after the first"
     );
 
+    let capacity = &fleet["capacity"];
+    let demand = capacity["forecast_demand_gpus"].as_f64().expect("demand");
+    let work = fleet["utilization"].as_f64().expect("utilization") * 24.0;
+    assert!(
+        (demand - work).abs() <= 0.1 * work,
+        "demand {demand} GPUs is the fleet's summed utilization ({work})"
+    );
+    assert_eq!(
+        capacity["recommended_gpus"].as_u64(),
+        Some((demand * 1.3).ceil() as u64),
+        "demand × the default buffer, rounded up"
+    );
+    assert_eq!(fleet["tco"]["cheaper"], "unknown", "no prices configured");
     let hosts = fleet["node_heatmap"]["hosts"]
         .as_array()
         .expect("node heatmap");

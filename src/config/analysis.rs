@@ -80,6 +80,9 @@ pub struct CostConfig {
     pub power_price_per_kwh: f64,
     /// Hourly price of a rented GPU. When above 0 it replaces depreciation.
     pub hourly_price: f64,
+    /// Hourly price of a comparable cloud GPU, for the fleet report's own-versus-rent
+    /// comparison; 0 leaves the comparison out.
+    pub cloud_hourly_price: f64,
     /// Who GPU time is charged to: "auto" (Kubernetes namespace where known, else user),
     /// "user", "namespace" or "pod".
     pub owner: String,
@@ -93,6 +96,7 @@ impl Default for CostConfig {
             depreciation_years: 4.0,
             power_price_per_kwh: 0.0,
             hourly_price: 0.0,
+            cloud_hourly_price: 0.0,
             owner: "auto".into(),
         }
     }
@@ -159,6 +163,7 @@ pub(super) fn problems(
         ("cost.purchase_price", cost.purchase_price),
         ("cost.power_price_per_kwh", cost.power_price_per_kwh),
         ("cost.hourly_price", cost.hourly_price),
+        ("cost.cloud_hourly_price", cost.cloud_hourly_price),
     ] {
         if !(v.is_finite() && v >= 0.0) {
             out.push((key, format!("{v} must be 0 or more")));

@@ -51,6 +51,15 @@ pub fn markdown(report: &Report) -> String {
         fleet.scale.gpus,
         fleet.scale.reason
     );
+    let _ = writeln!(
+        out,
+        "**Capacity:** {:.1} GPUs of work, {:+.1}% a month → {} GPUs recommended ({} to buy). Own vs rent: {}.",
+        fleet.capacity.forecast_demand_gpus,
+        fleet.capacity.growth * 100.0,
+        fleet.capacity.recommended_gpus,
+        fleet.capacity.gpus_to_buy,
+        fleet.tco.cheaper
+    );
     if !fleet.energy.night_idle_hosts.is_empty() {
         let hosts = fleet.energy.night_idle_hosts.join(", ");
         let hosts = shorten(&hosts, 300);
@@ -213,6 +222,41 @@ pub fn html(report: &Report) -> String {
         escape(&fleet.scale.direction),
         fleet.scale.gpus,
         escape(&fleet.scale.reason)
+    );
+    let capacity = &fleet.capacity;
+    let _ = write!(
+        out,
+        "<h2>Capacity plan</h2><p>Demand by 30-day month (GPUs of work, oldest first): {}. Growth {:+.1}% a month; next month {:.1} GPUs of work; with the buffer <b>{} GPUs</b> ({} to buy).</p>",
+        capacity
+            .monthly_demand_gpus
+            .iter()
+            .map(|d| format!("{d:.1}"))
+            .collect::<Vec<_>>()
+            .join(" · "),
+        capacity.growth * 100.0,
+        capacity.forecast_demand_gpus,
+        capacity.recommended_gpus,
+        capacity.gpus_to_buy
+    );
+    let tco = &fleet.tco;
+    let _ = write!(
+        out,
+        "<h2>Own or rent</h2><p>At {:.0}% utilization an owned GPU costs {:.2} {cur} an hour, {:.2} {cur} per hour of work; the cloud {:.2} {cur}. Cheaper: <b>{}</b>{}.</p>",
+        tco.utilization * 100.0,
+        tco.owned_per_gpu_hour,
+        tco.owned_per_used_gpu_hour,
+        tco.cloud_per_used_gpu_hour,
+        escape(&tco.cheaper),
+        if tco.monthly_saving > 0.0 {
+            format!(
+                ", by {:.0} {} a month",
+                tco.monthly_saving,
+                escape(&report.currency)
+            )
+        } else {
+            " (set [cost] purchase_price and cloud_hourly_price to compare)".to_string()
+        },
+        cur = escape(&report.currency)
     );
     let _ = write!(
         out,

@@ -91,6 +91,8 @@ pub struct FleetReport {
     /// Mean utilization over the period and the GPUs.
     pub utilization: f64,
     pub scale: Scale,
+    pub capacity: Capacity,
+    pub tco: Tco,
     pub energy: Energy,
     /// The GPUs most at risk at the end of the period.
     pub risk: Vec<RiskEntry>,
@@ -124,6 +126,43 @@ pub struct Scale {
     /// GPUs the measured demand needs with the buffer.
     pub gpus: usize,
     pub reason: String,
+}
+
+/// Six months of GPU-hours and what they say about next month.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Capacity {
+    /// GPU-hours held in each of the six 30-day months ending at the period's end, oldest
+    /// first (0 for a month before the store's history).
+    pub monthly_gpu_hours: Vec<f64>,
+    /// The demand of the same months: summed utilization (work in whole GPUs), averaged
+    /// over the hours with data.
+    pub monthly_demand_gpus: Vec<f64>,
+    /// Mean month-over-month growth of the demand (0.1 = 10% a month), over the months with
+    /// data; 0 with fewer than two.
+    pub growth: f64,
+    /// Next month's demand at that growth.
+    pub forecast_demand_gpus: f64,
+    /// GPUs that carry the forecast with the `[capacity] buffer`.
+    pub recommended_gpus: usize,
+    /// Recommended GPUs beyond those seen in the period.
+    pub gpus_to_buy: usize,
+}
+
+/// Owning versus renting at the measured utilization.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Tco {
+    /// Mean utilization the comparison is made at.
+    pub utilization: f64,
+    /// An owned GPU's hourly cost (depreciation plus mean power) per hour it exists.
+    pub owned_per_gpu_hour: f64,
+    /// The same per hour of *work* (divided by utilization): what one useful GPU-hour costs.
+    pub owned_per_used_gpu_hour: f64,
+    /// `[cost] cloud_hourly_price`, paid only for the hours used.
+    pub cloud_per_used_gpu_hour: f64,
+    /// `own`, `rent`, or `unknown` when a price is missing.
+    pub cheaper: String,
+    /// What the cheaper choice saves per month at this fleet's busy GPU-hours.
+    pub monthly_saving: f64,
 }
 
 /// Hosts whose GPUs stayed under the idle-utilization line in the night window, and what
@@ -263,6 +302,8 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
             gpus,
             utilization: fleet_utilization(client, spec, window)?,
             scale: scale(client, spec, window)?,
+            capacity: capacity(client, spec, gpus)?,
+            tco: tco(client, spec, window)?,
             energy: energy(client, spec, window, step)?,
             risk: risk(client, spec)?,
             heatmap: heatmap(client, spec)?,
@@ -530,4 +571,193 @@ fn node_heatmap(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Resu
         step_seconds: step as u64,
         hosts,
     })
+}
+
+const MONTH_SECONDS: i64 = 30 * 24 * 3600;
+const MONTHS: i64 = 6;
+
+/// Monthly figures from two range queries stepping a month at a time: GPU-hours held, and
+/// the demand — the fleet's summed utilization (work in whole GPUs, as `engine::capacity`
+/// counts it) averaged over the hours of the month that have data, so a month the store
+/// only partly covers is not mistaken for a month of less work.
+fn capacity(client: &Client, spec: &ReportSpec, gpus: usize) -> anyhow::Result<Capacity> {
+    let first = spec.to - chrono::TimeDelta::seconds(MONTH_SECONDS * (MONTHS - 1));
+    let monthly = |query: String| -> anyhow::Result<Vec<f64>> {
+        let series = client.range(
+            &query,
+            first,
+            spec.to,
+            Duration::from_secs(MONTH_SECONDS as u64),
+        )?;
+        let mut months = vec![0.0; MONTHS as usize];
+        if let Some(s) = series.first() {
+            for (at, v) in &s.points {
+                if let Some(cell) = slot(first, *at, MONTH_SECONDS).and_then(|i| months.get_mut(i))
+                {
+                    *cell = if v.is_finite() { v.max(0.0) } else { 0.0 };
+                }
+            }
+        }
+        Ok(months)
+    };
+    let held = monthly(format!(
+        "sum(increase({OWNER_METRIC}[{MONTH_SECONDS}s])) / 3600"
+    ))?;
+    let demand = monthly(format!(
+        "avg_over_time(sum(gpu_utilization_ratio)[{MONTH_SECONDS}s:1h])"
+    ))?;
+    Ok(plan_capacity(held, demand, gpus, spec.capacity.buffer))
+}
+
+/// Which `step`-long slot after `first` the point at `at` is, rounding to the nearest: the
+/// store answers whole seconds, the period's ends carry fractions.
+fn slot(first: DateTime<Utc>, at: DateTime<Utc>, step: i64) -> Option<usize> {
+    let slots = (at - first).num_milliseconds() as f64 / (step as f64 * 1000.0);
+    let slot = slots.round();
+    (slot >= 0.0).then_some(slot as usize)
+}
+
+/// The plan from monthly figures: growth is the mean ratio of consecutive months that both
+/// have data (a month with none is before the store's history, not a month of no work).
+pub fn plan_capacity(held: Vec<f64>, demand: Vec<f64>, gpus: usize, buffer: f64) -> Capacity {
+    let ratios: Vec<f64> = demand
+        .windows(2)
+        .filter(|w| w[0] > 0.0 && w[1] > 0.0)
+        .map(|w| w[1] / w[0])
+        .collect();
+    let growth = if ratios.is_empty() {
+        0.0
+    } else {
+        ratios.iter().sum::<f64>() / ratios.len() as f64 - 1.0
+    };
+    let last = demand
+        .iter()
+        .rev()
+        .find(|v| **v > 0.0)
+        .copied()
+        .unwrap_or(0.0);
+    let forecast = last * (1.0 + growth);
+    let recommended = (forecast * buffer).ceil() as usize;
+    Capacity {
+        monthly_gpu_hours: held,
+        monthly_demand_gpus: demand,
+        growth,
+        forecast_demand_gpus: forecast,
+        recommended_gpus: recommended,
+        gpus_to_buy: recommended.saturating_sub(gpus),
+    }
+}
+
+fn tco(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Result<Tco> {
+    let one = |query: String| -> anyhow::Result<Option<f64>> {
+        Ok(client
+            .instant(&query, spec.to)?
+            .first()
+            .map(|s| s.value)
+            .filter(|v| v.is_finite()))
+    };
+    let utilization = one(format!(
+        "avg(avg_over_time(gpu_utilization_ratio[{window}s]))"
+    ))?
+    .unwrap_or(0.0);
+    let power = one(format!("avg(avg_over_time(gpu_power_watts[{window}s]))"))?;
+    let busy_hours = one(format!(
+        "sum(increase({OWNER_METRIC}{{state=\"busy\"}}[{window}s])) / 3600"
+    ))?
+    .unwrap_or(0.0);
+    let months = window as f64 / MONTH_SECONDS as f64;
+    Ok(compare_tco(
+        &spec.cost,
+        utilization,
+        power,
+        busy_hours / months.max(f64::MIN_POSITIVE),
+    ))
+}
+
+/// Owning costs every hour; renting costs the hours used. So owning wins above the
+/// utilization where `owned ÷ utilization` drops under the cloud price.
+pub fn compare_tco(
+    cost: &CostConfig,
+    utilization: f64,
+    power_watts: Option<f64>,
+    busy_hours_per_month: f64,
+) -> Tco {
+    let owned = CostConfig {
+        hourly_price: 0.0,
+        ..cost.clone()
+    };
+    let owned_per_gpu_hour = hourly_cost(&owned, power_watts);
+    let owned_per_used = if utilization > 0.0 {
+        owned_per_gpu_hour / utilization
+    } else {
+        f64::INFINITY
+    };
+    let cloud = cost.cloud_hourly_price;
+    let (cheaper, saving) =
+        if cloud <= 0.0 || cost.purchase_price <= 0.0 || !owned_per_used.is_finite() {
+            ("unknown", 0.0)
+        } else if owned_per_used < cloud {
+            ("own", (cloud - owned_per_used) * busy_hours_per_month)
+        } else {
+            ("rent", (owned_per_used - cloud) * busy_hours_per_month)
+        };
+    Tco {
+        utilization,
+        owned_per_gpu_hour,
+        owned_per_used_gpu_hour: if owned_per_used.is_finite() {
+            owned_per_used
+        } else {
+            0.0
+        },
+        cloud_per_used_gpu_hour: cloud,
+        cheaper: cheaper.to_string(),
+        monthly_saving: saving,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_is_the_mean_monthly_ratio_over_months_with_data() {
+        let plan = plan_capacity(
+            vec![0.0, 0.0, 1000.0, 1100.0, 1210.0, 1331.0],
+            vec![0.0, 0.0, 1.0, 1.1, 1.21, 1.331],
+            2,
+            1.3,
+        );
+        assert!((plan.growth - 0.1).abs() < 1e-9, "{}", plan.growth);
+        assert!((plan.forecast_demand_gpus - 1.4641).abs() < 1e-9);
+        // 1.4641 GPUs × 1.3 = 1.90 → 2, as many as there are.
+        assert_eq!(plan.recommended_gpus, 2);
+        assert_eq!(plan.gpus_to_buy, 0);
+        let grown = plan_capacity(vec![0.0; 6], vec![0.0, 0.0, 0.0, 0.0, 5.0, 7.5], 8, 1.3);
+        // 7.5 × 1.5 = 11.25 GPUs of work × 1.3 = 14.6 → 15: buy 7.
+        assert_eq!((grown.recommended_gpus, grown.gpus_to_buy), (15, 7));
+        let empty = plan_capacity(vec![0.0; 6], vec![0.0; 6], 8, 1.3);
+        assert_eq!(
+            (empty.growth, empty.recommended_gpus, empty.gpus_to_buy),
+            (0.0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn owning_wins_at_high_utilization_and_renting_at_low() {
+        let cost = CostConfig {
+            purchase_price: 4.0 * 365.25 * 24.0, // 1 per hour over 4 years
+            cloud_hourly_price: 2.0,
+            ..CostConfig::default()
+        };
+        let busy = compare_tco(&cost, 0.8, None, 100.0);
+        assert_eq!(busy.cheaper, "own");
+        assert!((busy.owned_per_used_gpu_hour - 1.25).abs() < 1e-9);
+        assert!((busy.monthly_saving - 75.0).abs() < 1e-9);
+        assert_eq!(compare_tco(&cost, 0.3, None, 100.0).cheaper, "rent");
+        let no_cloud = CostConfig {
+            cloud_hourly_price: 0.0,
+            ..cost
+        };
+        assert_eq!(compare_tco(&no_cloud, 0.8, None, 100.0).cheaper, "unknown");
+    }
 }
