@@ -358,6 +358,176 @@ fn report_figures_match_the_recording() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Held, busy and idle GPU-hours per team from dcgm-exporter-named samples: held while
+/// `DCGM_FI_DEV_FB_USED` is above 1 GiB (or a pod is mapped), busy while held and
+/// `DCGM_FI_DEV_GPU_UTIL` ≥ 5; each sample stands for one recording interval.
+fn dcgm_ground_truth(text: &str, interval_s: f64) -> BTreeMap<String, (f64, f64)> {
+    type At = (String, String, u64);
+    let mut used: BTreeMap<At, (f64, String, String)> = BTreeMap::new();
+    let mut util: BTreeMap<At, f64> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, labels, value, at)) = parse_sample(line) else {
+            panic!("not an OpenMetrics sample line: {line}");
+        };
+        let key = (labels["Hostname"].clone(), labels["gpu"].clone(), at as u64);
+        let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        match name {
+            "DCGM_FI_DEV_FB_USED" => {
+                used.insert(key, (value, label("namespace"), label("pod")));
+            }
+            "DCGM_FI_DEV_GPU_UTIL" => {
+                util.insert(key, value);
+            }
+            _ => {}
+        }
+    }
+    let mut teams: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (key, (mib, namespace, pod)) in &used {
+        if *mib <= 1024.0 && pod.is_empty() {
+            continue;
+        }
+        let team = if namespace.starts_with("ml-") || key.0 == "sim-node-02" {
+            "research"
+        } else if namespace == "inference" {
+            "serving"
+        } else {
+            "unassigned"
+        };
+        let hours = interval_s / 3600.0;
+        let entry = teams.entry(team.to_string()).or_default();
+        if util.get(key).copied().unwrap_or(0.0) >= 5.0 {
+            entry.0 += hours;
+        } else {
+            entry.1 += hours;
+        }
+    }
+    teams
+}
+
+#[test]
+fn a_dcgm_exporter_only_store_gets_the_same_report() {
+    let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
+        return;
+    };
+    let dir = scratch("dcgm");
+    let config = dir.join("dcgm.toml");
+    std::fs::write(
+        &config,
+        format!("[export]\ndcgm_compat = true\n{TEAMS}").replace(
+            "namespaces = [\"ml-*\"]",
+            "namespaces = [\"ml-*\"]\nhosts = [\"sim-node-02\"]",
+        ),
+    )
+    .expect("config");
+    let config = config.to_str().expect("utf-8 path");
+    let file = dir.join("dcgm.om");
+    let out = gpu_sentinel(&[
+        "record",
+        "--simulate",
+        "--config",
+        config,
+        "--hosts",
+        "3",
+        "--simulated-duration",
+        "2d",
+        "--interval",
+        "15m",
+        "--format",
+        "openmetrics",
+        "--families",
+        "^DCGM_FI_",
+        "--out",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&file).expect("recording");
+    assert!(
+        !text.contains("\ngpu_"),
+        "only dcgm-exporter's families, as at a site without gpu-sentinel"
+    );
+    let data = dir.join("data");
+    let loaded = Command::new(&promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
+        .arg(&file)
+        .arg(&data)
+        .output()
+        .expect("promtool runs");
+    assert!(
+        loaded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    let store = Prometheus::on_blocks(&prometheus, &data);
+
+    let stamps: Vec<f64> = text
+        .lines()
+        .filter_map(parse_sample)
+        .map(|(_, _, _, at)| at)
+        .collect();
+    let first = stamps.iter().copied().fold(f64::MAX, f64::min);
+    let last = stamps.iter().copied().fold(f64::MIN, f64::max);
+    // Half a step before the first sample: the first point is in, whichever way the store
+    // treats the range's left edge.
+    let out = gpu_sentinel(&[
+        "report",
+        "--prometheus",
+        &store.base,
+        "--from",
+        &rfc3339(first - 450.0),
+        "--to",
+        &rfc3339(last),
+        "--config",
+        config,
+        "--step",
+        "15m",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
+    assert_eq!(doc["source"], "dcgm-exporter");
+    let truth = dcgm_ground_truth(&text, 900.0);
+    let teams = doc["teams"].as_array().expect("teams");
+    assert_eq!(
+        teams
+            .iter()
+            .filter_map(|t| t["team"].as_str())
+            .collect::<BTreeSet<_>>(),
+        truth.keys().map(String::as_str).collect::<BTreeSet<_>>()
+    );
+    for team in teams {
+        let name = team["team"].as_str().expect("team");
+        let (busy, idle) = truth[name];
+        let got = |key: &str| team[key].as_f64().expect(key);
+        assert!(
+            close(got("busy_gpu_hours"), busy),
+            "{name}: busy {} vs {busy}",
+            got("busy_gpu_hours")
+        );
+        assert!(
+            close(got("idle_gpu_hours"), idle),
+            "{name}: idle {} vs {idle}",
+            got("idle_gpu_hours")
+        );
+    }
+    assert_eq!(doc["fleet"]["gpus"], 24);
+    assert_eq!(
+        doc["fleet"]["node_heatmap"]["hosts"]
+            .as_array()
+            .map(Vec::len),
+        Some(3)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn openmetrics_history_is_simulated_and_written_to_a_file() {
     let dir = scratch("refusals");

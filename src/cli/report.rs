@@ -80,6 +80,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
         cost: config.cost.clone(),
         capacity: config.capacity.clone(),
         idle_threshold: config.idle.threshold,
+        memory_floor_mib: config.idle.memory_floor_mib,
         step: args.step,
     };
     let report = build(&client, &spec)?;

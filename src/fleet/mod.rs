@@ -8,6 +8,7 @@
 //!
 //! docs/fleet.md documents the report's JSON and the queries behind each figure.
 
+pub mod dialect;
 pub mod prom;
 pub mod render;
 pub mod report;

@@ -18,6 +18,7 @@ use std::time::Duration;
 use chrono::{DateTime, Datelike, Timelike, Utc};
 use serde::Serialize;
 
+use super::dialect::Dialect;
 use super::prom::{Client, Sample};
 use crate::config::{CapacityConfig, CostConfig, Holder, TeamConfig, UNASSIGNED, team_of};
 use crate::engine::capacity::{CapacityState, advise};
@@ -35,6 +36,8 @@ pub struct ReportSpec {
     pub capacity: CapacityConfig,
     /// Utilization (0–1) under which a held GPU counts as idle.
     pub idle_threshold: f64,
+    /// Framebuffer use (MiB) above which dcgm-exporter's GPUs count as held.
+    pub memory_floor_mib: u64,
     /// Resolution of the subqueries (the store's scrape interval is a good choice).
     pub step: Duration,
 }
@@ -204,19 +207,22 @@ const TOP_RISK: usize = 10;
 /// Reasons shown per GPU at risk.
 const TOP_REASONS: usize = 3;
 
-/// The metric every figure needs; its absence means the store has no gpu-sentinel data.
-pub const OWNER_METRIC: &str = "gpu_owner_seconds_total";
+pub use super::dialect::OWNER_METRIC;
 
 /// Builds the report by querying `client`.
 pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
     let window = (spec.to - spec.from).num_seconds().max(1);
     let step = spec.step.as_secs().max(1);
-    let gpus = count_gpus(client, spec, window)?;
+    let dialect = Dialect::detect(client, window, spec.to, spec.memory_floor_mib)?;
+    let gpus = count_gpus(client, dialect, spec, window)?;
 
+    let host = dialect.host();
     let idle_power = client
         .instant(
             &format!(
-                "avg(avg_over_time((gpu_power_watts and on(instance, gpu) (gpu_utilization_ratio < {t}))[{window}s:{step}s]))",
+                "avg(avg_over_time(({power} and on({host}, gpu) ({util} < {t}))[{window}s:{step}s]))",
+                power = dialect.power(),
+                util = dialect.utilization(),
                 t = spec.idle_threshold
             ),
             spec.to,
@@ -226,16 +232,21 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
         .filter(|v| v.is_finite());
     let hourly = hourly_cost(&spec.cost, idle_power);
 
-    let owners_query =
-        format!("sum by (instance, owner, team, state) (increase({OWNER_METRIC}[{window}s]))");
-    let current = client.instant(&owners_query, spec.to)?;
-    let previous = client.instant(&owners_query, spec.from)?;
-    let per_gpu = client.instant(
-        &format!(
-            "sum by (instance, gpu, owner, team) (increase({OWNER_METRIC}{{state=\"idle\"}}[{window}s]))"
-        ),
-        spec.to,
-    )?;
+    let usage = |at: DateTime<Utc>,
+                 per_gpu: bool,
+                 idle_only: bool|
+     -> anyhow::Result<Vec<Sample>> {
+        let mut rows = Vec::new();
+        for (query, state) in dialect.usage(window, step, spec.idle_threshold, per_gpu, idle_only) {
+            for row in client.instant(&query, at)? {
+                rows.push(dialect.normalise(row, state));
+            }
+        }
+        Ok(rows)
+    };
+    let current = usage(spec.to, false, false)?;
+    let previous = usage(spec.from, false, false)?;
+    let per_gpu = usage(spec.to, true, true)?;
 
     let mut teams: BTreeMap<String, TeamReport> = BTreeMap::new();
     for (rows, previous) in [(&current, false), (&previous, true)] {
@@ -295,19 +306,24 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
     Ok(Report {
         from: spec.from,
         to: spec.to,
-        source: "gpu-sentinel",
+        source: dialect.source(),
         currency: spec.cost.currency.clone(),
         teams,
         fleet: FleetReport {
             gpus,
-            utilization: fleet_utilization(client, spec, window)?,
-            scale: scale(client, spec, window)?,
-            capacity: capacity(client, spec, gpus)?,
-            tco: tco(client, spec, window)?,
-            energy: energy(client, spec, window, step)?,
-            risk: risk(client, spec)?,
-            heatmap: heatmap(client, spec)?,
-            node_heatmap: node_heatmap(client, spec, window)?,
+            utilization: fleet_utilization(client, dialect, spec, window)?,
+            scale: scale(client, dialect, spec, window)?,
+            capacity: capacity(client, dialect, spec, gpus)?,
+            tco: tco(client, dialect, spec, window)?,
+            energy: energy(client, dialect, spec, window, step)?,
+            risk: match dialect {
+                Dialect::Native => risk(client, spec)?,
+                // dcgm-exporter's metrics carry no risk score; `replay --prometheus` runs
+                // the engine over them.
+                Dialect::Dcgm { .. } => Vec::new(),
+            },
+            heatmap: heatmap(client, dialect, spec)?,
+            node_heatmap: node_heatmap(client, dialect, spec, window)?,
         },
     })
 }
@@ -357,37 +373,32 @@ fn team_for(spec: &ReportSpec, row: &Sample) -> String {
     team.to_string()
 }
 
-fn count_gpus(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Result<usize> {
-    let rows = client.instant(
-        &format!("count(last_over_time(gpu_utilization_ratio[{window}s]))"),
-        spec.to,
-    )?;
-    let gpus = rows.first().map_or(0.0, |s| s.value);
-    anyhow::ensure!(
-        gpus > 0.0,
-        "{} has no gpu_utilization_ratio between {} and {}: no gpu-sentinel scraped into this store in that period (or it is beyond the store's retention)",
-        client.base(),
-        spec.from,
-        spec.to
-    );
-    let owners = client.instant(
-        &format!("count(last_over_time({OWNER_METRIC}[{window}s]))"),
-        spec.to,
-    )?;
-    anyhow::ensure!(
-        owners.first().is_some_and(|s| s.value > 0.0),
-        "{} has gpu_utilization_ratio but no {OWNER_METRIC} between {} and {}: the agents predate owner accounting",
-        client.base(),
-        spec.from,
-        spec.to
-    );
+fn count_gpus(
+    client: &Client,
+    dialect: Dialect,
+    spec: &ReportSpec,
+    window: i64,
+) -> anyhow::Result<usize> {
+    let gpus = client
+        .instant(&dialect.gpu_count(window), spec.to)?
+        .first()
+        .map_or(0.0, |s| s.value);
     Ok(gpus as usize)
 }
 
-fn fleet_utilization(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Result<f64> {
+fn fleet_utilization(
+    client: &Client,
+    dialect: Dialect,
+    spec: &ReportSpec,
+    window: i64,
+) -> anyhow::Result<f64> {
     Ok(client
         .instant(
-            &format!("avg(avg_over_time(gpu_utilization_ratio[{window}s]))"),
+            &format!(
+                "avg(avg_over_time({}[{window}s:{}s]))",
+                dialect.utilization(),
+                spec.step.as_secs().max(1)
+            ),
             spec.to,
         )?
         .first()
@@ -396,10 +407,20 @@ fn fleet_utilization(client: &Client, spec: &ReportSpec, window: i64) -> anyhow:
 
 /// The node rule of `engine::capacity`, applied to every GPU of the fleet at once, on each
 /// GPU's mean utilization over the whole period (no hold: the period is the evidence).
-fn scale(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Result<Scale> {
+fn scale(
+    client: &Client,
+    dialect: Dialect,
+    spec: &ReportSpec,
+    window: i64,
+) -> anyhow::Result<Scale> {
+    let host = dialect.host();
     let means: Vec<Option<f64>> = client
         .instant(
-            &format!("avg_over_time(gpu_utilization_ratio[{window}s])"),
+            &format!(
+                "avg by ({host}, gpu) (avg_over_time({}[{window}s:{}s]))",
+                dialect.utilization(),
+                spec.step.as_secs().max(1)
+            ),
             spec.to,
         )?
         .iter()
@@ -417,20 +438,25 @@ fn scale(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Result<Scal
     })
 }
 
-fn energy(client: &Client, spec: &ReportSpec, window: i64, step: u64) -> anyhow::Result<Energy> {
+fn energy(
+    client: &Client,
+    dialect: Dialect,
+    spec: &ReportSpec,
+    window: i64,
+    step: u64,
+) -> anyhow::Result<Energy> {
     let (start, end) = NIGHT;
     let night = format!("on() (hour() >= {start} < {end})");
+    let host = dialect.host();
     let idle = client.instant(
         &format!(
-            "avg by (instance) (avg_over_time((avg by (instance) (gpu_utilization_ratio) and {night})[{window}s:{step}s])) < {}",
+            "avg by ({host}) (avg_over_time((avg by ({host}) ({}) and {night})[{window}s:{step}s])) < {}",
+            dialect.utilization(),
             spec.capacity.idle_utilization
         ),
         spec.to,
     )?;
-    let mut hosts: Vec<String> = idle
-        .iter()
-        .map(|s| s.label("instance").to_string())
-        .collect();
+    let mut hosts: Vec<String> = idle.iter().map(|s| s.label(host).to_string()).collect();
     hosts.sort();
     let kwh = if hosts.is_empty() {
         0.0
@@ -443,7 +469,8 @@ fn energy(client: &Client, spec: &ReportSpec, window: i64, step: u64) -> anyhow:
         client
             .instant(
                 &format!(
-                    "sum(sum_over_time((sum by (instance) (gpu_power_watts{{instance=~\"{selector}\"}}) and {night})[{window}s:{step}s])) * {step} / 3600 / 1000"
+                    "sum(sum_over_time((sum by ({host}) ({power}{{{host}=~\"{selector}\"}}) and {night})[{window}s:{step}s])) * {step} / 3600 / 1000",
+                    power = dialect.power()
                 ),
                 spec.to,
             )?
@@ -498,10 +525,14 @@ fn risk(client: &Client, spec: &ReportSpec) -> anyhow::Result<Vec<RiskEntry>> {
 }
 
 /// Mean fleet utilization of each hour, by day: one range query, one point per hour.
-fn heatmap(client: &Client, spec: &ReportSpec) -> anyhow::Result<Vec<HeatCell>> {
+fn heatmap(client: &Client, dialect: Dialect, spec: &ReportSpec) -> anyhow::Result<Vec<HeatCell>> {
     let hour = chrono::TimeDelta::hours(1);
     let series = client.range(
-        "avg(avg_over_time(gpu_utilization_ratio[1h]))",
+        &format!(
+            "avg(avg_over_time({}[1h:{}s]))",
+            dialect.utilization(),
+            spec.step.as_secs().clamp(1, 3600)
+        ),
         spec.from + hour,
         spec.to,
         Duration::from_secs(3600),
@@ -535,11 +566,21 @@ fn heatmap(client: &Client, spec: &ReportSpec) -> anyhow::Result<Vec<HeatCell>> 
 const NODE_SLICES: i64 = 84;
 
 /// One range query: each host's mean utilization per slice.
-fn node_heatmap(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Result<NodeHeatmap> {
+fn node_heatmap(
+    client: &Client,
+    dialect: Dialect,
+    spec: &ReportSpec,
+    window: i64,
+) -> anyhow::Result<NodeHeatmap> {
     let step = (window / NODE_SLICES).max(60);
     let first = spec.from + chrono::TimeDelta::seconds(step);
+    let host = dialect.host();
     let series = client.range(
-        &format!("avg by (instance) (avg_over_time(gpu_utilization_ratio[{step}s]))"),
+        &format!(
+            "avg by ({host}) (avg_over_time({}[{step}s:{}s]))",
+            dialect.utilization(),
+            spec.step.as_secs().clamp(1, step as u64)
+        ),
         first,
         spec.to,
         Duration::from_secs(step as u64),
@@ -559,7 +600,7 @@ fn node_heatmap(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Resu
                 }
             }
             NodeRow {
-                host: s.labels.get("instance").cloned().unwrap_or_default(),
+                host: s.labels.get(host).cloned().unwrap_or_default(),
                 utilization,
             }
         })
@@ -580,7 +621,12 @@ const MONTHS: i64 = 6;
 /// the demand — the fleet's summed utilization (work in whole GPUs, as `engine::capacity`
 /// counts it) averaged over the hours of the month that have data, so a month the store
 /// only partly covers is not mistaken for a month of less work.
-fn capacity(client: &Client, spec: &ReportSpec, gpus: usize) -> anyhow::Result<Capacity> {
+fn capacity(
+    client: &Client,
+    dialect: Dialect,
+    spec: &ReportSpec,
+    gpus: usize,
+) -> anyhow::Result<Capacity> {
     let first = spec.to - chrono::TimeDelta::seconds(MONTH_SECONDS * (MONTHS - 1));
     let monthly = |query: String| -> anyhow::Result<Vec<f64>> {
         let series = client.range(
@@ -600,11 +646,22 @@ fn capacity(client: &Client, spec: &ReportSpec, gpus: usize) -> anyhow::Result<C
         }
         Ok(months)
     };
-    let held = monthly(format!(
-        "sum(increase({OWNER_METRIC}[{MONTH_SECONDS}s])) / 3600"
-    ))?;
+    let held = match dialect {
+        Dialect::Native => monthly(format!(
+            "sum(increase({OWNER_METRIC}[{MONTH_SECONDS}s])) / 3600"
+        ))?,
+        // Counted at the report's step, as the period's usage is: a finer resolution than
+        // the scrape interval would count points that find no sample.
+        Dialect::Dcgm { memory_floor_mib } => {
+            let step = spec.step.as_secs().max(1);
+            monthly(format!(
+                "sum(count_over_time((DCGM_FI_DEV_FB_USED > {memory_floor_mib} or DCGM_FI_DEV_FB_USED{{pod!=\"\"}})[{MONTH_SECONDS}s:{step}s])) * {step} / 3600"
+            ))?
+        }
+    };
     let demand = monthly(format!(
-        "avg_over_time(sum(gpu_utilization_ratio)[{MONTH_SECONDS}s:1h])"
+        "avg_over_time(sum({})[{MONTH_SECONDS}s:1h])",
+        dialect.utilization()
     ))?;
     Ok(plan_capacity(held, demand, gpus, spec.capacity.buffer))
 }
@@ -648,7 +705,7 @@ pub fn plan_capacity(held: Vec<f64>, demand: Vec<f64>, gpus: usize, buffer: f64)
     }
 }
 
-fn tco(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Result<Tco> {
+fn tco(client: &Client, dialect: Dialect, spec: &ReportSpec, window: i64) -> anyhow::Result<Tco> {
     let one = |query: String| -> anyhow::Result<Option<f64>> {
         Ok(client
             .instant(&query, spec.to)?
@@ -656,13 +713,20 @@ fn tco(client: &Client, spec: &ReportSpec, window: i64) -> anyhow::Result<Tco> {
             .map(|s| s.value)
             .filter(|v| v.is_finite()))
     };
+    let step = spec.step.as_secs().max(1);
     let utilization = one(format!(
-        "avg(avg_over_time(gpu_utilization_ratio[{window}s]))"
+        "avg(avg_over_time({}[{window}s:{step}s]))",
+        dialect.utilization()
     ))?
     .unwrap_or(0.0);
-    let power = one(format!("avg(avg_over_time(gpu_power_watts[{window}s]))"))?;
+    let power = one(format!(
+        "avg(avg_over_time({}[{window}s:{step}s]))",
+        dialect.power()
+    ))?;
+    // The fleet's work in GPU-hours: its summed utilization over the period.
     let busy_hours = one(format!(
-        "sum(increase({OWNER_METRIC}{{state=\"busy\"}}[{window}s])) / 3600"
+        "sum_over_time(sum({})[{window}s:{step}s]) * {step} / 3600",
+        dialect.utilization()
     ))?
     .unwrap_or(0.0);
     let months = window as f64 / MONTH_SECONDS as f64;

@@ -1,0 +1,228 @@
+//! The two metric dialects a fleet's store may hold: gpu-sentinel's own families, or
+//! dcgm-exporter's `DCGM_FI_*` (at sites that have not deployed us). The report's figures
+//! are the same; only the PromQL that computes them differs, and it lives here.
+//!
+//! Every usage query answers rows of GPU-seconds labelled `instance` (the host), `owner`,
+//! `team` (when the agent set one), `state` (`busy`/`idle`) and, per GPU, `gpu`: dcgm-exporter's
+//! rows are renamed into those labels (`Hostname` → `instance`, `namespace` → `owner`) so
+//! the report reads one shape.
+
+use chrono::{DateTime, Utc};
+
+use super::prom::{Client, Sample};
+
+/// The metric every gpu-sentinel figure needs.
+pub const OWNER_METRIC: &str = "gpu_owner_seconds_total";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Dialect {
+    /// gpu-sentinel's families: GPU-seconds per owner come from `gpu_owner_seconds_total`.
+    Native,
+    /// dcgm-exporter's: a GPU is *held* while its framebuffer use is above the floor or a
+    /// pod is mapped to it, *busy* while held and `DCGM_FI_DEV_GPU_UTIL` is at or above the
+    /// idle threshold; GPU-seconds are counted by subquery at the report's step.
+    Dcgm { memory_floor_mib: u64 },
+}
+
+impl Dialect {
+    /// Which dialect the store holds in the window ending at `at`; gpu-sentinel's wins
+    /// when both are there.
+    pub fn detect(
+        client: &Client,
+        window: i64,
+        at: DateTime<Utc>,
+        memory_floor_mib: u64,
+    ) -> anyhow::Result<Dialect> {
+        let count = |metric: &str| -> anyhow::Result<f64> {
+            Ok(client
+                .instant(&format!("count(last_over_time({metric}[{window}s]))"), at)?
+                .first()
+                .map_or(0.0, |s| s.value))
+        };
+        if count("gpu_utilization_ratio")? > 0.0 {
+            anyhow::ensure!(
+                count(OWNER_METRIC)? > 0.0,
+                "{} has gpu_utilization_ratio but no {OWNER_METRIC} in the {window} s before {at}: the agents predate owner accounting",
+                client.base()
+            );
+            return Ok(Dialect::Native);
+        }
+        if count("DCGM_FI_DEV_GPU_UTIL")? > 0.0 {
+            anyhow::ensure!(
+                count("DCGM_FI_DEV_FB_USED")? > 0.0,
+                "{} has DCGM_FI_DEV_GPU_UTIL but no DCGM_FI_DEV_FB_USED in the {window} s before {at}: enable that field in dcgm-exporter's counter list",
+                client.base()
+            );
+            return Ok(Dialect::Dcgm { memory_floor_mib });
+        }
+        anyhow::bail!(
+            "{} has neither gpu_utilization_ratio (gpu-sentinel) nor DCGM_FI_DEV_GPU_UTIL (dcgm-exporter) in the {window} s before {at}: nothing scraped GPUs into this store then, or it is beyond the store's retention",
+            client.base()
+        )
+    }
+
+    /// `source` in the report.
+    pub fn source(self) -> &'static str {
+        match self {
+            Dialect::Native => "gpu-sentinel",
+            Dialect::Dcgm { .. } => "dcgm-exporter",
+        }
+    }
+
+    /// The label naming a GPU's host.
+    pub fn host(self) -> &'static str {
+        match self {
+            Dialect::Native => "instance",
+            Dialect::Dcgm { .. } => "Hostname",
+        }
+    }
+
+    /// Each GPU's utilization, 0–1.
+    pub fn utilization(self) -> &'static str {
+        match self {
+            Dialect::Native => "gpu_utilization_ratio",
+            Dialect::Dcgm { .. } => "(DCGM_FI_DEV_GPU_UTIL / 100)",
+        }
+    }
+
+    /// Each GPU's power draw, watts.
+    pub fn power(self) -> &'static str {
+        match self {
+            Dialect::Native => "gpu_power_watts",
+            Dialect::Dcgm { .. } => "DCGM_FI_DEV_POWER_USAGE",
+        }
+    }
+
+    /// GPUs seen in the window: distinct (host, gpu), since dcgm-exporter's series of one
+    /// GPU change labels with the pod on it.
+    pub fn gpu_count(self, window: i64) -> String {
+        let host = self.host();
+        format!(
+            "count(count by ({host}, gpu) (last_over_time({}[{window}s])))",
+            self.utilization_metric()
+        )
+    }
+
+    fn utilization_metric(self) -> &'static str {
+        match self {
+            Dialect::Native => "gpu_utilization_ratio",
+            Dialect::Dcgm { .. } => "DCGM_FI_DEV_GPU_UTIL",
+        }
+    }
+
+    /// Queries answering GPU-seconds over `window` (at the query's time), with the state
+    /// each query's rows have (None: the rows carry a `state` label). `per_gpu` keeps the
+    /// `gpu` label; `idle_only` asks for the idle state only.
+    pub fn usage(
+        self,
+        window: i64,
+        step: u64,
+        idle_threshold: f64,
+        per_gpu: bool,
+        idle_only: bool,
+    ) -> Vec<(String, Option<&'static str>)> {
+        match self {
+            Dialect::Native => {
+                let by = if per_gpu {
+                    "instance, gpu, owner, team, state"
+                } else {
+                    "instance, owner, team, state"
+                };
+                let selector = if idle_only { "{state=\"idle\"}" } else { "" };
+                vec![(
+                    format!("sum by ({by}) (increase({OWNER_METRIC}{selector}[{window}s]))"),
+                    None,
+                )]
+            }
+            Dialect::Dcgm { memory_floor_mib } => {
+                let by = if per_gpu {
+                    "Hostname, gpu, namespace"
+                } else {
+                    "Hostname, namespace"
+                };
+                let held = format!(
+                    "(DCGM_FI_DEV_FB_USED > {memory_floor_mib} or DCGM_FI_DEV_FB_USED{{pod!=\"\"}})"
+                );
+                let active = format!("(DCGM_FI_DEV_GPU_UTIL >= {})", idle_threshold * 100.0);
+                let count = |op: &str| {
+                    format!(
+                        "sum by ({by}) (count_over_time(({held} {op} on(Hostname, gpu) {active})[{window}s:{step}s])) * {step}"
+                    )
+                };
+                let mut queries = vec![(count("unless"), Some("idle"))];
+                if !idle_only {
+                    queries.push((count("and"), Some("busy")));
+                }
+                queries
+            }
+        }
+    }
+
+    /// A usage row in the report's labels (see the module's documentation).
+    pub fn normalise(self, mut row: Sample, state: Option<&'static str>) -> Sample {
+        if let Dialect::Dcgm { .. } = self {
+            let host = row.labels.remove("Hostname").unwrap_or_default();
+            let owner = row.labels.remove("namespace").unwrap_or_default();
+            row.labels.insert("instance".into(), host);
+            row.labels.insert("owner".into(), owner);
+        }
+        if let Some(state) = state {
+            row.labels.insert("state".into(), state.to_string());
+        }
+        row
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dcgm_rows_take_the_reports_labels() {
+        let row = Sample {
+            labels: [("Hostname", "node-7"), ("namespace", "ml-a"), ("gpu", "3")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            value: 60.0,
+        };
+        let row = Dialect::Dcgm {
+            memory_floor_mib: 1024,
+        }
+        .normalise(row, Some("idle"));
+        assert_eq!(
+            (
+                row.label("instance"),
+                row.label("owner"),
+                row.label("state"),
+                row.label("gpu")
+            ),
+            ("node-7", "ml-a", "idle", "3")
+        );
+    }
+
+    #[test]
+    fn dcgm_usage_splits_held_time_into_busy_and_idle() {
+        let queries = Dialect::Dcgm {
+            memory_floor_mib: 1024,
+        }
+        .usage(3600, 60, 0.05, false, false);
+        let states: Vec<_> = queries.iter().map(|(_, s)| *s).collect();
+        assert_eq!(states, [Some("idle"), Some("busy")]);
+        assert!(
+            queries[0]
+                .0
+                .contains("unless on(Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL >= 5)")
+        );
+        assert!(
+            queries[1]
+                .0
+                .contains("DCGM_FI_DEV_FB_USED > 1024 or DCGM_FI_DEV_FB_USED{pod!=\"\"}")
+        );
+        let native = Dialect::Native.usage(3600, 60, 0.05, true, true);
+        assert_eq!(
+            native[0].0,
+            "sum by (instance, gpu, owner, team, state) (increase(gpu_owner_seconds_total{state=\"idle\"}[3600s]))"
+        );
+    }
+}
