@@ -267,6 +267,12 @@ fn report_figures_match_the_recording() {
         "demand × the default buffer, rounded up"
     );
     assert_eq!(fleet["tco"]["cheaper"], "unknown", "no prices configured");
+    assert_eq!(
+        fleet["energy"]["night_idle_hosts"],
+        serde_json::json!(["sim-node-03"]),
+        "the development host, whose jobs pause at night"
+    );
+    assert!(fleet["energy"]["kwh"].as_f64().expect("kwh") > 0.0);
     let hosts = fleet["node_heatmap"]["hosts"]
         .as_array()
         .expect("node heatmap");

@@ -107,9 +107,10 @@ pub fn write(
 
 /// What each host runs. The first is the `[simulation]` fleet, faults included: the fleet's
 /// failing GPUs. The others are healthy, so a report's risk review has one host to point
-/// at: every fourth is an inference host whose load follows the day (quiet at night: what
-/// energy advice looks for), the rest mix training, inference, bursty jobs, idle
-/// allocations and free GPUs, each host starting the mix at another GPU.
+/// at. Of every four hosts the third is a development host, its bursty jobs running
+/// 08:00–20:00 UTC on weekdays and paused otherwise (idle nights and weekends: what energy
+/// advice looks for), the fourth serves inference, and the rest mix training, inference,
+/// bursty jobs, idle allocations and free GPUs, each host starting the mix at another GPU.
 fn host_plans(simulation: &crate::config::SimulationConfig, index: usize) -> Vec<GpuPlan> {
     if index == 0 {
         return Fleet::plans(simulation);
@@ -124,13 +125,14 @@ fn host_plans(simulation: &crate::config::SimulationConfig, index: usize) -> Vec
     ];
     (0..simulation.gpus as usize)
         .map(|gpu| {
-            let workload = if index % 4 == 3 {
-                WorkloadKind::Inference
-            } else {
-                MIX[(gpu + index) % MIX.len()]
+            let workload = match index % 4 {
+                2 => WorkloadKind::Bursty,
+                3 => WorkloadKind::Inference,
+                _ => MIX[(gpu + index) % MIX.len()],
             };
             GpuPlan {
                 horizon_hours: simulation.fault_hours,
+                office_hours: index % 4 == 2,
                 ..GpuPlan::healthy(workload)
             }
         })

@@ -260,16 +260,15 @@ pub fn html(report: &Report) -> String {
     );
     let _ = write!(
         out,
-        "<h2>Energy</h2><p>Night-idle hosts: {}. {:.1} kWh, {:.2} {} in the period.</p><p class=\"muted\">{}</p>",
-        if fleet.energy.night_idle_hosts.is_empty() {
-            "none".to_string()
-        } else {
-            escape(&fleet.energy.night_idle_hosts.join(", "))
-        },
+        "<h2>Energy</h2><p>Night-idle hosts: {}. {:.1} kWh, {:.2} {cur} in the period.</p><p>Weekend-idle hosts: {}. {:.1} kWh, {:.2} {cur} in the period.</p><p class=\"muted\">{}</p>",
+        host_list(&fleet.energy.night_idle_hosts),
         fleet.energy.kwh,
         fleet.energy.cost,
-        escape(&report.currency),
-        escape(&fleet.energy.note)
+        host_list(&fleet.energy.weekend_idle_hosts),
+        fleet.energy.weekend_kwh,
+        fleet.energy.weekend_cost,
+        escape(&fleet.energy.note),
+        cur = escape(&report.currency)
     );
     out.push_str("<h2>Failure risk</h2><table><tr><th>host</th><th class=\"n\">GPU</th><th>UUID</th><th class=\"n\">risk</th><th>reasons</th></tr>");
     for entry in &fleet.risk {
@@ -285,6 +284,14 @@ pub fn html(report: &Report) -> String {
     }
     out.push_str("</table></body></html>\n");
     out
+}
+
+fn host_list(hosts: &[String]) -> String {
+    if hosts.is_empty() {
+        "none".to_string()
+    } else {
+        escape(&hosts.join(", "))
+    }
 }
 
 /// Days down, hours across, one cell per hour coloured by utilization.

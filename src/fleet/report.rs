@@ -178,6 +178,10 @@ pub struct Energy {
     /// Energy the GPUs of those hosts drew in the night window over the period.
     pub kwh: f64,
     pub cost: f64,
+    /// The same for Saturdays and Sundays (UTC).
+    pub weekend_idle_hosts: Vec<String>,
+    pub weekend_kwh: f64,
+    pub weekend_cost: f64,
     pub note: String,
 }
 
@@ -446,11 +450,53 @@ fn energy(
     step: u64,
 ) -> anyhow::Result<Energy> {
     let (start, end) = NIGHT;
-    let night = format!("on() (hour() >= {start} < {end})");
+    let night = idle_in(
+        client,
+        dialect,
+        spec,
+        window,
+        step,
+        &format!("on() (hour() >= {start} < {end})"),
+    )?;
+    // Saturday and Sunday, UTC (day_of_week: 0 is Sunday).
+    let weekend = idle_in(
+        client,
+        dialect,
+        spec,
+        window,
+        step,
+        "on() (day_of_week() == 6 or day_of_week() == 0)",
+    )?;
+    let price = spec.cost.power_price_per_kwh;
+    Ok(Energy {
+        night_window: NIGHT,
+        night_idle_hosts: night.0,
+        kwh: night.1,
+        cost: night.1 * price,
+        weekend_idle_hosts: weekend.0,
+        weekend_kwh: weekend.1,
+        weekend_cost: weekend.1 * price,
+        note: format!(
+            "hosts averaging under {:.0}% GPU utilization between {start:02}:00 and {end:02}:00 UTC, or on Saturdays and Sundays (UTC); powering them down saves the GPUs' draw only (not the host's), and waking them costs a boot and the jobs' warm-up",
+            spec.capacity.idle_utilization * 100.0
+        ),
+    })
+}
+
+/// Hosts whose mean utilization stays under `[capacity] idle_utilization` in the times
+/// `filter` selects, and the energy their GPUs drew then (kWh).
+fn idle_in(
+    client: &Client,
+    dialect: Dialect,
+    spec: &ReportSpec,
+    window: i64,
+    step: u64,
+    filter: &str,
+) -> anyhow::Result<(Vec<String>, f64)> {
     let host = dialect.host();
     let idle = client.instant(
         &format!(
-            "avg by ({host}) (avg_over_time((avg by ({host}) ({}) and {night})[{window}s:{step}s])) < {}",
+            "avg by ({host}) (avg_over_time((avg by ({host}) ({}) and {filter})[{window}s:{step}s])) < {}",
             dialect.utilization(),
             spec.capacity.idle_utilization
         ),
@@ -458,35 +504,26 @@ fn energy(
     )?;
     let mut hosts: Vec<String> = idle.iter().map(|s| s.label(host).to_string()).collect();
     hosts.sort();
-    let kwh = if hosts.is_empty() {
-        0.0
-    } else {
-        let selector = hosts
-            .iter()
-            .map(|h| regex::escape(h))
-            .collect::<Vec<_>>()
-            .join("|");
-        client
-            .instant(
-                &format!(
-                    "sum(sum_over_time((sum by ({host}) ({power}{{{host}=~\"{selector}\"}}) and {night})[{window}s:{step}s])) * {step} / 3600 / 1000",
-                    power = dialect.power()
-                ),
-                spec.to,
-            )?
-            .first()
-            .map_or(0.0, |s| s.value)
-    };
-    Ok(Energy {
-        night_window: NIGHT,
-        night_idle_hosts: hosts,
-        kwh,
-        cost: kwh * spec.cost.power_price_per_kwh,
-        note: format!(
-            "hosts averaging under {:.0}% GPU utilization between {start:02}:00 and {end:02}:00 UTC; powering them down saves the GPUs' draw only, and waking them costs a boot and the jobs' warm-up",
-            spec.capacity.idle_utilization * 100.0
-        ),
-    })
+    if hosts.is_empty() {
+        return Ok((hosts, 0.0));
+    }
+    // A regular expression inside a PromQL string literal: escaped for both.
+    let selector = hosts
+        .iter()
+        .map(|h| regex::escape(h).replace('\\', "\\\\").replace('"', "\\\""))
+        .collect::<Vec<_>>()
+        .join("|");
+    let kwh = client
+        .instant(
+            &format!(
+                "sum(sum_over_time((sum by ({host}) ({power}{{{host}=~\"{selector}\"}}) and {filter})[{window}s:{step}s])) * {step} / 3600 / 1000",
+                power = dialect.power()
+            ),
+            spec.to,
+        )?
+        .first()
+        .map_or(0.0, |s| s.value);
+    Ok((hosts, kwh))
 }
 
 fn risk(client: &Client, spec: &ReportSpec) -> anyhow::Result<Vec<RiskEntry>> {

@@ -54,6 +54,9 @@ pub struct SimGpu {
     /// Background noise of a real fleet, drawn from its own stream (see
     /// [`SimGpu::with_background_noise`]); None in the default fleet.
     noise: Option<SmallRng>,
+    /// Work only in office hours (see [`SimGpu::in_office_hours`]): the UTC time, in
+    /// seconds since the epoch, of simulated time zero. None: work around the clock.
+    office_hours: Option<i64>,
     // Dynamic state.
     util: f64,
     mem_copy: f64,
@@ -125,7 +128,28 @@ impl SimGpu {
             },
             rng,
             noise: None,
+            office_hours: None,
         }
+    }
+
+    /// The GPU's jobs run 08:00–20:00 UTC on weekdays and pause otherwise, keeping their
+    /// memory (a development host: notebooks and debugging sessions left open overnight).
+    /// `start` is the UTC time of simulated time zero.
+    pub fn with_office_hours(mut self, start: chrono::DateTime<chrono::Utc>) -> SimGpu {
+        self.office_hours = Some(start.timestamp());
+        self
+    }
+
+    /// Whether simulated time `t` falls in office hours (always true without them).
+    fn in_office_hours(&self, t: f64) -> bool {
+        let Some(start) = self.office_hours else {
+            return true;
+        };
+        let at = start + t as i64;
+        let (day, second) = (at.div_euclid(86_400), at.rem_euclid(86_400));
+        // 1970-01-01 was a Thursday: day 0 → weekday 3 (Monday = 0).
+        let weekday = (day + 3).rem_euclid(7);
+        weekday < 5 && (8 * 3600..20 * 3600).contains(&second)
     }
 
     /// Adds the background noise healthy GPUs show in the field, none of which predicts a
@@ -154,9 +178,13 @@ impl SimGpu {
         if self.wear.lost {
             return Vec::new();
         }
+        let working = self.in_office_hours(t);
         let rng = &mut self.rng;
         self.workload.advance(t, rng);
-        let load = self.workload.load(t, rng);
+        let mut load = self.workload.load(t, rng);
+        if !working {
+            load = Default::default();
+        }
         self.util = load.util;
         self.mem_copy = load.mem_copy;
         self.decoder = load.decoder;
@@ -376,4 +404,39 @@ fn background_noise(wear: &mut Wear, dt: f64, rng: &mut SmallRng) -> Vec<u32> {
     (0..poisson(days / NOISE_APP_XID_DAYS, rng))
         .map(|_| [13, 31, 43][rng.random_range(0..3)])
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::workload::WorkloadKind;
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn office_hours_are_weekdays_from_eight_to_eight_utc() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let workload = Workload::new(WorkloadKind::Training, 0.0, &mut rng);
+        // Monday 2026-11-30 00:00 UTC.
+        let monday = chrono::DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z")
+            .expect("a date")
+            .with_timezone(&chrono::Utc);
+        let gpu = SimGpu::new(0, "H100", workload, None, false, rng).with_office_hours(monday);
+        let hour = 3600.0;
+        assert!(!gpu.in_office_hours(7.5 * hour));
+        assert!(gpu.in_office_hours(8.0 * hour));
+        assert!(gpu.in_office_hours(19.9 * hour));
+        assert!(!gpu.in_office_hours(20.0 * hour));
+        assert!(
+            gpu.in_office_hours((4.0 * 24.0 + 12.0) * hour),
+            "Friday noon"
+        );
+        assert!(
+            !gpu.in_office_hours((5.0 * 24.0 + 12.0) * hour),
+            "Saturday noon"
+        );
+        assert!(
+            !gpu.in_office_hours((6.0 * 24.0 + 12.0) * hour),
+            "Sunday noon"
+        );
+    }
 }

@@ -42,6 +42,8 @@ pub struct GpuPlan {
     /// application XIDs, collection jitter; see [`SimGpu::with_background_noise`]). Off in
     /// the `[simulation]` fleet, whose snapshots stay fixed.
     pub background_noise: bool,
+    /// Work only 08:00–20:00 UTC on weekdays (see [`SimGpu::with_office_hours`]).
+    pub office_hours: bool,
 }
 
 impl GpuPlan {
@@ -52,6 +54,7 @@ impl GpuPlan {
             horizon_hours: 24.0,
             hot_aisle: false,
             background_noise: false,
+            office_hours: false,
         }
     }
 
@@ -163,6 +166,9 @@ impl Fleet {
                     // A stream of its own: noise on or off, the GPU's other draws are the same.
                     let noise = SmallRng::seed_from_u64(gpu_seed ^ 0x6E6F_6973_6521_0001);
                     gpu = gpu.with_background_noise(noise);
+                }
+                if plan.office_hours {
+                    gpu = gpu.with_office_hours(start);
                 }
                 // Ten minutes of warm-up at time zero, so the first reading is of a fleet
                 // that was already running: temperatures settled under their load.
