@@ -31,6 +31,17 @@ fn rules_are_valid() {
 }
 
 #[test]
+fn fleet_recording_rules_are_valid_and_pass_their_unit_tests() {
+    if let Some((ok, printed)) = promtool(&["check", "rules", "gpu-sentinel-fleet.rules.yml"]) {
+        assert!(ok, "{printed}");
+        assert!(printed.contains("7 rules found"), "{printed}");
+    }
+    if let Some((ok, printed)) = promtool(&["test", "rules", "gpu-sentinel-fleet.rules.test.yml"]) {
+        assert!(ok, "{printed}");
+    }
+}
+
+#[test]
 fn rule_unit_tests_pass() {
     if let Some((ok, printed)) = promtool(&["test", "rules", "gpu-sentinel.rules.test.yml"]) {
         assert!(ok, "{printed}");

@@ -271,13 +271,23 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start(binary: &Path, targets: &[&str]) -> Prometheus {
+        Prometheus::start_with_rules(binary, targets, &[])
+    }
+
+    /// As [`Prometheus::start`], evaluating the rule files `rules` every second.
+    pub fn start_with_rules(binary: &Path, targets: &[&str], rules: &[&Path]) -> Prometheus {
         let list = targets
             .iter()
             .map(|t| format!("'{t}'"))
             .collect::<Vec<_>>()
             .join(", ");
+        let rule_files = rules
+            .iter()
+            .map(|r| format!("'{}'", r.display()))
+            .collect::<Vec<_>>()
+            .join(", ");
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gpu\n    static_configs:\n      - targets: [{list}]\n"
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [{rule_files}]\nscrape_configs:\n  - job_name: gpu\n    static_configs:\n      - targets: [{list}]\n"
         );
         Prometheus::spawn(binary, &config, None)
     }
