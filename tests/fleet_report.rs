@@ -670,3 +670,125 @@ fn a_wrong_url_an_empty_store_and_refused_credentials_are_named() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `report --send`: each team with a receiver gets its report through the notifiers and
+/// the outbox; a receiver that is down keeps the report in the outbox, and the next run
+/// delivers it.
+#[test]
+fn send_delivers_each_teams_report_durably() {
+    let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
+        return;
+    };
+    let dir = scratch("send");
+    let (file, _) = record_history(&dir);
+    let data = dir.join("data");
+    let loaded = Command::new(&promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
+        .arg(&file)
+        .arg(&data)
+        .output()
+        .expect("promtool runs");
+    assert!(loaded.status.success());
+    let store = Prometheus::on_blocks(&prometheus, &data);
+
+    // Down until `up` is set; what it accepted once up is kept in `accepted`.
+    let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let accepted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (answer_up, keep) = (std::sync::Arc::clone(&up), std::sync::Arc::clone(&accepted));
+    let hook = HttpServer::answering(move |request| {
+        if answer_up.load(std::sync::atomic::Ordering::SeqCst) {
+            keep.lock().expect("lock").push(request.json());
+            Answer::ok()
+        } else {
+            Answer::status(503)
+        }
+    });
+    let state = dir.join("state");
+    let config = dir.join("send.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\ndir = {state:?}\n\n[[alerting.receivers]]\nname = \"research-hook\"\nkind = \"webhook\"\nurl = \"{}\"\n[alerting.route]\nreceiver = \"research-hook\"\n{}",
+            hook.url("/hook"),
+            TEAMS.replace(
+                "namespaces = [\"ml-*\"]",
+                "namespaces = [\"ml-*\"]\nreceiver = \"research-hook\""
+            )
+        ),
+    )
+    .expect("config");
+    // One period for both runs (`--last` moves with the clock).
+    let now = chrono::Utc::now();
+    let (from, to) = (
+        (now - chrono::TimeDelta::days(2)).to_rfc3339(),
+        now.to_rfc3339(),
+    );
+    let send = |timeout: &str| {
+        gpu_sentinel(&[
+            "report",
+            "--prometheus",
+            &store.base,
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "--send",
+            "--send-timeout",
+            timeout,
+        ])
+    };
+
+    // The receiver is down: the report stays in the outbox and the run says so.
+    let out = send("3s");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("report-outbox.redb") && stderr.contains("next `report --send`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("team serving: no [[teams]] receiver"),
+        "{stderr}"
+    );
+    assert!(state.join("report-outbox.redb").is_file());
+    assert!(!hook.requests().is_empty(), "delivery was tried");
+
+    // Up again: the next run delivers (the newer report of the same period replaces the
+    // stored one, so the team gets one message).
+    up.store(true, std::sync::atomic::Ordering::SeqCst);
+    let out = send("30s");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let delivered = accepted.lock().expect("lock").clone();
+    assert_eq!(
+        delivered.len(),
+        1,
+        "one report for the one routed team: {:?}",
+        delivered
+            .iter()
+            .map(|d| (
+                d["groupKey"].clone(),
+                d["alerts"][0]["startsAt"].clone(),
+                d["alerts"][0]["annotations"]["summary"].clone()
+            ))
+            .collect::<Vec<_>>()
+    );
+    let body = &delivered[0];
+    let alert = &body["alerts"][0];
+    assert_eq!(alert["labels"]["alertname"], "GpuTeamReport");
+    assert_eq!(alert["labels"]["team"], "research");
+    let description = alert["annotations"]["description"]
+        .as_str()
+        .expect("description");
+    assert!(description.contains("| research |"), "{description}");
+    assert!(
+        !description.contains("| serving |"),
+        "only the team's own row"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

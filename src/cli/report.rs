@@ -45,6 +45,15 @@ pub struct ReportArgs {
     /// Resolution of the subqueries: the store's scrape interval, or coarser for speed.
     #[arg(long, value_name = "D", default_value = "1m", value_parser = humantime::parse_duration)]
     pub step: Duration,
+    /// Send each team's report (Markdown) to the receiver its `[[teams]] receiver` names,
+    /// through a durable outbox in the state directory; with --out, the message names the
+    /// file.
+    #[arg(long)]
+    pub send: bool,
+    /// With --send: how long to wait for the receivers before leaving what they did not
+    /// take in the outbox for the next run.
+    #[arg(long, value_name = "D", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub send_timeout: Duration,
     /// Give up on one query after this long.
     #[arg(long, value_name = "D", default_value = "60s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -90,9 +99,49 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
         ReportFormat::Html => render::html(&report),
     };
     match &args.out {
-        Some(path) => write_whole(path, &text),
-        None => super::output::print(&text),
+        Some(path) => write_whole(path, &text)?,
+        None if args.send => {}
+        None => super::output::print(&text)?,
     }
+    if args.send {
+        send(args, &config, &report)?;
+    }
+    Ok(())
+}
+
+fn send(
+    args: &ReportArgs,
+    config: &Config,
+    report: &crate::fleet::report::Report,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.config.is_some(),
+        "--send needs --config: [[teams]] receiver and [[alerting.receivers]] say where reports go"
+    );
+    let (notifications, unrouted) =
+        crate::fleet::send::notifications(report, config, args.out.as_deref());
+    let sent = crate::fleet::send::send(
+        notifications,
+        unrouted,
+        config,
+        &config.state.dir,
+        args.send_timeout,
+        &|name| std::env::var(name).ok(),
+    )?;
+    for (team, receiver) in &sent.queued {
+        super::output::note(&format!("report of team {team} → receiver {receiver}"));
+    }
+    for team in &sent.unrouted {
+        super::output::note(&format!("team {team}: no [[teams]] receiver, not sent"));
+    }
+    anyhow::ensure!(
+        sent.pending == 0,
+        "{} report(s) not yet delivered after {}; they stay in {} and the next `report --send` delivers them",
+        sent.pending,
+        humantime::format_duration(args.send_timeout),
+        sent.outbox.display()
+    );
+    Ok(())
 }
 
 fn period(args: &ReportArgs) -> anyhow::Result<(DateTime<Utc>, DateTime<Utc>)> {

@@ -13,3 +13,4 @@ pub mod prom;
 pub mod render;
 pub mod report;
 pub mod review;
+pub mod send;
