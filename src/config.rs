@@ -69,6 +69,13 @@ pub struct CollectConfig {
     /// Keep the arguments of process command lines. Off by default: command lines often
     /// carry tokens and passwords, and they end up in labels, logs and alerts.
     pub show_arguments: bool,
+    /// The kubelet's PodResources socket, asked each collection which pod holds which GPU
+    /// (the DaemonSet mounts `/var/lib/kubelet/pod-resources`), or `"off"`. Where its
+    /// directory does not exist the host is taken for no Kubernetes node.
+    pub kubelet_socket: String,
+    /// Kubernetes resource names allocated as GPUs besides `nvidia.com/mig-*`, which always
+    /// count (add a renamed time-slicing resource such as `nvidia.com/gpu.shared`).
+    pub gpu_resource_names: Vec<String>,
 }
 
 impl Default for CollectConfig {
@@ -79,14 +86,27 @@ impl Default for CollectConfig {
             kmsg: "/dev/kmsg".into(),
             processes: true,
             show_arguments: false,
+            kubelet_socket: DEFAULT_KUBELET_SOCKET.into(),
+            gpu_resource_names: vec!["nvidia.com/gpu".into()],
         }
     }
 }
+
+/// Where the kubelet serves its PodResources API.
+pub const DEFAULT_KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 impl CollectConfig {
     /// The kernel-log path to follow, or `None` when disabled.
     pub fn kmsg_path(&self) -> Option<&Path> {
         match self.kmsg.as_str() {
+            "" | "off" => None,
+            path => Some(Path::new(path)),
+        }
+    }
+
+    /// The kubelet socket to ask, or `None` when disabled.
+    pub fn kubelet_socket_path(&self) -> Option<&Path> {
+        match self.kubelet_socket.as_str() {
             "" | "off" => None,
             path => Some(Path::new(path)),
         }

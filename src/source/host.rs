@@ -10,6 +10,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::Instant;
 
 use super::kmsg::{KmsgEvent, KmsgFollower, XidDeduper, resolve_gpu};
+use super::kubelet::KubeletReader;
 use super::{Collection, Source};
 use crate::config::CollectConfig;
 use crate::model::{FamilyHealth, XidEvent};
@@ -19,6 +20,8 @@ use crate::procinfo::{self, ProcFs};
 pub struct HostSource {
     inner: Box<dyn Source>,
     procfs: Option<ProcFs>,
+    /// Pods holding GPUs, from the kubelet (`None` when `[collect] kubelet_socket` is off).
+    kubelet: Option<KubeletReader>,
     kmsg: Option<(KmsgFollower, Receiver<KmsgEvent>)>,
     /// Why the kernel log is not followed, when it should be; reported as failed health.
     kmsg_problem: Option<String>,
@@ -50,9 +53,13 @@ impl HostSource {
                 }
             }
         };
+        let kubelet = config
+            .kubelet_socket_path()
+            .map(|socket| KubeletReader::new(socket, &config.gpu_resource_names, config.interval));
         HostSource {
             inner,
             procfs,
+            kubelet,
             kmsg,
             kmsg_problem,
             dedup: XidDeduper::default(),
@@ -104,6 +111,12 @@ impl Source for HostSource {
                 seconds: began.elapsed().as_secs_f64(),
                 success: true,
             });
+        }
+        // After /proc: the join to pods starts from the pod UIDs the cgroups gave.
+        if let Some(kubelet) = &mut self.kubelet
+            && let Some(family) = kubelet.read(snapshot)
+        {
+            collection.health.families.push(family);
         }
 
         let began = Instant::now();

@@ -5,8 +5,10 @@
 
 pub mod host;
 pub mod kmsg;
+pub mod kubelet;
 pub mod nvml;
 pub mod simulate;
+pub mod teams;
 
 use crate::model::{CollectHealth, Snapshot};
 
