@@ -15,6 +15,8 @@ use common::{Agent, samples, value};
 use kubelet_support::{PodResourcesServer, answer, hanging_socket, pod, refusing_socket};
 
 const SCENARIO: &str = "[simulation]\ngpus = 4\nfaults = []\n";
+/// A MIG device of GPU 2, as NVML lists it (a modern MIG UUID does not name its parent).
+const MIG_UUID: &str = "MIG-5c1e0b2d-1f3a-5e6b-9c8d-7a6b5c4d3e2f";
 
 fn socket_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -67,7 +69,8 @@ fn pods_are_named_on_whole_mig_time_sliced_and_idle_gpus() {
     let dir = socket_dir("pods");
     let socket = dir.join("kubelet.sock");
     let server = PodResourcesServer::start(&socket, answer(Vec::new()));
-    let agent = Agent::on_fake_nvml("kubelet-pods", SCENARIO, &config(&socket, TEAMS), &[]);
+    let scenario = format!("{SCENARIO}[[mig]]\ngpu = 2\ndevices = [\"{MIG_UUID}\"]\n");
+    let agent = Agent::on_fake_nvml("kubelet-pods", &scenario, &config(&socket, TEAMS), &[]);
     agent.metrics();
     let doc = gpus(&agent);
     let uuid = |i: usize| doc["gpus"][i]["uuid"].as_str().expect("uuid").to_string();
@@ -94,6 +97,12 @@ fn pods_are_named_on_whole_mig_time_sliced_and_idle_gpus() {
             "research",
             "notebook",
             &[("jupyter", "nvidia.com/mig-1g.10gb", &[&mig])],
+        ),
+        // The same GPU's MIG device in today's form, mapped through NVML's MIG list.
+        pod(
+            "research",
+            "eval",
+            &[("runner", "nvidia.com/mig-3g.40gb", &[MIG_UUID])],
         ),
         // GPU 3 runs nothing in the simulator: allocated by index, idle.
         pod("ml-idle", "stuck-0", &[("main", "nvidia.com/gpu", &["3"])]),
@@ -129,13 +138,17 @@ fn pods_are_named_on_whole_mig_time_sliced_and_idle_gpus() {
         "{info:?}"
     );
     assert!(
+        holder("2", "research", "eval", "runner", "research"),
+        "{info:?}"
+    );
+    assert!(
         holder("2", "research", "notebook", "jupyter", "research"),
         "{info:?}"
     );
     assert!(holder("3", "ml-idle", "stuck-0", "main", "ml"), "{info:?}");
     assert_eq!(
         info.len(),
-        5,
+        6,
         "one series per GPU and holder, none for the FPGA: {info:?}"
     );
     for gpu in 0..4 {
@@ -166,10 +179,20 @@ fn pods_are_named_on_whole_mig_time_sliced_and_idle_gpus() {
 
     // The API lists the holders with the GPU.
     let doc = gpus(&agent);
-    let holders = &doc["gpus"][2]["holders"];
-    assert_eq!(holders[0]["pod"], "notebook", "{holders}");
-    assert_eq!(holders[0]["device"], mig.as_str(), "{holders}");
-    assert_eq!(holders[0]["team"], "research", "{holders}");
+    assert_eq!(doc["gpus"][2]["mig_devices"][0], MIG_UUID);
+    let holders = doc["gpus"][2]["holders"].as_array().expect("holders");
+    let notebook = holders
+        .iter()
+        .find(|h| h["pod"] == "notebook")
+        .expect("notebook");
+    assert_eq!(notebook["device"], mig.as_str(), "{holders:?}");
+    assert_eq!(notebook["team"], "research", "{holders:?}");
+    assert!(
+        holders
+            .iter()
+            .any(|h| h["pod"] == "eval" && h["device"] == MIG_UUID),
+        "{holders:?}"
+    );
     assert_eq!(doc["gpus"][1]["holders"].as_array().map(Vec::len), Some(2));
 
     // The pod that holds GPU 3 and runs nothing is allocated-idle after the window.
