@@ -76,6 +76,12 @@ pub struct CollectConfig {
     /// Kubernetes resource names allocated as GPUs besides `nvidia.com/mig-*`, which always
     /// count (add a renamed time-slicing resource such as `nvidia.com/gpu.shared`).
     pub gpu_resource_names: Vec<String>,
+    /// dcgm-exporter's HPC job-mapping directory: a file per GPU named by its index (or
+    /// `index.instance`), one Slurm job id per line. Empty: not read.
+    pub hpc_job_mapping_dir: String,
+    /// Directory of `<index|uuid>` files holding `"<jobid> <uid>"` (Slurm GPU-stat
+    /// prologs, `/run/gpustat`). Empty: not read.
+    pub gpustat_dir: String,
 }
 
 impl Default for CollectConfig {
@@ -88,6 +94,8 @@ impl Default for CollectConfig {
             show_arguments: false,
             kubelet_socket: DEFAULT_KUBELET_SOCKET.into(),
             gpu_resource_names: vec!["nvidia.com/gpu".into()],
+            hpc_job_mapping_dir: String::new(),
+            gpustat_dir: String::new(),
         }
     }
 }
@@ -102,6 +110,15 @@ impl CollectConfig {
             "" | "off" => None,
             path => Some(Path::new(path)),
         }
+    }
+
+    /// The Slurm job directories to read (`hpc_job_mapping_dir`, `gpustat_dir`), `None`
+    /// where unset.
+    pub fn hpc_job_dirs(&self) -> (Option<&Path>, Option<&Path>) {
+        fn dir(d: &str) -> Option<&Path> {
+            (!d.is_empty()).then(|| Path::new(d))
+        }
+        (dir(&self.hpc_job_mapping_dir), dir(&self.gpustat_dir))
     }
 
     /// The kubelet socket to ask, or `None` when disabled.

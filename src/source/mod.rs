@@ -4,6 +4,7 @@
 //! calls are blocking C calls that can take hundreds of milliseconds on a sick GPU.
 
 pub mod host;
+pub mod hpc_jobs;
 pub mod kmsg;
 pub mod kubelet;
 pub mod nvml;
