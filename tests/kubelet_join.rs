@@ -18,6 +18,9 @@ use kubelet_support::{PodResourcesServer, answer, pod};
 const GPU_A: &str = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
 const GPU_B: &str = "GPU-0b0b0b0b-1111-2222-3333-444444444444";
 
+/// A process as the join names it: (pid, namespace, pod, container).
+type Named<'a> = (u32, Option<&'a str>, Option<&'a str>, Option<&'a str>);
+
 fn process(uuid: &str, gpu: u32, pid: u32) -> ProcessSample {
     ProcessSample {
         gpu,
@@ -86,7 +89,7 @@ fn pod_uids_from_cgroups_are_joined_to_pod_names_through_their_gpus() {
         .read(&mut snapshot)
         .expect("the socket's directory exists");
     assert!(health.success);
-    let named: Vec<(u32, Option<&str>, Option<&str>, Option<&str>)> = snapshot
+    let named: Vec<Named> = snapshot
         .processes
         .iter()
         .map(|p| {

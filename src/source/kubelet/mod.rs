@@ -192,3 +192,28 @@ impl KubeletReader {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_without_the_kubelet_directory_reports_no_family() {
+        let socket = std::env::temp_dir()
+            .join(format!("gpu-sentinel-no-kubelet-{}", std::process::id()))
+            .join("pod-resources/kubelet.sock");
+        let mut reader = KubeletReader::new(&socket, &[], Duration::from_secs(5));
+        let mut snapshot = Snapshot::default();
+        assert_eq!(reader.read(&mut snapshot), None);
+        assert!(snapshot.allocations.is_empty());
+    }
+
+    #[test]
+    fn the_wait_is_half_the_interval_within_bounds() {
+        let at =
+            |interval| KubeletReader::new(Path::new("/nonexistent/k.sock"), &[], interval).timeout;
+        assert_eq!(at(Duration::from_secs(5)), Duration::from_millis(2500));
+        assert_eq!(at(Duration::from_millis(50)), Duration::from_millis(100));
+        assert_eq!(at(Duration::from_secs(60)), MAX_TIMEOUT);
+    }
+}
