@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
 use crate::api::{Latest, Published};
+use crate::config::TeamConfig;
 use crate::engine::Engine;
 use crate::export::{ExportState, Exposition, RenderInput, RenderOptions};
 use crate::model::Snapshot;
@@ -42,6 +43,8 @@ pub struct Collector {
     export_state: ExportState,
     options: RenderOptions,
     latest: Arc<Latest>,
+    /// `[[teams]]`, matched onto every holder of each snapshot.
+    teams: Vec<TeamConfig>,
 }
 
 impl Collector {
@@ -66,7 +69,14 @@ impl Collector {
             export_state: ExportState::default(),
             options,
             latest,
+            teams: Vec::new(),
         }
+    }
+
+    /// Names the team of every process and allocation from `[[teams]]`.
+    pub fn with_teams(mut self, teams: Vec<TeamConfig>) -> Collector {
+        self.teams = teams;
+        self
     }
 
     pub fn describe(&self) -> String {
@@ -80,6 +90,7 @@ impl Collector {
         let health = collection.health;
         let mut snapshot = collection.snapshot;
         self.clear_impossible_values(&mut snapshot);
+        crate::source::teams::assign(&mut snapshot, &self.teams);
         let findings = self.engine.step(&snapshot);
         let notifications = self.alerting.step(&findings, Some(&health));
         self.keeper.save_alerts_when_changed(&mut self.alerting);

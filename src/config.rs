@@ -69,6 +69,19 @@ pub struct CollectConfig {
     /// Keep the arguments of process command lines. Off by default: command lines often
     /// carry tokens and passwords, and they end up in labels, logs and alerts.
     pub show_arguments: bool,
+    /// The kubelet's PodResources socket, asked each collection which pod holds which GPU
+    /// (the DaemonSet mounts `/var/lib/kubelet/pod-resources`), or `"off"`. Where its
+    /// directory does not exist the host is taken for no Kubernetes node.
+    pub kubelet_socket: String,
+    /// Kubernetes resource names allocated as GPUs besides `nvidia.com/mig-*`, which always
+    /// count (add a renamed time-slicing resource such as `nvidia.com/gpu.shared`).
+    pub gpu_resource_names: Vec<String>,
+    /// dcgm-exporter's HPC job-mapping directory: a file per GPU named by its index (or
+    /// `index.instance`), one Slurm job id per line. Empty: not read.
+    pub hpc_job_mapping_dir: String,
+    /// Directory of `<index|uuid>` files holding `"<jobid> <uid>"` (Slurm GPU-stat
+    /// prologs, `/run/gpustat`). Empty: not read.
+    pub gpustat_dir: String,
 }
 
 impl Default for CollectConfig {
@@ -79,14 +92,38 @@ impl Default for CollectConfig {
             kmsg: "/dev/kmsg".into(),
             processes: true,
             show_arguments: false,
+            kubelet_socket: DEFAULT_KUBELET_SOCKET.into(),
+            gpu_resource_names: vec!["nvidia.com/gpu".into()],
+            hpc_job_mapping_dir: String::new(),
+            gpustat_dir: String::new(),
         }
     }
 }
+
+/// Where the kubelet serves its PodResources API.
+pub const DEFAULT_KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 impl CollectConfig {
     /// The kernel-log path to follow, or `None` when disabled.
     pub fn kmsg_path(&self) -> Option<&Path> {
         match self.kmsg.as_str() {
+            "" | "off" => None,
+            path => Some(Path::new(path)),
+        }
+    }
+
+    /// The Slurm job directories to read (`hpc_job_mapping_dir`, `gpustat_dir`), `None`
+    /// where unset.
+    pub fn hpc_job_dirs(&self) -> (Option<&Path>, Option<&Path>) {
+        fn dir(d: &str) -> Option<&Path> {
+            (!d.is_empty()).then(|| Path::new(d))
+        }
+        (dir(&self.hpc_job_mapping_dir), dir(&self.gpustat_dir))
+    }
+
+    /// The kubelet socket to ask, or `None` when disabled.
+    pub fn kubelet_socket_path(&self) -> Option<&Path> {
+        match self.kubelet_socket.as_str() {
             "" | "off" => None,
             path => Some(Path::new(path)),
         }

@@ -35,6 +35,9 @@ pub struct Snapshot {
     /// XID errors observed since the previous snapshot.
     #[serde(default)]
     pub events: Vec<XidEvent>,
+    /// Who a scheduler gave each GPU to (the kubelet's pods, Slurm jobs), processes or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<Allocation>,
 }
 
 /// Identity of the host and driver stack.
@@ -63,6 +66,10 @@ pub struct GpuSample {
     pub mig_enabled: Option<bool>,
     /// False when the GPU is lost (`GPU_IS_LOST`) or vanished from NVML; its data is then empty.
     pub up: bool,
+    /// UUIDs (`MIG-…`) of the MIG devices carved out of this GPU, for mapping a scheduler's
+    /// MIG allocations to their parent GPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_devices: Vec<String>,
 
     #[serde(default)]
     pub utilization: Utilization,
@@ -340,12 +347,51 @@ pub struct ProcessSample {
     /// Slurm job id, from the process's cgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpc_job: Option<String>,
+    /// The `[[teams]]` entry that claims the owner (`unassigned` when none does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
     /// What the host says of the PID: the raw material of ghost detection.
     #[serde(default)]
     pub liveness: Liveness,
     /// Seconds since the process started, where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_seconds: Option<f64>,
+}
+
+/// A GPU given to a holder by a scheduler: a Kubernetes pod's container (from the kubelet's
+/// PodResources API) or a Slurm job (from mapping files). Several holders may share a GPU
+/// (time-slicing replicas, MIG devices).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+pub struct Allocation {
+    pub gpu: u32,
+    pub uuid: String,
+    /// The device the scheduler handed out when it is not the bare GPU: a MIG device UUID,
+    /// a time-slicing replica (`GPU-…::1`), an index form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hpc_job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+}
+
+impl Allocation {
+    /// Whether this allocation is of `gpu`: by UUID, or by index where none was given.
+    pub fn is_on(&self, gpu: &GpuSample) -> bool {
+        if self.uuid.is_empty() {
+            self.gpu == gpu.index
+        } else {
+            self.uuid == gpu.uuid
+        }
+    }
 }
 
 /// State of a GPU process's PID on the host.

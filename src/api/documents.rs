@@ -27,7 +27,7 @@ use crate::engine::capacity::{Advice, Placement};
 use crate::engine::cost::CostView;
 use crate::engine::idle::IdleFindings;
 use crate::engine::risk::Assessment;
-use crate::model::{GpuSample, ProcessSample, Snapshot, XidEvent};
+use crate::model::{Allocation, GpuSample, ProcessSample, Snapshot, XidEvent};
 
 /// `/api/v1/gpus`: every GPU the engine knows, those missing from the snapshot included.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,6 +59,10 @@ pub struct GpuView<'a> {
     /// XID events of this collection on the GPU. Not read back.
     #[serde(skip_deserializing)]
     pub xids: Vec<Cow<'a, XidEvent>>,
+    /// Who a scheduler gave the GPU to (pods from the kubelet, Slurm jobs), processes or
+    /// not. Not read back.
+    #[serde(skip_deserializing)]
+    pub holders: Vec<Cow<'a, Allocation>>,
     /// Answered before and does not now.
     #[serde(default)]
     pub lost: bool,
@@ -148,10 +152,17 @@ impl<'a> GpusDocument<'a> {
                     .filter(|e| e.is_on(&sample))
                     .map(Cow::Borrowed)
                     .collect();
+                let holders = snapshot
+                    .allocations
+                    .iter()
+                    .filter(|a| a.is_on(&sample))
+                    .map(Cow::Borrowed)
+                    .collect();
                 GpuView {
                     sample,
                     processes,
                     xids,
+                    holders,
                     lost: f.lost,
                     risk: Some(Cow::Borrowed(&f.risk)),
                     findings: f

@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{CapacityConfig, IdleConfig};
-use crate::model::{ProcessSample, Snapshot};
+use crate::model::{Allocation, ProcessSample, Snapshot};
 
 /// Direction of scaling advice.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,7 +171,9 @@ impl Placement {
                 let free_bytes = g.memory.free_bytes?;
                 let processes: Vec<&ProcessSample> =
                     snapshot.processes.iter().filter(|p| p.is_on(g)).collect();
-                let allocated = super::idle::allocated(g, &processes, idle);
+                let allocations: Vec<&Allocation> =
+                    snapshot.allocations.iter().filter(|a| a.is_on(g)).collect();
+                let allocated = super::idle::allocated(g, &processes, &allocations, idle);
                 Some(Slot {
                     index: g.index,
                     free_bytes,

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::CostConfig;
-use crate::model::{GpuSample, ProcessSample};
+use crate::config::UNASSIGNED;
+use crate::model::{Allocation, GpuSample, ProcessSample};
 
 const HOURS_PER_YEAR: f64 = 365.25 * 24.0;
 
@@ -28,12 +29,15 @@ pub struct CostState {
 }
 
 /// GPU-seconds one owner was charged.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OwnerTime {
     pub busy_seconds: f64,
     pub idle_seconds: f64,
     /// Unix seconds when this owner last held the GPU.
     pub last_seen: i64,
+    /// The owner's team when last seen (`[[teams]]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
 }
 
 /// Totals for the exposition and the API.
@@ -45,8 +49,8 @@ pub struct CostView {
     pub idle: f64,
     /// Cost per hour at the last sample's power.
     pub hourly: f64,
-    /// `(owner, busy seconds, idle seconds)`, by owner name.
-    pub owners: Vec<(String, f64, f64)>,
+    /// `(owner, team, busy seconds, idle seconds)`, by owner name.
+    pub owners: Vec<(String, String, f64, f64)>,
 }
 
 impl CostState {
@@ -58,7 +62,10 @@ impl CostState {
             owners: self
                 .owners
                 .iter()
-                .map(|(o, t)| (o.clone(), t.busy_seconds, t.idle_seconds))
+                .map(|(o, t)| {
+                    let team = t.team.clone().unwrap_or_else(|| UNASSIGNED.to_string());
+                    (o.clone(), team, t.busy_seconds, t.idle_seconds)
+                })
                 .collect(),
         }
     }
@@ -77,20 +84,42 @@ pub fn hourly_cost(config: &CostConfig, power_watts: Option<f64>) -> f64 {
 
 /// Who a process's GPU time is charged to, per `[cost] owner`.
 pub fn owner(process: &ProcessSample, kind: &str) -> String {
-    let user = || process.user.clone();
-    let namespace = || process.namespace.clone();
-    let pod = || match (&process.namespace, &process.pod) {
+    owner_of(&process.namespace, &process.pod, &process.user, kind)
+}
+
+/// Who a scheduler's allocation is charged to, per `[cost] owner`; a Slurm job without a
+/// user is charged to the job.
+pub fn allocation_owner(allocation: &Allocation, kind: &str) -> String {
+    let job = allocation.hpc_job.as_ref().map(|j| format!("job {j}"));
+    let user = allocation.user.clone().or(job);
+    owner_of(&allocation.namespace, &allocation.pod, &user, kind)
+}
+
+fn owner_of(
+    namespace: &Option<String>,
+    pod: &Option<String>,
+    user: &Option<String>,
+    kind: &str,
+) -> String {
+    let pod = || match (namespace, pod) {
         (Some(ns), Some(pod)) => Some(format!("{ns}/{pod}")),
         (None, Some(pod)) => Some(pod.clone()),
         _ => None,
     };
     let chosen = match kind {
-        "user" => user(),
-        "namespace" => namespace(),
+        "user" => user.clone(),
+        "namespace" => namespace.clone(),
         "pod" => pod(),
-        _ => namespace().or_else(user),
+        _ => namespace.clone().or_else(|| user.clone()),
     };
     chosen.unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Who holds a GPU at one step: its processes and the scheduler's allocations.
+#[derive(Debug, Clone, Copy)]
+pub struct Holders<'a> {
+    pub processes: &'a [&'a ProcessSample],
+    pub allocations: &'a [&'a Allocation],
 }
 
 /// Charges `seconds` of this GPU: to busy or idle, and to the owners holding it.
@@ -99,10 +128,14 @@ pub fn update(
     now: i64,
     seconds: f64,
     sample: &GpuSample,
-    processes: &[&ProcessSample],
+    holders: Holders<'_>,
     busy: bool,
     config: &CostConfig,
 ) -> CostView {
+    let Holders {
+        processes,
+        allocations,
+    } = holders;
     let hourly = hourly_cost(config, sample.power_watts);
     if sample.up && seconds > 0.0 {
         let cost = hourly * seconds / 3600.0;
@@ -111,13 +144,23 @@ pub fn update(
         } else {
             state.idle += cost;
         }
-        let mut owners: Vec<String> = processes.iter().map(|p| owner(p, &config.owner)).collect();
-        owners.sort();
-        owners.dedup();
+        // A pod allocated the GPU is charged even while it runs nothing: that is the waste.
+        let mut owners: BTreeMap<String, Option<String>> = processes
+            .iter()
+            .map(|p| (owner(p, &config.owner), p.team.clone()))
+            .collect();
+        for a in allocations {
+            owners
+                .entry(allocation_owner(a, &config.owner))
+                .or_insert_with(|| a.team.clone());
+        }
         // Sharing GPUs split the time evenly: GPU-seconds add up to wall time.
         let share = seconds / owners.len().max(1) as f64;
-        for name in owners {
+        for (name, team) in owners {
             let entry = state.owners.entry(name).or_default();
+            if team.is_some() {
+                entry.team = team;
+            }
             if busy {
                 entry.busy_seconds += share;
             } else {
@@ -184,17 +227,49 @@ mod tests {
             user: Some("bob".into()),
             ..ProcessSample::default()
         };
-        update(&mut state, 3600, 3600.0, &gpu, &[&a, &b], true, &config());
+        let both = Holders {
+            processes: &[&a, &b],
+            allocations: &[],
+        };
+        update(&mut state, 3600, 3600.0, &gpu, both, true, &config());
         gpu.power_watts = Some(0.0);
-        let view = update(&mut state, 7200, 3600.0, &gpu, &[&a], false, &config());
+        let one = Holders {
+            processes: &[&a],
+            allocations: &[],
+        };
+        let view = update(&mut state, 7200, 3600.0, &gpu, one, false, &config());
         assert!((view.busy - 1.1).abs() < 1e-3);
         assert!((view.idle - 1.0).abs() < 1e-3);
         assert_eq!(
             view.owners,
             vec![
-                ("bob".to_string(), 1800.0, 0.0),
-                ("vision".to_string(), 1800.0, 3600.0)
+                ("bob".to_string(), UNASSIGNED.to_string(), 1800.0, 0.0),
+                ("vision".to_string(), UNASSIGNED.to_string(), 1800.0, 3600.0)
             ]
+        );
+    }
+
+    #[test]
+    fn an_allocated_pod_without_processes_is_charged_with_its_team() {
+        let mut state = CostState::default();
+        let gpu = GpuSample {
+            up: true,
+            ..GpuSample::default()
+        };
+        let pod = Allocation {
+            namespace: Some("ml-idle".into()),
+            pod: Some("stuck-0".into()),
+            team: Some("ml".into()),
+            ..Allocation::default()
+        };
+        let holders = Holders {
+            processes: &[],
+            allocations: &[&pod],
+        };
+        let view = update(&mut state, 60, 60.0, &gpu, holders, false, &config());
+        assert_eq!(
+            view.owners,
+            vec![("ml-idle".to_string(), "ml".to_string(), 0.0, 60.0)]
         );
     }
 

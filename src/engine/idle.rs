@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::IdleConfig;
-use crate::model::{GpuSample, Liveness, ProcessSample};
+use crate::model::{Allocation, GpuSample, Liveness, ProcessSample};
 
 /// What idle tracking remembers about one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -44,6 +44,8 @@ pub struct ProcessFinding {
     pub pod: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
     pub liveness: Liveness,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime_seconds: Option<f64>,
@@ -62,6 +64,7 @@ impl ProcessFinding {
             container: p.container.clone(),
             pod: p.pod.clone(),
             namespace: p.namespace.clone(),
+            team: p.team.clone(),
             liveness: p.liveness,
             runtime_seconds: p.runtime_seconds,
             idle_seconds,
@@ -94,20 +97,33 @@ pub struct IdleFindings {
     pub allocated_idle_seconds: f64,
     /// Nothing held and idle: free capacity.
     pub unused: bool,
+    /// Who a scheduler gave the GPU to (pods, Slurm jobs), whether they run anything or not
+    /// (the API shows them next to the processes, not here).
+    #[serde(skip)]
+    pub holders: Vec<Allocation>,
     pub ghosts: Vec<ProcessFinding>,
     pub long_running: Vec<ProcessFinding>,
 }
 
 const MIB: u64 = 1 << 20;
 
-/// Someone holds memory on the GPU: a process does, or (where no process list exists, as in
-/// nvidia-smi logs) memory in use is above the floor. Placement counts free GPUs by it too.
-pub fn allocated(sample: &GpuSample, processes: &[&ProcessSample], config: &IdleConfig) -> bool {
+/// Someone holds the GPU: a scheduler gave it to a pod or job (which may run nothing yet: a
+/// notebook left open, a job stuck before its first kernel), a process holds memory, or
+/// (where no process list exists, as in nvidia-smi logs) memory in use is above the floor.
+/// Placement counts free GPUs by it too.
+pub fn allocated(
+    sample: &GpuSample,
+    processes: &[&ProcessSample],
+    allocations: &[&Allocation],
+    config: &IdleConfig,
+) -> bool {
     let held_by_processes = processes
         .iter()
         .any(|p| p.used_memory_bytes.is_none_or(|b| b > 0));
     let floor = config.memory_floor_mib.saturating_mul(MIB);
-    held_by_processes || sample.memory.used_bytes.is_some_and(|used| used > floor)
+    !allocations.is_empty()
+        || held_by_processes
+        || sample.memory.used_bytes.is_some_and(|used| used > floor)
 }
 
 /// Updates `state` with one sample and returns what holds now.
@@ -116,6 +132,7 @@ pub fn update(
     now: i64,
     sample: &GpuSample,
     processes: &[&ProcessSample],
+    allocations: &[&Allocation],
     config: &IdleConfig,
 ) -> IdleFindings {
     if !sample.up {
@@ -125,14 +142,7 @@ pub fn update(
     }
     let window = config.window.as_secs() as i64;
     let idle_now = sample.utilization.gpu.is_some_and(|u| u < config.threshold);
-    let held_by_processes = processes
-        .iter()
-        .any(|p| p.used_memory_bytes.is_none_or(|b| b > 0));
-    let held_memory = sample
-        .memory
-        .used_bytes
-        .is_some_and(|used| used > config.memory_floor_mib * MIB);
-    let allocated = held_by_processes || held_memory;
+    let allocated = allocated(sample, processes, allocations, config);
 
     state.idle_since = if idle_now {
         Some(state.idle_since.unwrap_or(now))
@@ -184,6 +194,7 @@ pub fn update(
         allocated_idle: allocated && allocated_idle_seconds >= window as f64,
         allocated_idle_seconds,
         unused: idle_now && !allocated,
+        holders: allocations.iter().map(|a| (*a).clone()).collect(),
         ghosts,
         long_running,
     }
@@ -234,6 +245,7 @@ mod tests {
                 minute * 60,
                 &gpu(util, 21 * GIB),
                 &[&p],
+                &[],
                 &config(),
             );
         }
@@ -247,6 +259,7 @@ mod tests {
                 minute * 60,
                 &gpu(0.01, 21 * GIB),
                 &[&p],
+                &[],
                 &config(),
             );
         }
@@ -260,7 +273,7 @@ mod tests {
         let mut state = IdleState::default();
         let mut last = IdleFindings::default();
         for minute in 0..=60 {
-            last = update(&mut state, minute * 60, &gpu(0.0, 0), &[], &config());
+            last = update(&mut state, minute * 60, &gpu(0.0, 0), &[], &[], &config());
         }
         assert!(last.unused && !last.allocated && !last.allocated_idle);
         assert_eq!(last.idle_seconds, 3600.0);
@@ -271,7 +284,14 @@ mod tests {
         let mut state = IdleState::default();
         let mut last = IdleFindings::default();
         for minute in 0..=30 {
-            last = update(&mut state, minute * 60, &gpu(0.0, 30 * GIB), &[], &config());
+            last = update(
+                &mut state,
+                minute * 60,
+                &gpu(0.0, 30 * GIB),
+                &[],
+                &[],
+                &config(),
+            );
         }
         assert!(last.allocated_idle);
     }
@@ -290,6 +310,7 @@ mod tests {
                 minute * 60,
                 &gpu(0.0, 41 * GIB),
                 &[&alive, &ghost, &unknown],
+                &[],
                 &config(),
             );
             if minute < 30 {
@@ -315,6 +336,7 @@ mod tests {
                 minute * 60,
                 &gpu(0.0, 21 * GIB),
                 &[&orphan_idle],
+                &[],
                 &config(),
             );
         }
@@ -323,6 +345,7 @@ mod tests {
             20 * 60,
             &gpu(0.3, 21 * GIB),
             &[&orphan_busy],
+            &[],
             &config(),
         );
         let mut last = IdleFindings::default();
@@ -332,6 +355,7 @@ mod tests {
                 minute * 60,
                 &gpu(0.0, 21 * GIB),
                 &[&orphan_idle],
+                &[],
                 &config(),
             );
         }
@@ -346,7 +370,41 @@ mod tests {
         let mut state = IdleState::default();
         let mut p = process(13, Some(0.9), Liveness::Running);
         p.runtime_seconds = Some(25.0 * 3600.0);
-        let f = update(&mut state, 0, &gpu(0.9, 21 * GIB), &[&p], &config());
+        let f = update(&mut state, 0, &gpu(0.9, 21 * GIB), &[&p], &[], &config());
         assert_eq!(f.long_running.len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod allocation_tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_allocated_to_a_pod_without_a_process_is_allocated_idle() {
+        let mut state = IdleState::default();
+        let mut sample = GpuSample {
+            up: true,
+            ..GpuSample::default()
+        };
+        sample.utilization.gpu = Some(0.0);
+        sample.memory.used_bytes = Some(0);
+        let pod = Allocation {
+            namespace: Some("ml-idle".into()),
+            pod: Some("notebook-0".into()),
+            ..Allocation::default()
+        };
+        let mut last = IdleFindings::default();
+        for minute in 0..=30 {
+            last = update(
+                &mut state,
+                minute * 60,
+                &sample,
+                &[],
+                &[&pod],
+                &IdleConfig::default(),
+            );
+        }
+        assert!(last.allocated && last.allocated_idle && !last.unused);
+        assert_eq!(last.holders, vec![pod]);
     }
 }

@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, IdleConfig};
-use crate::model::{ClockEvents, GpuSample, ProcessSample, Snapshot};
+use crate::model::{Allocation, ClockEvents, GpuSample, ProcessSample, Snapshot};
 use counters::Counters;
 use window::{Deltas, Point, Summaries, Windows};
 
@@ -323,13 +323,18 @@ impl Engine {
                 .iter()
                 .filter(|p| p.is_on(sample))
                 .collect();
+            let allocations: Vec<&Allocation> = snapshot
+                .allocations
+                .iter()
+                .filter(|a| a.is_on(sample))
+                .collect();
             let xids: Vec<u32> = snapshot
                 .events
                 .iter()
                 .filter(|e| e.is_on(sample))
                 .map(|e| e.xid)
                 .collect();
-            gpus.push(self.step_gpu(now, max_gap, sample, &processes, &xids));
+            gpus.push(self.step_gpu(now, max_gap, sample, &processes, &allocations, &xids));
         }
         let seen: std::collections::HashSet<&str> =
             snapshot.gpus.iter().map(|g| g.uuid.as_str()).collect();
@@ -382,6 +387,7 @@ impl Engine {
         max_gap: f64,
         sample: &GpuSample,
         processes: &[&ProcessSample],
+        allocations: &[&Allocation],
         xids: &[u32],
     ) -> GpuFindings {
         let state = self
@@ -444,14 +450,24 @@ impl Engine {
             deltas,
         });
 
-        let idle = idle::update(&mut state.idle, now, sample, processes, &self.config.idle);
+        let idle = idle::update(
+            &mut state.idle,
+            now,
+            sample,
+            processes,
+            allocations,
+            &self.config.idle,
+        );
         let busy = !idle.idle_now;
         let cost = cost::update(
             &mut state.cost,
             now,
             seconds,
             sample,
-            processes,
+            cost::Holders {
+                processes,
+                allocations,
+            },
             busy,
             &self.config.cost,
         );

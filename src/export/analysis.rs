@@ -46,6 +46,9 @@ pub(super) fn render_analysis(
                 .family(&IDLE_SECONDS)
                 .push(&id, g.idle.idle_seconds);
             families
+                .family(&ALLOCATED)
+                .push(&id, flag(g.idle.allocated));
+            families
                 .family(&ALLOCATED_IDLE)
                 .push(&id, flag(g.idle.allocated_idle));
             families
@@ -59,9 +62,9 @@ pub(super) fn render_analysis(
         cost.push(&[&index, &g.uuid, "busy"], g.cost.busy);
         cost.push(&[&index, &g.uuid, "idle"], g.cost.idle);
         let owners = families.family(&OWNER_SECONDS);
-        for (owner, busy, idle) in &g.cost.owners {
-            owners.push(&[&index, &g.uuid, owner, "busy"], *busy);
-            owners.push(&[&index, &g.uuid, owner, "idle"], *idle);
+        for (owner, team, busy, idle) in &g.cost.owners {
+            owners.push(&[&index, &g.uuid, owner, team, "busy"], *busy);
+            owners.push(&[&index, &g.uuid, owner, team, "idle"], *idle);
         }
     }
     let advice = &findings.capacity;

@@ -9,7 +9,9 @@
 //!
 //! Labels follow dcgm-exporter's GPU template: `gpu`, `UUID`, `pci_bus_id`, `device`
 //! (`nvidia<index>`), `modelName`, the hostname label, and `DCGM_FI_DRIVER_VERSION` (the
-//! counter set's one `label`-type field); `DCGM_FI_DEV_XID_ERRORS` adds `err_code`. The
+//! counter set's one `label`-type field), then `pod`, `namespace`, `container` (as its
+//! kubelet pod mapper adds them) and `hpc_job` (its HPC job mapping) when a scheduler gave
+//! the GPU to someone; `DCGM_FI_DEV_XID_ERRORS` adds `err_code`. The
 //! hostname label is `Hostname` in every dcgm-exporter release up to 4.4.2-4.7.x and
 //! `hostname` from 4.6.0-4.8.3 (NVIDIA/dcgm-exporter#655); [`HostnameLabel`] picks one,
 //! `Hostname` by default because that is what deployed rules and dashboards were written
@@ -351,9 +353,10 @@ pub const NOT_COVERED: &[(&str, &str)] = &[
          first two natively.",
     ),
     (
-        "container, namespace, pod labels",
-        "dcgm-exporter maps whole GPUs to pods through the kubelet; gpu-sentinel attributes \
-         processes instead, on `gpu_process_*`.",
+        "pod_uid, vgpu and DRA labels; MIG-instance series",
+        "The `pod`, `namespace`, `container` and `hpc_job` labels are given (from the kubelet \
+         and the Slurm mapping files); a MIG device's holder is on its parent GPU's series, \
+         as there are no per-instance series.",
     ),
     (
         "err_msg label of DCGM_FI_DEV_XID_ERRORS",
@@ -372,6 +375,10 @@ const LABELS_CAPITALISED: &[&str] = &[
     "modelName",
     "Hostname",
     "DCGM_FI_DRIVER_VERSION",
+    "pod",
+    "namespace",
+    "container",
+    "hpc_job",
 ];
 const LABELS_LOWERCASE: &[&str] = &[
     "gpu",
@@ -381,6 +388,10 @@ const LABELS_LOWERCASE: &[&str] = &[
     "modelName",
     "hostname",
     "DCGM_FI_DRIVER_VERSION",
+    "pod",
+    "namespace",
+    "container",
+    "hpc_job",
 ];
 const XID_LABELS_CAPITALISED: &[&str] = &[
     "gpu",
@@ -390,6 +401,10 @@ const XID_LABELS_CAPITALISED: &[&str] = &[
     "modelName",
     "Hostname",
     "DCGM_FI_DRIVER_VERSION",
+    "pod",
+    "namespace",
+    "container",
+    "hpc_job",
     "err_code",
 ];
 const XID_LABELS_LOWERCASE: &[&str] = &[
@@ -400,6 +415,10 @@ const XID_LABELS_LOWERCASE: &[&str] = &[
     "modelName",
     "hostname",
     "DCGM_FI_DRIVER_VERSION",
+    "pod",
+    "namespace",
+    "container",
+    "hpc_job",
     "err_code",
 ];
 
@@ -429,9 +448,9 @@ pub fn reference_defs() -> Vec<MetricDef> {
             name: f.name,
             kind: f.kind,
             labels: if f.name == XID_ERRORS {
-                &["err_code"]
+                &["pod", "namespace", "container", "hpc_job", "err_code"]
             } else {
-                &[]
+                &["pod", "namespace", "container", "hpc_job"]
             },
             help: f.help,
         })
@@ -464,23 +483,55 @@ pub(super) fn render_dcgm(
             ]
         })
         .collect();
+    let holders: Vec<Vec<[&str; 4]>> = gpus.iter().map(|g| holders(snapshot, g)).collect();
     for field in FIELDS {
         let family = families.family(&field.def(hostname_label));
-        for (gpu, labels) in gpus.iter().zip(&labels) {
+        for ((gpu, labels), holders) in gpus.iter().zip(&labels).zip(&holders) {
             let [a, b, c, d, e, f, g] = labels.each_ref().map(String::as_str);
-            match field.reading {
-                Some(reading) if gpu.up => family.push_some(&[a, b, c, d, e, f, g], reading(gpu)),
-                Some(_) => {}
-                None => {
-                    let last = state.last_xid(&gpu.uuid);
-                    if gpu.up || last.is_some() {
-                        let xid = last.unwrap_or(0);
-                        let code = xid.to_string();
-                        family.push(&[a, b, c, d, e, f, g, &code], f64::from(xid));
+            for [pod, ns, container, job] in holders {
+                let common = [a, b, c, d, e, f, g, pod, ns, container, job];
+                match field.reading {
+                    Some(reading) if gpu.up => family.push_some(&common, reading(gpu)),
+                    Some(_) => {}
+                    None => {
+                        let last = state.last_xid(&gpu.uuid);
+                        if gpu.up || last.is_some() {
+                            let xid = last.unwrap_or(0);
+                            let code = xid.to_string();
+                            let mut with_code = common.to_vec();
+                            with_code.push(&code);
+                            family.push(&with_code, f64::from(xid));
+                        }
                     }
                 }
             }
         }
+    }
+}
+
+/// The `pod`, `namespace`, `container`, `hpc_job` label values of a GPU's series, as
+/// dcgm-exporter adds them: one series per distinct holder (its `--kubernetes-virtual-gpus`
+/// and HPC job mapping write one copy of each series per pod or job sharing the GPU; with a
+/// single holder that is its default), and one series without them when no one holds it.
+fn holders<'s>(snapshot: &'s Snapshot, gpu: &GpuSample) -> Vec<[&'s str; 4]> {
+    let text = |v: &'s Option<String>| v.as_deref().unwrap_or("");
+    let found: std::collections::BTreeSet<[&str; 4]> = snapshot
+        .allocations
+        .iter()
+        .filter(|a| a.is_on(gpu))
+        .map(|a| {
+            [
+                text(&a.pod),
+                text(&a.namespace),
+                text(&a.container),
+                text(&a.hpc_job),
+            ]
+        })
+        .collect();
+    if found.is_empty() {
+        vec![[""; 4]]
+    } else {
+        found.into_iter().collect()
     }
 }
 

@@ -24,6 +24,7 @@ const PROCESS: &[&str] = &[
     "pod",
     "namespace",
     "hpc_job",
+    "team",
 ];
 
 pub const GPU_INFO: MetricDef = gauge(
@@ -222,6 +223,20 @@ pub const PROCESS_UTILIZATION: MetricDef = gauge(
     PROCESS,
     "Share of SM time a process used since the previous collection (0-1).",
 );
+pub const ALLOCATION_INFO: MetricDef = gauge(
+    "gpu_allocation_info",
+    &[
+        "gpu",
+        "uuid",
+        "namespace",
+        "pod",
+        "container",
+        "hpc_job",
+        "user",
+        "team",
+    ],
+    "A holder a scheduler gave the GPU to (a pod's container from the kubelet, a Slurm job), whether it runs a process or not; always 1.",
+);
 pub const BUILD_INFO: MetricDef = gauge(
     "gpu_sentinel_build_info",
     &["version", "revision"],
@@ -299,6 +314,11 @@ pub const ALLOCATED_IDLE: MetricDef = gauge(
     GPU,
     "1 when memory is held and every sample of the idle window stayed under the threshold.",
 );
+pub const ALLOCATED: MetricDef = gauge(
+    "gpu_allocated",
+    GPU,
+    "1 when the GPU is allocated: a scheduler gave it to a pod or job, or a process holds memory on it.",
+);
 pub const GHOST_PROCESSES: MetricDef = gauge(
     "gpu_ghost_processes",
     GPU,
@@ -316,8 +336,8 @@ pub const COST: MetricDef = counter(
 );
 pub const OWNER_SECONDS: MetricDef = counter(
     "gpu_owner_seconds_total",
-    &["gpu", "uuid", "owner", "state"],
-    "GPU-seconds charged to an owner (namespace, user or pod per [cost] owner), by state (busy, idle).",
+    &["gpu", "uuid", "owner", "team", "state"],
+    "GPU-seconds charged to an owner (namespace, user or pod per [cost] owner) and its team, by state (busy, idle); a pod allocated the GPU is charged even while it runs nothing.",
 );
 pub const SCALE_RECOMMENDATION: MetricDef = gauge(
     "gpu_scale_recommendation",
@@ -351,6 +371,7 @@ pub const ANALYSIS: &[MetricDef] = &[
     RISK_CONTRIBUTION,
     RISK_RULE,
     IDLE_SECONDS,
+    ALLOCATED,
     ALLOCATED_IDLE,
     GHOST_PROCESSES,
     LONG_RUNNING_PROCESSES,
@@ -475,6 +496,7 @@ pub const NATIVE: &[MetricDef] = &[
     DRAM_ACTIVE,
     PROCESS_MEMORY,
     PROCESS_UTILIZATION,
+    ALLOCATION_INFO,
     BUILD_INFO,
     SOURCE_UP,
     COLLECT_DURATION,

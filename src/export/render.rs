@@ -283,7 +283,7 @@ fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptio
     candidates.truncate(options.max_process_series);
     candidates.sort_by_key(|p| (p.gpu, p.pid));
 
-    let labels: Vec<[String; 9]> = candidates
+    let labels: Vec<[String; 10]> = candidates
         .iter()
         .map(|p| {
             let text = |v: &Option<String>| v.clone().unwrap_or_default();
@@ -297,6 +297,7 @@ fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptio
                 text(&p.pod),
                 text(&p.namespace),
                 text(&p.hpc_job),
+                text(&p.team),
             ]
         })
         .collect();
@@ -311,6 +312,40 @@ fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptio
     families
         .family(&PROCESS_SERIES_DROPPED)
         .push(&[], dropped as f64);
+    allocations(families, snapshot, &up);
+}
+
+/// One `gpu_allocation_info` per GPU and holder. Time-sliced replicas and MIG devices of
+/// one container name the same holder: it is one series.
+fn allocations(families: &mut Families, snapshot: &Snapshot, up: &BTreeSet<u32>) {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let holders: BTreeSet<(u32, [String; 7])> = snapshot
+        .allocations
+        .iter()
+        .filter(|a| up.contains(&a.gpu))
+        .map(|a| {
+            (
+                a.gpu,
+                [
+                    a.uuid.clone(),
+                    text(&a.namespace),
+                    text(&a.pod),
+                    text(&a.container),
+                    text(&a.hpc_job),
+                    text(&a.user),
+                    text(&a.team),
+                ],
+            )
+        })
+        .collect();
+    let family = families.family(&ALLOCATION_INFO);
+    for (gpu, [uuid, namespace, pod, container, job, user, team]) in &holders {
+        let gpu = gpu.to_string();
+        family.push(
+            &[&gpu, uuid, namespace, pod, container, job, user, team],
+            1.0,
+        );
+    }
 }
 
 fn self_metrics(

@@ -128,7 +128,8 @@ impl ProcFs {
                     .is_some_and(|c| c.trim_end() == "systemd"))
     }
 
-    fn user_name(&self, uid: u32) -> String {
+    /// The name of `uid` in the passwd file (re-read when it changes), else the number.
+    pub fn user_name(&self, uid: u32) -> String {
         let stamp = std::fs::metadata(&self.passwd)
             .map(|m| (m.modified().ok(), m.len()))
             .ok();

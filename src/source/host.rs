@@ -9,7 +9,9 @@
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Instant;
 
+use super::hpc_jobs::HpcJobFiles;
 use super::kmsg::{KmsgEvent, KmsgFollower, XidDeduper, resolve_gpu};
+use super::kubelet::KubeletReader;
 use super::{Collection, Source};
 use crate::config::CollectConfig;
 use crate::model::{FamilyHealth, XidEvent};
@@ -19,6 +21,10 @@ use crate::procinfo::{self, ProcFs};
 pub struct HostSource {
     inner: Box<dyn Source>,
     procfs: Option<ProcFs>,
+    /// Pods holding GPUs, from the kubelet (`None` when `[collect] kubelet_socket` is off).
+    kubelet: Option<KubeletReader>,
+    /// Slurm jobs holding GPUs, from mapping files (`None` when none is configured).
+    hpc_jobs: Option<HpcJobFiles>,
     kmsg: Option<(KmsgFollower, Receiver<KmsgEvent>)>,
     /// Why the kernel log is not followed, when it should be; reported as failed health.
     kmsg_problem: Option<String>,
@@ -50,9 +56,15 @@ impl HostSource {
                 }
             }
         };
+        let kubelet = config
+            .kubelet_socket_path()
+            .map(|socket| KubeletReader::new(socket, &config.gpu_resource_names, config.interval));
+        let (mapping_dir, gpustat_dir) = config.hpc_job_dirs();
         HostSource {
             inner,
             procfs,
+            kubelet,
+            hpc_jobs: HpcJobFiles::new(mapping_dir, gpustat_dir),
             kmsg,
             kmsg_problem,
             dedup: XidDeduper::default(),
@@ -104,6 +116,16 @@ impl Source for HostSource {
                 seconds: began.elapsed().as_secs_f64(),
                 success: true,
             });
+        }
+        // After /proc: the join to pods starts from the pod UIDs the cgroups gave.
+        if let Some(kubelet) = &mut self.kubelet
+            && let Some(family) = kubelet.read(snapshot)
+        {
+            collection.health.families.push(family);
+        }
+        if let Some(jobs) = &mut self.hpc_jobs {
+            let family = jobs.read(snapshot, self.procfs.as_ref());
+            collection.health.families.push(family);
         }
 
         let began = Instant::now();

@@ -4,9 +4,12 @@
 //! calls are blocking C calls that can take hundreds of milliseconds on a sick GPU.
 
 pub mod host;
+pub mod hpc_jobs;
 pub mod kmsg;
+pub mod kubelet;
 pub mod nvml;
 pub mod simulate;
+pub mod teams;
 
 use crate::model::{CollectHealth, Snapshot};
 

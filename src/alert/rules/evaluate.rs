@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Condition, Field, Rule};
 use crate::alert::LabelSet;
 use crate::engine::{Findings, GpuFindings};
-use crate::model::CollectHealth;
+use crate::model::{Allocation, CollectHealth};
 
 /// One rule's condition holding for one label set, before the lifecycle.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,13 +35,12 @@ pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
             _ => {
                 for gpu in &input.findings.gpus {
                     if let Some((value, description)) = gpu_condition(&rule.condition, gpu) {
-                        out.push(candidate(
-                            rule,
-                            input.hostname,
-                            Some(gpu),
-                            &value,
-                            description,
-                        ));
+                        let mut found =
+                            candidate(rule, input.hostname, Some(gpu), &value, description);
+                        if rule.condition == Condition::AllocatedIdle {
+                            add_holder_labels(&mut found.labels, &gpu.idle.holders);
+                        }
+                        out.push(found);
                     }
                 }
             }
@@ -112,7 +111,12 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
         Condition::ThermalSlowdown => g.thermal_slowdown.then(|| ("active".into(), "Clocks are cut by thermal slowdown.".into())),
         Condition::AllocatedIdle => g.idle.allocated_idle.then(|| {
             let minutes = g.idle.allocated_idle_seconds / 60.0;
-            (format!("{minutes:.0} min"), format!("Memory is held while utilization stayed under the idle threshold for {minutes:.0} minutes."))
+            let held = if g.idle.holders.is_empty() {
+                "Memory is held".to_string()
+            } else {
+                format!("Allocated to {}", holders(&g.idle.holders))
+            };
+            (format!("{minutes:.0} min"), format!("{held} while utilization stayed under the idle threshold for {minutes:.0} minutes."))
         }),
         Condition::GhostProcess => (!g.idle.ghosts.is_empty()).then(|| {
             (g.idle.ghosts.len().to_string(), format!("Memory held by processes that are gone, zombies or orphans: {}.", processes(&g.idle.ghosts)))
@@ -125,6 +129,56 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
             op.holds(actual, *value).then(|| (format!("{actual:.2}"), format!("value {actual:.2}, threshold {value}")))
         }
         Condition::ScaleOut | Condition::ScaleIn | Condition::CollectionFailing => None,
+    }
+}
+
+/// The holders a scheduler gave a GPU to, for a description: `pod ml/train-0 (container
+/// trainer, team ml)`, `Slurm job 4242 (user alice, team hpc)`.
+fn holders(list: &[Allocation]) -> String {
+    let mut described: Vec<String> = list
+        .iter()
+        .map(|a| {
+            let what = match (&a.namespace, &a.pod, &a.hpc_job) {
+                (Some(ns), Some(pod), _) => format!("pod {ns}/{pod}"),
+                (_, _, Some(job)) => format!("Slurm job {job}"),
+                _ => "an unnamed holder".to_string(),
+            };
+            let details: Vec<String> = [
+                ("container", &a.container),
+                ("user", &a.user),
+                ("team", &a.team),
+            ]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k} {v}")))
+            .collect();
+            if details.is_empty() {
+                what
+            } else {
+                format!("{what} ({})", details.join(", "))
+            }
+        })
+        .collect();
+    described.dedup();
+    described.join("; ")
+}
+
+/// `namespace`, `pod`, `hpc_job` and `team` labels naming who holds an allocated GPU:
+/// several holders' distinct values joined with commas, in order.
+fn add_holder_labels(labels: &mut LabelSet, list: &[Allocation]) {
+    type Field = fn(&Allocation) -> &Option<String>;
+    let fields: [(&str, Field); 4] = [
+        ("namespace", |a| &a.namespace),
+        ("pod", |a| &a.pod),
+        ("hpc_job", |a| &a.hpc_job),
+        ("team", |a| &a.team),
+    ];
+    for (label, field) in fields {
+        let values: std::collections::BTreeSet<&str> =
+            list.iter().filter_map(|a| field(a).as_deref()).collect();
+        if !values.is_empty() {
+            let joined: Vec<&str> = values.into_iter().collect();
+            labels.insert(label.into(), joined.join(","));
+        }
     }
 }
 

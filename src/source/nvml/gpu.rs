@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
-use nvml_wrapper::Nvml;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
 
 use super::calls::{CallKey, Calls, Families, Family};
 use super::gpm::GpmSamples;
@@ -118,6 +119,9 @@ pub fn read_gpu(
                 }
                 slot.mig_enabled = sample.mig_enabled;
             }
+            if sample.mig_enabled == Some(true) {
+                sample.mig_devices = mig_devices(&device, c);
+            }
             Some(device)
         })
         .flatten();
@@ -208,4 +212,26 @@ pub fn read_gpu(
         replaced,
         gone,
     }
+}
+
+/// The UUIDs of the MIG devices carved out of a GPU in MIG mode, so a scheduler's MIG
+/// allocations (`MIG-…`, which do not name their parent) map to it. Empty slots answer
+/// NOT_FOUND: no device there, not a failure.
+fn mig_devices(device: &Device<'_>, c: &mut Calls<'_>) -> Vec<String> {
+    let Some(slots) = c.call("nvmlDeviceGetMaxMigDeviceCount", "", || {
+        device.mig_device_count()
+    }) else {
+        return Vec::new();
+    };
+    let mut uuids = Vec::new();
+    for slot in 0..slots {
+        let mig = match device.mig_device_by_index(slot) {
+            Err(NvmlError::NotFound) => continue,
+            result => c.settle("nvmlDeviceGetMigDeviceHandleByIndex", "", result),
+        };
+        if let Some(uuid) = mig.and_then(|m| c.call("nvmlDeviceGetUUID", "mig", || m.uuid())) {
+            uuids.push(uuid);
+        }
+    }
+    uuids
 }

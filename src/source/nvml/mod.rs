@@ -374,6 +374,7 @@ impl Source for NvmlSource {
                 gpus,
                 processes,
                 events,
+                allocations: Vec::new(),
             },
             health: CollectHealth {
                 source_up,

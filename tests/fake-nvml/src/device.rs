@@ -10,7 +10,7 @@ use nvml_wrapper_sys::bindings::*;
 
 use crate::codes::*;
 use crate::out::{fill_array, percent, write, write_str};
-use crate::state::{State, enter_device};
+use crate::state::{MAX_MIG_DEVICES, State, enter, enter_device, mig_handle, mig_of};
 
 /// NVML's PCIe throughput unit (see gpu-sentinel's `PCIE_THROUGHPUT_UNIT_BYTES`).
 const PCIE_KB: f64 = gpu_sentinel::source::nvml::PCIE_THROUGHPUT_UNIT_BYTES;
@@ -106,7 +106,70 @@ macro_rules! device_string {
     };
 }
 
-device_string!(nvmlDeviceGetUUID, |s| s.uuid.clone());
+/// # Safety
+/// `device` is a GPU handle or a MIG device handle of ours; `buffer` is null or valid for
+/// `length` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(
+    device: nvmlDevice_t,
+    buffer: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    if let Some((index, slot)) = mig_of(device) {
+        return enter("nvmlDeviceGetUUID", u32::try_from(index).ok(), |state| {
+            let uuid = state
+                .mig_devices(index)
+                .and_then(|d| d.get(slot))
+                .ok_or(INVALID_ARGUMENT)?
+                .clone();
+            // SAFETY: the caller's buffer contract, passed on.
+            unsafe { write_str(buffer, length, &uuid) }
+        });
+    }
+    enter_device("nvmlDeviceGetUUID", device, |state, index| {
+        let uuid = sample(state, index)?.uuid.clone();
+        // SAFETY: the caller's buffer contract, passed on.
+        unsafe { write_str(buffer, length, &uuid) }
+    })
+}
+
+/// # Safety
+/// `device` is one of ours; `count` is null or valid for one write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    enter_device("nvmlDeviceGetMaxMigDeviceCount", device, |state, index| {
+        state.mig_devices(index).ok_or(NOT_SUPPORTED)?;
+        // SAFETY: the caller's output contract, passed on.
+        unsafe { write(count, MAX_MIG_DEVICES as c_uint) }
+    })
+}
+
+/// # Safety
+/// `device` is one of ours; `mig` is null or valid for one write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: nvmlDevice_t,
+    slot: c_uint,
+    mig: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    enter_device(
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        device,
+        |state, index| {
+            let devices = state.mig_devices(index).ok_or(NOT_SUPPORTED)?;
+            let slot = slot as usize;
+            // Empty slots answer NOT_FOUND, as the real call does.
+            if slot >= devices.len().min(MAX_MIG_DEVICES) {
+                return Err(NOT_FOUND);
+            }
+            // SAFETY: the caller's output contract, passed on.
+            unsafe { write(mig, mig_handle(index, slot)) }
+        },
+    )
+}
 device_string!(nvmlDeviceGetName, |s| s.name.clone());
 device_string!(nvmlDeviceGetSerial, |s| supported(s.serial.clone())?);
 
@@ -151,7 +214,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     pending_mode: *mut c_uint,
 ) -> nvmlReturn_t {
     enter_device("nvmlDeviceGetMigMode", device, |state, index| {
-        let mode = c_uint::from(supported(sample(state, index)?.mig_enabled)?);
+        let mode = if state.mig_devices(index).is_some() {
+            1
+        } else {
+            c_uint::from(supported(sample(state, index)?.mig_enabled)?)
+        };
         // SAFETY: the caller's output contract, passed on.
         unsafe {
             write(current_mode, mode)?;

@@ -32,6 +32,10 @@
 //! pid = 12345
 //! used_memory_bytes = 1073741824
 //! sm_utilization = 0.0      # 0–1
+//!
+//! [[mig]]                   # GPU 2 is in MIG mode with these MIG devices
+//! gpu = 2
+//! devices = ["MIG-5c1e0b2d-1f3a-5e6b-9c8d-7a6b5c4d3e2f"]
 //! ```
 //!
 //! `FAKE_NVML_PROCESSES="GPU:PID:BYTES[:SM],…"` adds processes the same way, for tests that
@@ -59,6 +63,8 @@ pub struct Scenario {
     pub faults: Vec<FaultSpec>,
     #[serde(rename = "process")]
     pub processes: Vec<ProcessSpec>,
+    #[serde(rename = "mig")]
+    pub migs: Vec<MigSpec>,
     #[serde(rename = "vanish")]
     pub vanishings: Vec<VanishSpec>,
 }
@@ -103,6 +109,14 @@ pub struct FaultSpec {
     pub after_seconds: f64,
     #[serde(default)]
     pub until_seconds: Option<f64>,
+}
+
+/// A GPU in MIG mode and the UUIDs of its MIG devices, in slot order.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigSpec {
+    pub gpu: u32,
+    pub devices: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

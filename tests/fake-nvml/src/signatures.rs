@@ -20,6 +20,8 @@ fn exports_match_nvml_wrapper(lib: &mut NvmlLib) {
     lib.nvmlDeviceGetSerial = Ok(device::nvmlDeviceGetSerial);
     lib.nvmlDeviceGetPciInfo_v3 = Ok(device::nvmlDeviceGetPciInfo_v3);
     lib.nvmlDeviceGetMigMode = Ok(device::nvmlDeviceGetMigMode);
+    lib.nvmlDeviceGetMaxMigDeviceCount = Ok(device::nvmlDeviceGetMaxMigDeviceCount);
+    lib.nvmlDeviceGetMigDeviceHandleByIndex = Ok(device::nvmlDeviceGetMigDeviceHandleByIndex);
     lib.nvmlDeviceGetUtilizationRates = Ok(device::nvmlDeviceGetUtilizationRates);
     lib.nvmlDeviceGetEncoderUtilization = Ok(device::nvmlDeviceGetEncoderUtilization);
     lib.nvmlDeviceGetDecoderUtilization = Ok(device::nvmlDeviceGetDecoderUtilization);

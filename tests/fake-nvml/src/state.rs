@@ -16,12 +16,16 @@ use gpu_sentinel::source::simulate::Fleet;
 use nvml_wrapper_sys::bindings::{nvmlDevice_st, nvmlDevice_t, nvmlReturn_t};
 
 use crate::codes::*;
-use crate::scenario::{ClockMode, Fault, ProcessSpec, Scenario, VanishSpec};
+use crate::scenario::{ClockMode, Fault, MigSpec, ProcessSpec, Scenario, VanishSpec};
 
 /// Device handles are these addresses plus 16 × index: opaque to the caller, never
 /// dereferenced, and easy to check.
 const DEVICE_HANDLE_BASE: usize = 0x6e76_6d6c_0000;
 const HANDLE_STRIDE: usize = 16;
+/// MIG device handles: this address plus 16 × (GPU index × [`MAX_MIG_DEVICES`] + slot).
+const MIG_HANDLE_BASE: usize = 0x6d69_6700_0000;
+/// Most MIG devices one GPU can hold (seven GPU instances on an A100/H100).
+pub const MAX_MIG_DEVICES: usize = 7;
 /// In wall-clock mode the fleet moves at most every 10 ms, so the calls of one collection
 /// see one consistent state (and the per-GPU sample cache stays useful).
 const MIN_ADVANCE: Duration = Duration::from_millis(10);
@@ -51,6 +55,7 @@ pub struct State {
     speed: f64,
     faults: Vec<Fault>,
     pub extra_processes: Vec<ProcessSpec>,
+    pub migs: Vec<MigSpec>,
     vanishings: Vec<VanishSpec>,
     /// The first successful `nvmlInit_v2`: fault times and wall-clock simulation count from it.
     epoch: Instant,
@@ -71,6 +76,7 @@ impl State {
             speed: scenario.simulation.speed,
             faults: scenario.compiled_faults(),
             extra_processes: scenario.processes.clone(),
+            migs: scenario.migs.clone(),
             vanishings: scenario.vanishings.clone(),
             epoch: now,
             last_advance: now,
@@ -225,6 +231,33 @@ pub fn lock() -> MutexGuard<'static, Option<State>> {
 /// The handle of GPU `index`.
 pub fn device_handle(index: usize) -> nvmlDevice_t {
     std::ptr::without_provenance_mut::<nvmlDevice_st>(DEVICE_HANDLE_BASE + index * HANDLE_STRIDE)
+}
+
+/// The handle of MIG device `slot` of GPU `index`.
+pub fn mig_handle(index: usize, slot: usize) -> nvmlDevice_t {
+    let offset = (index * MAX_MIG_DEVICES + slot) * HANDLE_STRIDE;
+    std::ptr::without_provenance_mut::<nvmlDevice_st>(MIG_HANDLE_BASE + offset)
+}
+
+/// The (GPU index, slot) a MIG handle stands for, if it is one of ours.
+pub fn mig_of(handle: nvmlDevice_t) -> Option<(usize, usize)> {
+    // MIG handles lie below the GPU handles.
+    if handle.addr() >= DEVICE_HANDLE_BASE {
+        return None;
+    }
+    let offset = handle.addr().checked_sub(MIG_HANDLE_BASE)?;
+    let n = (offset % HANDLE_STRIDE == 0).then_some(offset / HANDLE_STRIDE)?;
+    Some((n / MAX_MIG_DEVICES, n % MAX_MIG_DEVICES))
+}
+
+impl State {
+    /// The MIG devices of GPU `index`, `None` when it is not in MIG mode.
+    pub fn mig_devices(&self, index: usize) -> Option<&[String]> {
+        self.migs
+            .iter()
+            .find(|m| m.gpu as usize == index)
+            .map(|m| m.devices.as_slice())
+    }
 }
 
 /// The GPU index a handle stands for, if it is one of ours.

@@ -1,0 +1,219 @@
+//! Who a GPU is allocated to on a Kubernetes node: the kubelet's PodResources API.
+//!
+//! Each collection calls `v1.PodResourcesLister/List` on the kubelet's Unix socket
+//! (`[collect] kubelet_socket`) once, bounded by a timeout, on a small single-threaded
+//! runtime owned by this reader: the collection thread is not async, and one call per
+//! tick needs no more. The GPU devices of every pod's containers become
+//! [`Allocation`]s ([`devices`] maps the device ids to GPUs) and the processes' pod UIDs
+//! are joined to pod names ([`join`]).
+//!
+//! Failure degrades the `kubelet` collector family only: a missing, refusing, hanging or
+//! vanished socket leaves the allocations empty and
+//! `gpu_sentinel_collector_success{collector="kubelet"}` 0, says why in one log line per
+//! outage (and one when it answers again), and everything else is collected as before. A host where the socket's directory has never existed is not a
+//! Kubernetes node: the family is absent there, as node_exporter treats hardware a host
+//! does not have, and the agent says so once at start.
+
+pub mod devices;
+pub mod join;
+pub mod proto;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::model::{Allocation, FamilyHealth, Snapshot};
+
+/// The collector family's name in `gpu_sentinel_collector_success`.
+pub const FAMILY: &str = "kubelet";
+
+/// Longest wait for the kubelet, whatever the interval: a hung kubelet must not hold the
+/// collection of everything else for long.
+const MAX_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Device ids that could not be mapped to a GPU are logged once each, up to this many.
+const MAX_LOGGED_DEVICES: usize = 64;
+
+/// Reads the kubelet's PodResources API once per collection.
+pub struct KubeletReader {
+    socket: PathBuf,
+    resource_names: Vec<String>,
+    timeout: Duration,
+    runtime: Option<tokio::runtime::Runtime>,
+    /// The socket or its directory was there at some point: from then on its absence is a
+    /// failure, not "not a Kubernetes node".
+    expected: bool,
+    /// The problem of the current outage, `None` while the kubelet answers.
+    logged: Option<String>,
+    unmapped_logged: BTreeSet<String>,
+    join: join::PodJoin,
+}
+
+impl KubeletReader {
+    /// A reader of `socket` that counts `resource_names` (besides `nvidia.com/gpu` and
+    /// `nvidia.com/mig-*`) as GPUs, waiting at most half the collection `interval`.
+    pub fn new(socket: &Path, resource_names: &[String], interval: Duration) -> KubeletReader {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build();
+        let mut reader = KubeletReader {
+            socket: socket.to_owned(),
+            resource_names: resource_names.to_vec(),
+            timeout: (interval / 2).clamp(Duration::from_millis(100), MAX_TIMEOUT),
+            runtime: None,
+            expected: false,
+            logged: None,
+            unmapped_logged: BTreeSet::new(),
+            join: join::PodJoin::default(),
+        };
+        match runtime {
+            Ok(rt) => reader.runtime = Some(rt),
+            Err(e) => reader.note_problem(format!("cannot start its I/O runtime: {e}")),
+        }
+        reader.expected = reader.socket_dir_exists();
+        if !reader.expected {
+            tracing::info!(
+                socket = %reader.socket.display(),
+                "no kubelet pod-resources directory: not a Kubernetes node, pods are not attributed \
+                 (set [collect] kubelet_socket = \"off\" to stop looking)"
+            );
+        }
+        reader
+    }
+
+    fn socket_dir_exists(&self) -> bool {
+        self.socket.exists() || self.socket.parent().is_some_and(Path::exists)
+    }
+
+    /// Lists the pods, adds their GPU allocations to `snapshot` and names the pods of its
+    /// processes. `None` while this is not a Kubernetes node.
+    pub fn read(&mut self, snapshot: &mut Snapshot) -> Option<FamilyHealth> {
+        let began = Instant::now();
+        if !self.expected {
+            self.expected = self.socket_dir_exists();
+            if !self.expected {
+                return None;
+            }
+        }
+        let outcome = match &self.runtime {
+            None => Err("its I/O runtime did not start".to_string()),
+            // The timer is made inside the runtime: tokio's timers need one to exist.
+            Some(rt) => rt
+                .block_on(async {
+                    tokio::time::timeout(self.timeout, proto::list(&self.socket)).await
+                })
+                .map_err(|_| format!("no answer within {:?}", self.timeout))
+                .and_then(|answer| answer.map_err(|e| e.to_string())),
+        };
+        let success = match outcome {
+            Ok(answer) => {
+                if self.logged.take().is_some() {
+                    tracing::info!(socket = %self.socket.display(), "kubelet pod resources answer again");
+                }
+                self.allocate(snapshot, &answer);
+                self.join
+                    .apply(&mut snapshot.processes, &snapshot.allocations);
+                true
+            }
+            Err(reason) => {
+                self.note_problem(reason);
+                false
+            }
+        };
+        Some(FamilyHealth {
+            name: FAMILY,
+            seconds: began.elapsed().as_secs_f64(),
+            success,
+        })
+    }
+
+    /// Warns once per outage; a different reason during the same outage (reset, then
+    /// gone) is only a debug line.
+    fn note_problem(&mut self, reason: String) {
+        match &self.logged {
+            None => tracing::warn!(
+                "kubelet pod resources at {}: {reason}; GPUs are not attributed to pods until it \
+                 answers (gpu_sentinel_collector_success{{collector=\"kubelet\"}} is 0; said \
+                 once, and again when it answers)",
+                self.socket.display()
+            ),
+            Some(last) if *last != reason => {
+                tracing::debug!(socket = %self.socket.display(), "kubelet pod resources: {reason}");
+            }
+            Some(_) => {}
+        }
+        self.logged = Some(reason);
+    }
+
+    /// One allocation per (GPU device, container) of the answer.
+    fn allocate(&mut self, snapshot: &mut Snapshot, answer: &proto::ListPodResourcesResponse) {
+        let mut found = BTreeSet::new();
+        for pod in &answer.pod_resources {
+            for container in &pod.containers {
+                for devices in &container.devices {
+                    if !devices::is_gpu_resource(&devices.resource_name, &self.resource_names) {
+                        continue;
+                    }
+                    for id in &devices.device_ids {
+                        let Some(gpu) = devices::resolve(id, &snapshot.gpus) else {
+                            self.note_unmapped(
+                                id,
+                                &devices.resource_name,
+                                &pod.namespace,
+                                &pod.name,
+                            );
+                            continue;
+                        };
+                        found.insert(Allocation {
+                            gpu: gpu.index,
+                            uuid: gpu.uuid.clone(),
+                            device: (*id != gpu.uuid).then(|| id.clone()),
+                            namespace: Some(pod.namespace.clone()),
+                            pod: Some(pod.name.clone()),
+                            container: Some(container.name.clone()),
+                            ..Allocation::default()
+                        });
+                    }
+                }
+            }
+        }
+        snapshot.allocations.extend(found);
+    }
+
+    fn note_unmapped(&mut self, id: &str, resource: &str, namespace: &str, pod: &str) {
+        if self.unmapped_logged.len() < MAX_LOGGED_DEVICES
+            && self.unmapped_logged.insert(id.to_string())
+        {
+            tracing::warn!(
+                "kubelet: device {id:?} ({resource}) of pod {namespace}/{pod} matches no GPU \
+                 NVML lists; not attributed"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_without_the_kubelet_directory_reports_no_family() {
+        let socket = std::env::temp_dir()
+            .join(format!("gpu-sentinel-no-kubelet-{}", std::process::id()))
+            .join("pod-resources/kubelet.sock");
+        let mut reader = KubeletReader::new(&socket, &[], Duration::from_secs(5));
+        let mut snapshot = Snapshot::default();
+        assert_eq!(reader.read(&mut snapshot), None);
+        assert!(snapshot.allocations.is_empty());
+    }
+
+    #[test]
+    fn the_wait_is_half_the_interval_within_bounds() {
+        let at =
+            |interval| KubeletReader::new(Path::new("/nonexistent/k.sock"), &[], interval).timeout;
+        assert_eq!(at(Duration::from_secs(5)), Duration::from_millis(2500));
+        assert_eq!(at(Duration::from_millis(50)), Duration::from_millis(100));
+        assert_eq!(at(Duration::from_secs(60)), MAX_TIMEOUT);
+    }
+}
