@@ -9,8 +9,8 @@
 //! collection interval of a held GPU to its owner, as `busy` or `idle` by its idle threshold.
 //! So *held* = busy + idle, and efficiency = busy ÷ held. An owner is a namespace where
 //! Kubernetes told the agent one, else a user (`[cost] owner`); it is matched against a
-//! team's `namespaces` and `users` patterns both, and its host against `hosts`. A series that
-//! already carries a `team` label (the agent matched it) keeps that team.
+//! team's `namespaces` and `users` patterns both, and its host against `hosts`. An owner the
+//! report's teams do not claim keeps the `team` label the agent gave it, if any.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -353,13 +353,10 @@ impl Usage {
     }
 }
 
-/// The team of one answer row: its own `team` label when the agent set one, else the
-/// first `[[teams]]` entry claiming its owner (as namespace or user) or its host.
+/// The team of one answer row: the first of the report's `[[teams]]` claiming its owner (as
+/// namespace or user) or its host; failing that, the `team` label the agent gave it from
+/// its own `[[teams]]`; failing that, `unassigned`.
 fn team_for(spec: &ReportSpec, row: &Sample) -> String {
-    let labelled = row.label("team");
-    if !labelled.is_empty() {
-        return labelled.to_string();
-    }
     let owner = Some(row.label("owner")).filter(|o| !o.is_empty());
     let host = Some(row.label("instance")).filter(|h| !h.is_empty());
     let team = team_of(
@@ -371,10 +368,13 @@ fn team_for(spec: &ReportSpec, row: &Sample) -> String {
             host,
         },
     );
-    if team == UNASSIGNED && owner.is_none() {
-        return UNASSIGNED.to_string();
+    if team != UNASSIGNED {
+        return team.to_string();
     }
-    team.to_string()
+    match row.label("team") {
+        "" => UNASSIGNED.to_string(),
+        labelled => labelled.to_string(),
+    }
 }
 
 fn count_gpus(
