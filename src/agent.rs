@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
 use crate::api::{Latest, Published};
+use crate::board::{Board, BoardOptions, Today};
 use crate::engine::Engine;
 use crate::export::{ExportState, Exposition, RenderInput, RenderOptions};
 use crate::model::Snapshot;
@@ -42,6 +43,9 @@ pub struct Collector {
     export_state: ExportState,
     options: RenderOptions,
     latest: Arc<Latest>,
+    board: BoardOptions,
+    /// The cost totals at the start of the day, for the board's "today".
+    today: Today,
 }
 
 impl Collector {
@@ -57,6 +61,12 @@ impl Collector {
         latest: Arc<Latest>,
     ) -> Collector {
         let keeper = StateKeeper::resume(persistence.as_ref(), &mut engine, &mut alerting);
+        let board = BoardOptions {
+            source: source.describe(),
+            version: options.version.clone(),
+            currency: engine.config.cost.currency.clone(),
+            teams: Vec::new(),
+        };
         Collector {
             source,
             engine,
@@ -66,7 +76,15 @@ impl Collector {
             export_state: ExportState::default(),
             options,
             latest,
+            board,
+            today: Today::default(),
         }
+    }
+
+    /// The board shows each holder's team by `teams` (`[[teams]]`).
+    pub fn with_teams(mut self, teams: Vec<crate::config::TeamConfig>) -> Collector {
+        self.board.teams = teams;
+        self
     }
 
     pub fn describe(&self) -> String {
@@ -89,12 +107,23 @@ impl Collector {
             findings: Some(&findings),
             ..RenderInput::new(&snapshot, &health)
         });
+        let strips = crate::board::strips(&self.engine.state, snapshot.at.timestamp());
+        let (today, board) = (&mut self.today, &self.board);
         let published = Published::render(
             &snapshot,
             findings,
             self.alerting.book().alerts.values(),
             self.engine.config.risk_threshold,
             metrics,
+            |documents| {
+                let today = today.update(&documents.gpus, documents.alerts.at);
+                crate::board::render(&Board {
+                    documents,
+                    strips: &strips,
+                    today: &today,
+                    options: board,
+                })
+            },
         );
         // Reported in the next exposition: rendering never reads a clock itself.
         let analysed = render_began.duration_since(analyse_began).as_secs_f64();

@@ -15,7 +15,7 @@ pub mod documents;
 pub mod published;
 
 pub use documents::{AlertsDocument, GpuView, GpusDocument, JobFit, Recommendations};
-pub use published::{Latest, Published};
+pub use published::{Documents, Latest, Published};
 
 use bytes::Bytes;
 use serde::Serialize;

@@ -66,7 +66,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         persistence,
         options,
         latest.clone(),
-    );
+    )
+    .with_teams(config.teams.clone());
     let state = Arc::new(ServerState {
         latest,
         source: collector.describe(),
