@@ -54,6 +54,6 @@ pub(super) fn write_section(out: &mut String, advice: &Recommendations<'_>) {
     out.push_str(
         "<p class=\"muted\">Ask whether a job fits: \
          <a href=\"/api/v1/recommendations?gpus=2&amp;memory_gib=40\">/api/v1/recommendations?gpus=2&amp;memory_gib=40</a></p>\
-         </section>",
+         </section>\n",
     );
 }

@@ -13,13 +13,15 @@ use super::{Board, BoardOptions, advice, tables, today};
 
 /// The page's only script: every 5 s it fetches `/` and swaps `<main>` for the new one, so
 /// a wall screen never flashes a reload. It skips while the tab is hidden or a fetch is
-/// still out, and marks the page stale while the agent does not answer.
+/// still out, marks the page stale while the agent does not answer, and counts its swaps
+/// in `<html data-refreshes>` (what the browser test reads to know the refresh works).
 const SCRIPT: &str = "(function(){var busy=false;setInterval(function(){\
 if(busy||document.hidden)return;busy=true;\
 fetch('/',{cache:'no-store',credentials:'same-origin'})\
 .then(function(r){if(!r.ok)throw new Error(r.status);return r.text();})\
 .then(function(t){var m=new DOMParser().parseFromString(t,'text/html').querySelector('main');\
-if(m){document.querySelector('main').replaceWith(m);}document.body.classList.remove('stale');})\
+if(m){document.querySelector('main').replaceWith(m);var h=document.documentElement;\
+h.dataset.refreshes=(+h.dataset.refreshes||0)+1;}document.body.classList.remove('stale');})\
 .catch(function(){document.body.classList.add('stale');})\
 .finally(function(){busy=false;});},5000);})();";
 
@@ -41,14 +43,15 @@ small,.muted{color:var(--muted);font-weight:normal}\
 .tile[data-state~=lost],.tile[data-state~=down]{border-style:dashed}\
 .tile>header{display:flex;justify-content:space-between;padding:6px 10px;font-weight:600;font-size:18px}\
 .tile>p,.tile>div,.tile>ul,.tile>dl{margin:4px 10px}\
-.model{font-size:12px;color:var(--muted)}.uuid{font-family:monospace;font-size:11px;color:var(--muted)}\
+.model{font-size:12px;color:var(--muted);white-space:nowrap;overflow:hidden;text-overflow:ellipsis}\
+.uuid{font-family:monospace;font-size:11px;color:var(--muted)}\
 .badge{display:inline-block;border-radius:4px;padding:0 6px;margin-right:4px;font-size:12px;background:var(--line)}\
 .badge.lost,.badge.down,.badge.at-risk,.badge.critical{background:var(--bad);color:#000}\
 .badge.ghost,.badge.idle-allocated,.badge.warning{background:var(--warn);color:#000}\
 .badge.busy{background:#1f4e79}.badge.free{background:#2a9d8f;color:#000}\
 .since{font-size:12px;color:var(--warn)}\
-.readings{display:grid;grid-template-columns:1.3fr 1fr .8fr;gap:6px}\
-dt{font-size:11px;color:var(--muted);text-transform:uppercase;letter-spacing:.04em}dd{margin:0}\
+.readings{display:grid;grid-template-columns:1.4fr 1fr 1fr;gap:6px}\
+dt{font-size:11px;color:var(--muted);text-transform:uppercase;letter-spacing:.04em}dd{margin:0;white-space:nowrap}\
 svg.bar{display:block;width:100%;height:4px;margin-top:2px}.bar .track{fill:var(--line)}.bar .fill{fill:var(--cool)}\
 .risk.high .score{color:var(--bad);font-weight:700}.rule{color:var(--bad);font-size:12px}\
 .reasons{margin:2px 0 0;padding-left:16px;font-size:12px}\
@@ -131,7 +134,7 @@ pub fn page(board: &Board<'_>) -> String {
         &format!("gpu-sentinel · {hostname}"),
         Reload::WithoutScript(10),
     );
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<main data-at=\"{}\"><header class=\"top\"><h1>{}</h1><span class=\"muted\">{} GPUs · \
          collected {} UTC · {} · gpu-sentinel {}</span></header>",
@@ -143,7 +146,7 @@ pub fn page(board: &Board<'_>) -> String {
         escape(&options.version),
     );
     write_summary(&mut out, board, threshold);
-    out.push_str("<section class=\"tiles\">");
+    out.push_str("<section class=\"tiles\">\n");
     let mut tiles: Vec<_> = gpus.gpus.iter().collect();
     tiles.sort_by_key(|g| g.sample.index);
     for gpu in tiles {
@@ -155,7 +158,7 @@ pub fn page(board: &Board<'_>) -> String {
         };
         write_tile(&mut out, gpu, &cx);
     }
-    out.push_str("</section><div class=\"cols\">");
+    out.push_str("</section>\n<div class=\"cols\">");
     tables::write_ranking(&mut out, gpus, threshold);
     tables::write_alerts(&mut out, &documents.alerts);
     out.push_str("</div><div class=\"cols\">");
@@ -207,7 +210,7 @@ fn write_summary(out: &mut String, board: &Board<'_>, threshold: f64) {
             let _ = write!(out, "<span class=\"{state}\"><b>{n}</b> {label}</span>");
         }
     }
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<span><b>{firing}</b> alert{} firing</span></section>",
         if firing == 1 { "" } else { "s" }

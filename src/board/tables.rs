@@ -58,9 +58,9 @@ pub(super) fn write_ranking(out: &mut String, gpus: &GpusDocument<'_>, threshold
         for state in states(gpu, threshold) {
             let _ = write!(out, "<span class=\"badge {state}\">{state}</span>");
         }
-        out.push_str("</td></tr>");
+        out.push_str("</td></tr>\n");
     }
-    out.push_str("</tbody></table></section>");
+    out.push_str("</tbody></table></section>\n");
 }
 
 /// Firing before pending, critical before warning, oldest first.
@@ -102,7 +102,7 @@ pub(super) fn write_alerts(out: &mut String, alerts: &AlertsDocument<'_>) {
         active.len()
     );
     if active.is_empty() {
-        out.push_str("<p class=\"muted\">No alert is pending or firing.</p></section>");
+        out.push_str("<p class=\"muted\">No alert is pending or firing.</p></section>\n");
         return;
     }
     out.push_str(
@@ -111,7 +111,7 @@ pub(super) fn write_alerts(out: &mut String, alerts: &AlertsDocument<'_>) {
     for alert in active {
         let gpu = alert.labels.get("gpu").map_or("", String::as_str);
         let summary = alert.annotations.get("summary").map_or("", String::as_str);
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<tr class=\"{} {}\"><td><b>{}</b> <span class=\"badge {}\">{}</span></td>\
              <td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
@@ -126,5 +126,5 @@ pub(super) fn write_alerts(out: &mut String, alerts: &AlertsDocument<'_>) {
             escape(summary),
         );
     }
-    out.push_str("</tbody></table></section>");
+    out.push_str("</tbody></table></section>\n");
 }

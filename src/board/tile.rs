@@ -96,7 +96,7 @@ pub fn write_tile(out: &mut String, gpu: &GpuView<'_>, cx: &TileContext<'_>) {
             "<p class=\"axis\"><span>−{hours} h</span><span>now</span></p></div>"
         );
     }
-    out.push_str("</article>");
+    out.push_str("</article>\n");
 }
 
 fn write_readings(out: &mut String, gpu: &GpuView<'_>) {
@@ -122,19 +122,19 @@ fn write_readings(out: &mut String, gpu: &GpuView<'_>) {
         }
         _ => {}
     }
-    let temperature = |t: Option<f64>| t.map_or_else(|| "–".to_string(), |t| format!("{t:.0} °C"));
+    let temperature = |t: Option<f64>| t.map_or_else(|| "–".to_string(), |t| format!("{t:.0}"));
     let _ = write!(
         out,
-        "<div><dt>temperature</dt><dd>{} <span class=\"muted\">HBM</span> {}</dd></div>",
+        "<div><dt>°C gpu · hbm</dt><dd>{} · {}</dd></div>",
         temperature(sample.temperature_celsius),
         temperature(sample.memory_temperature_celsius),
     );
     if let Some(power) = sample.power_watts {
-        let _ = write!(out, "<div><dt>power</dt><dd>{power:.0}");
+        let _ = write!(out, "<div><dt>power</dt><dd>{power:.0} W");
         if let Some(limit) = sample.power_limit_watts {
-            let _ = write!(out, " / {limit:.0}");
+            let _ = write!(out, "<span class=\"muted\"> / {limit:.0}</span>");
         }
-        out.push_str(" W</dd></div>");
+        out.push_str("</dd></div>");
     }
     out.push_str("</dl>");
 }
@@ -165,7 +165,8 @@ pub fn write_reasons<'a>(
     reasons: impl Iterator<Item = &'a crate::engine::risk::Contribution>,
 ) {
     let mut any = false;
-    for reason in reasons {
+    // A share that rounds to +0.00 explains nothing.
+    for reason in reasons.filter(|r| r.contribution >= 0.005) {
         if !any {
             out.push_str("<ul class=\"reasons\">");
             any = true;

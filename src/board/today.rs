@@ -162,5 +162,5 @@ pub(super) fn write_section(out: &mut String, today: &TodayView, currency: &str)
         }
         out.push_str("</tbody></table>");
     }
-    out.push_str("</section>");
+    out.push_str("</section>\n");
 }
