@@ -3,8 +3,11 @@
 //!
 //! The cells come from the engine's day window (15-minute buckets, see
 //! `src/engine/window.rs`): the board keeps no history of its own. A cell is the bucket's
-//! mean utilization; a bucket with no sample (the agent was down, the GPU lost) is drawn
-//! as "no data", not as idle.
+//! mean utilization. A sample stands for the time since the one before it (capped by the
+//! engine: a long silence is not observed time), so when samples are further apart than a
+//! cell — a slow collection interval, an accelerated simulator — the empty cells that a
+//! bucket's samples stand for show its value; a cell nothing stands for (the agent was
+//! down, the GPU lost) is drawn as "no data", not as idle.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -45,13 +48,34 @@ impl HeatStrip {
         let newest = now.div_euclid(width) * width;
         let oldest = newest - (count as i64 - 1) * width;
         let mut cells = vec![None; count];
+        // Seconds each cell's bucket stands for.
+        let mut stands_for = vec![0.0; count];
         for bucket in ring.buckets() {
             if bucket.start < oldest || bucket.start > newest {
                 continue;
             }
             let slot = ((bucket.start - oldest) / width) as usize;
-            if let Some(cell) = cells.get_mut(slot) {
+            if let (Some(cell), Some(seconds)) = (cells.get_mut(slot), stands_for.get_mut(slot)) {
                 *cell = bucket.utilization.mean();
+                *seconds = bucket.seconds;
+            }
+        }
+        // Newest first: what a bucket stands for beyond its own width reaches back over
+        // the empty cells before it.
+        let mut carried: Option<(f64, f64)> = None;
+        for slot in (0..count).rev() {
+            match cells[slot] {
+                Some(value) => {
+                    let beyond = stands_for[slot] - width as f64;
+                    carried = (beyond > 0.0).then_some((value, beyond));
+                }
+                None => {
+                    if let Some((value, left)) = carried {
+                        cells[slot] = Some(value);
+                        let left = left - width as f64;
+                        carried = (left > 0.0).then_some((value, left));
+                    }
+                }
             }
         }
         HeatStrip {
@@ -132,7 +156,34 @@ mod tests {
         let mut svg = String::new();
         strip.write_svg(&mut svg);
         assert_eq!(svg.matches("<rect").count(), 48);
+        // Samples 5 s apart stand for nothing beyond their bucket: the gap stays.
         assert_eq!(svg.matches("class=\"un\"").count(), 46);
         assert!(svg.contains("class=\"u8\" x=\"39\""), "{svg}");
+    }
+
+    #[test]
+    fn a_sample_that_stands_for_an_hour_fills_the_cells_before_it_and_no_more() {
+        let mut windows = Windows::default();
+        let now = 100 * 86_400;
+        windows.add(&Point {
+            at: now - 3 * 3600,
+            seconds: 600.0,
+            utilization: Some(0.2),
+            ..Point::default()
+        });
+        windows.add(&Point {
+            at: now,
+            seconds: 3600.0,
+            utilization: Some(1.0),
+            ..Point::default()
+        });
+        let strip = HeatStrip::from_ring(&windows.day, now);
+        // The newest cell and the three 15-minute cells before it.
+        assert_eq!(
+            &strip.cells[43..],
+            &[None, Some(1.0), Some(1.0), Some(1.0), Some(1.0)]
+        );
+        assert_eq!(strip.cells[47 - 12], Some(0.2));
+        assert_eq!(strip.cells.iter().flatten().count(), 5);
     }
 }

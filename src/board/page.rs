@@ -65,7 +65,7 @@ svg.heat{display:block;width:100%;height:18px}\
 table{border-collapse:collapse;width:100%;font-size:13px}\
 th,td{text-align:left;padding:4px 6px;border-bottom:1px solid var(--line);vertical-align:top}\
 th{color:var(--muted);font-weight:normal;font-size:11px;text-transform:uppercase}\
-td.num{text-align:right;font-variant-numeric:tabular-nums}tr.high td{color:#ffb4a2}\
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}tr.high td{color:#ffb4a2}\
 td svg.bar{width:80px}\
 .figures{display:flex;gap:20px;flex-wrap:wrap;margin:6px 0}.figures dd{font-size:18px;font-weight:600}\
 .warn{color:var(--warn)}.ok{color:var(--ok)}.cool{color:var(--cool)}\
