@@ -387,6 +387,36 @@ mod tests {
     }
 
     #[test]
+    fn the_board_says_it_waits_before_the_first_collection_and_keeps_its_policy() {
+        let state = state(None);
+        let policy = |resp: &Response<Full<Bytes>>| {
+            resp.headers()
+                .get(header::CONTENT_SECURITY_POLICY)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let waiting = board(&state, None);
+        assert_eq!(waiting.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(waiting.headers().contains_key(header::RETRY_AFTER));
+        assert_eq!(
+            policy(&waiting).as_deref(),
+            Some(CONTENT_SECURITY_POLICY.as_str())
+        );
+
+        let page = Bytes::from_static(b"<!doctype html><main></main>");
+        let served = board(&state, Some(page.clone()));
+        assert_eq!(served.status(), StatusCode::OK);
+        assert_eq!(
+            policy(&served).as_deref(),
+            Some(CONTENT_SECURITY_POLICY.as_str())
+        );
+        assert_eq!(
+            served.headers().get(header::CACHE_CONTROL),
+            Some(&HeaderValue::from_static("no-store"))
+        );
+    }
+
+    #[test]
     fn without_receivers_only_collection_counts() {
         let (status, body) = health(&state(None), Some(Instant::now()));
         assert_eq!(status, StatusCode::OK);

@@ -269,3 +269,15 @@ fn today_counts_from_the_first_publication_then_from_midnight() {
         Some("2026-03-03T00:00:00Z".parse().expect("a time"))
     );
 }
+
+#[test]
+fn before_the_first_collection_the_page_says_so_and_reloads_itself() {
+    let page = waiting_page(&BoardOptions {
+        source: "nvml <driver>".into(),
+        ..options()
+    });
+    let page = String::from_utf8(page.to_vec()).expect("UTF-8");
+    assert!(page.contains("Waiting for the first collection from nvml &lt;driver&gt;."));
+    assert!(page.contains("<meta http-equiv=\"refresh\" content=\"2\">"));
+    assert!(!page.contains("<script>"));
+}
