@@ -24,6 +24,7 @@ port=18404
 target/release/gpu-sentinel run --simulate --sim-gpus "$gpus" --listen 127.0.0.1:$port 2>"$work/agent.log" &
 agent=$!
 for _ in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:$port/readyz && break; sleep 0.1; done
+sleep 6  # a few collections, so the render stage below is a steady one
 board_bytes=$(curl -sf http://127.0.0.1:$port/ | wc -c)
 metrics_bytes=$(curl -sf http://127.0.0.1:$port/metrics | wc -c)
 
@@ -39,12 +40,16 @@ best() { # "rps p99" "rps p99" -> the one with more req/s
 }
 b1=$(measure /); m1=$(measure /metrics)
 m2=$(measure /metrics); b2=$(measure /)
+# The collection's render stage: exposition, /api/v1 documents and the board, once per tick.
+render_ms=$(curl -sf http://127.0.0.1:$port/metrics |
+  awk '/^gpu_sentinel_collect_duration_seconds\{stage="render"\}/ {printf "%.3f", $2 * 1000}')
 read -r b_rps b_p99 <<<"$(best "$b1" "$b2")"
 read -r m_rps m_p99 <<<"$(best "$m1" "$m2")"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo "board: $board_bytes bytes, exposition: $metrics_bytes bytes, $gpus simulated GPUs;" \
   "wrk -t2 -c32 -d${secs}s, each path twice (/ first, then /metrics first); $(nproc) cores"
 echo "runs (req/s p99 ms): / $b1 | $b2; /metrics $m1 | $m2"
+echo "render stage of the last collection (exposition, documents, board): ${render_ms} ms"
 echo
 echo "| path | bytes | requests/s | p99 latency (ms) | requests/s vs /metrics |"
 echo "|---|---:|---:|---:|---:|"
