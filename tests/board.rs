@@ -324,10 +324,15 @@ fn chromium_dir(name: &str) -> PathBuf {
 }
 
 /// Headless Chromium on `url` with `args`, its own profile, the page's script given
-/// `budget_ms` of virtual time; stdout.
+/// `budget_ms` of virtual time (two minutes of real time at most); stdout. Fails when the
+/// browser reports a Content-Security-Policy violation: the page must live within its
+/// own policy.
 fn chromium(chromium: &Path, dir: &Path, url: &str, budget_ms: u32, args: &[&str]) -> String {
-    let out = Command::new(chromium)
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(chromium)
         .args([
+            "--enable-logging=stderr",
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
@@ -342,10 +347,11 @@ fn chromium(chromium: &Path, dir: &Path, url: &str, budget_ms: u32, args: &[&str
         .stderr(Stdio::piped())
         .output()
         .expect("chromium runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "chromium failed: {stderr}");
     assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        !stderr.contains("Content Security Policy"),
+        "the page broke its own policy: {stderr}"
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
