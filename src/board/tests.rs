@@ -63,15 +63,24 @@ fn page_of(
     alerting: &Alerting,
     engine: &Engine,
 ) -> String {
+    page_with(snapshot, findings, alerting, engine, &options())
+}
+
+fn page_with(
+    snapshot: &Snapshot,
+    findings: &Findings,
+    alerting: &Alerting,
+    engine: &Engine,
+    options: &BoardOptions,
+) -> String {
     let documents = Documents::new(snapshot, findings, alerting.book().alerts.values(), 0.7);
     let strips = strips(&engine.state, findings.at.timestamp());
     let today = TodayView::default();
-    let options = options();
     let page = render(&Board {
         documents: &documents,
         strips: &strips,
         today: &today,
-        options: &options,
+        options,
     });
     String::from_utf8(page.to_vec()).expect("UTF-8")
 }
@@ -280,4 +289,24 @@ fn before_the_first_collection_the_page_says_so_and_reloads_itself() {
     assert!(page.contains("Waiting for the first collection from nvml &lt;driver&gt;."));
     assert!(page.contains("<meta http-equiv=\"refresh\" content=\"2\">"));
     assert!(!page.contains("<script>"));
+}
+
+#[test]
+fn holders_carry_their_team_when_teams_are_configured() {
+    let (snapshot, findings, alerting, engine, _) = an_hour();
+    let without = page_of(&snapshot, &findings, &alerting, &engine);
+    assert!(!without.contains("team <b>"));
+    let teams =
+        Config::parse("[[teams]]\nname = \"notebook-users\"\nnamespaces = [\"notebooks\"]\n")
+            .expect("valid config")
+            .teams;
+    let options = BoardOptions { teams, ..options() };
+    let page = page_with(&snapshot, &findings, &alerting, &engine, &options);
+    assert_eq!(page.matches("team <b>").count(), snapshot.processes.len());
+    assert!(
+        page.contains("notebooks/jupyter-"),
+        "an idle notebook holds a GPU"
+    );
+    assert!(page.contains("team <b>notebook-users</b>"));
+    assert!(page.contains("team <b>unassigned</b>"));
 }
