@@ -37,6 +37,7 @@ h1{font-size:22px;margin:0}h2{font-size:16px;margin:0 0 8px}\
 small,.muted{color:var(--muted);font-weight:normal}\
 .summary{display:flex;gap:8px;flex-wrap:wrap;margin:10px 0}\
 .summary span{background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:3px 10px}\
+.summary .most-at-risk{border-color:var(--bad);color:#ffb4a2}\
 .tiles{display:grid;grid-template-columns:repeat(auto-fill,minmax(320px,1fr));gap:12px}\
 .tile{background:var(--panel);border:1px solid var(--line);border-radius:8px;overflow:hidden;display:flex;flex-direction:column}\
 .tile[data-state~=at-risk]{border-color:var(--bad);box-shadow:0 0 0 1px var(--bad)}\
@@ -210,11 +211,30 @@ fn write_summary(out: &mut String, board: &Board<'_>, threshold: f64) {
             let _ = write!(out, "<span class=\"{state}\"><b>{n}</b> {label}</span>");
         }
     }
-    let _ = writeln!(
+    let _ = write!(
         out,
-        "<span><b>{firing}</b> alert{} firing</span></section>",
+        "<span><b>{firing}</b> alert{} firing</span>",
         if firing == 1 { "" } else { "s" }
     );
+    // The GPU to look at first, named at the top of the page; the ranking below has all.
+    if let Some(top) = tables::ranked(&board.documents.gpus).first()
+        && let Some(risk) = top.risk.as_ref().filter(|r| r.score >= threshold)
+    {
+        let _ = write!(
+            out,
+            "<span class=\"most-at-risk\">most at risk: <b>GPU {}</b> {:.2}",
+            top.sample.index, risk.score
+        );
+        let why = risk
+            .rule
+            .as_deref()
+            .or_else(|| risk.top(1).next().map(|c| c.feature.as_str()));
+        if let Some(why) = why {
+            let _ = write!(out, " · {}", escape(why));
+        }
+        out.push_str("</span>");
+    }
+    out.push_str("</section>\n");
 }
 
 fn footer(out: &mut String) {

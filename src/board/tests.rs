@@ -156,6 +156,12 @@ fn the_ranking_lists_the_most_at_risk_gpu_first_with_its_reasons() {
     );
     let first = attributes(ranking, "<tr ", "data-uuid")[0];
     assert_eq!(first, top.uuid);
+    // Named at the top of the page too.
+    assert!(
+        page.contains(&format!("most at risk: <b>GPU {}</b>", top.index)),
+        "{}",
+        &page[page.find("<section class=\"summary\"").expect("a summary")..][..600]
+    );
     let reason = &top.risk.top(1).next().expect("a reason").feature;
     assert!(ranking.contains(reason.as_str()), "{ranking}");
 }
