@@ -12,6 +12,8 @@ declare -A needs=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [prometheus-alertmanager]=prometheus-alertmanager
+  # tests/board.rs: the live page in a headless browser.
+  [chromium]=chromium
   # tests/deploy.rs: the systemd unit, the binary's shared libraries.
   [systemd-analyze]=systemd
   [readelf]=binutils

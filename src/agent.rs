@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
 use crate::api::{Latest, Published};
+use crate::board::{Board, BoardOptions, Today};
 use crate::config::TeamConfig;
 use crate::engine::Engine;
 use crate::export::{ExportState, Exposition, RenderInput, RenderOptions};
@@ -45,6 +46,9 @@ pub struct Collector {
     latest: Arc<Latest>,
     /// `[[teams]]`, matched onto every holder of each snapshot.
     teams: Vec<TeamConfig>,
+    board: BoardOptions,
+    /// The cost totals at the start of the day, for the board's "today".
+    today: Today,
 }
 
 impl Collector {
@@ -60,6 +64,12 @@ impl Collector {
         latest: Arc<Latest>,
     ) -> Collector {
         let keeper = StateKeeper::resume(persistence.as_ref(), &mut engine, &mut alerting);
+        let board = BoardOptions {
+            source: source.describe(),
+            version: options.version.clone(),
+            currency: engine.config.cost.currency.clone(),
+            teams: Vec::new(),
+        };
         Collector {
             source,
             engine,
@@ -70,11 +80,15 @@ impl Collector {
             options,
             latest,
             teams: Vec::new(),
+            board,
+            today: Today::default(),
         }
     }
 
-    /// Names the team of every process and allocation from `[[teams]]`.
+    /// Names the team of every process and allocation from `[[teams]]`, on the series
+    /// and on the board.
     pub fn with_teams(mut self, teams: Vec<TeamConfig>) -> Collector {
+        self.board.teams = teams.clone();
         self.teams = teams;
         self
     }
@@ -100,12 +114,23 @@ impl Collector {
             findings: Some(&findings),
             ..RenderInput::new(&snapshot, &health)
         });
+        let strips = crate::board::strips(&self.engine.state, snapshot.at.timestamp());
+        let (today, board) = (&mut self.today, &self.board);
         let published = Published::render(
             &snapshot,
             findings,
             self.alerting.book().alerts.values(),
             self.engine.config.risk_threshold,
             metrics,
+            |documents| {
+                let today = today.update(&documents.gpus, documents.alerts.at);
+                crate::board::render(&Board {
+                    documents,
+                    strips: &strips,
+                    today: &today,
+                    options: board,
+                })
+            },
         );
         // Reported in the next exposition: rendering never reads a clock itself.
         let analysed = render_began.duration_since(analyse_began).as_secs_f64();

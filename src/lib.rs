@@ -1,13 +1,14 @@
 //! gpu-sentinel: a per-host NVIDIA GPU agent.
 //!
 //! Sources ([`source`]) produce one [`model::Snapshot`] per tick; the [`agent`] renders it
-//! once for Prometheus ([`export`]) and publishes it; the [`server`] serves what was
-//! rendered last. docs/architecture.md draws the whole picture: layers, data flow, contracts.
+//! once for Prometheus ([`export`]), the API ([`api`]) and the live page ([`board`]) and
+//! publishes it; the [`server`] serves what was rendered last. docs/architecture.md draws the whole picture: layers, data flow, contracts.
 
 pub mod advice;
 pub mod agent;
 pub mod alert;
 pub mod api;
+pub mod board;
 pub mod cli;
 pub mod config;
 pub mod engine;

@@ -1,4 +1,4 @@
-//! The HTTP server: `/`, `/metrics`, `/healthz`, `/readyz`, `/api/v1/*`.
+//! The HTTP server: `/` (the live board), `/metrics`, `/healthz`, `/readyz`, `/api/v1/*`.
 //!
 //! Handlers only copy bytes rendered by the collector ([`crate::api::Latest`]); none of
 //! them touches NVML or computes anything proportional to the fleet. Before the first
@@ -22,13 +22,14 @@ use tokio::sync::watch;
 
 use crate::alert::deliver::DeliveryHealth;
 use crate::api::{Latest, Recommendations, to_json};
+use crate::board::{BoardOptions, CONTENT_SECURITY_POLICY};
 use crate::export::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 
 /// What the server needs to answer.
 #[derive(Debug)]
 pub struct ServerState {
     pub latest: Arc<Latest>,
-    /// Shown on the landing page, e.g. "simulator (8 GPUs, 1x speed)".
+    /// Shown on the page before the first collection, e.g. "simulator (8 GPUs, 1x speed)".
     pub source: String,
     pub version: &'static str,
     /// When the server started (the first collection may take a while).
@@ -104,7 +105,7 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
     }
     let latest = state.latest.get();
     let resp = match req.uri().path() {
-        "/" => landing(state),
+        "/" => board(state, latest.as_ref().map(|p| p.board.clone())),
         "/metrics" => match latest {
             Some(p) if accepts_gzip(req) && !p.metrics.gzip.is_empty() => {
                 let mut resp = bytes(StatusCode::OK, METRICS_CONTENT_TYPE, p.metrics.gzip.clone());
@@ -282,32 +283,42 @@ fn accepts_gzip(req: &Request<Incoming>) -> bool {
         })
 }
 
-fn landing(state: &ServerState) -> Response<Full<Bytes>> {
-    let page = format!(
-        "<!doctype html>\n<html><head><title>gpu-sentinel</title></head><body>\n\
-         <h1>gpu-sentinel {version}</h1>\n<p>Source: {source}</p>\n<ul>\n\
-         <li><a href=\"/metrics\">/metrics</a> Prometheus exposition</li>\n\
-         <li><a href=\"/api/v1/gpus\">/api/v1/gpus</a> each GPU's latest sample, risk, reasons and findings</li>\n\
-         <li><a href=\"/api/v1/alerts\">/api/v1/alerts</a> pending, firing and recently resolved alerts</li>\n\
-         <li><a href=\"/api/v1/recommendations\">/api/v1/recommendations</a> scaling and placement advice \
-         (<a href=\"/api/v1/recommendations?gpus=2&amp;memory_gib=40\">does a 2-GPU, 40 GiB job fit?</a>)</li>\n\
-         <li><a href=\"/healthz\">/healthz</a> liveness</li>\n\
-         <li><a href=\"/readyz\">/readyz</a> readiness (after the first collection)</li>\n\
-         </ul>\n</body></html>\n",
-        version = state.version,
-        source = html_escape(&state.source),
-    );
-    bytes(
-        StatusCode::OK,
-        "text/html; charset=utf-8",
-        Bytes::from(page),
-    )
-}
+/// The board's Content-Security-Policy as a header value, made once (it is plain ASCII).
+static BOARD_POLICY: std::sync::LazyLock<Option<HeaderValue>> =
+    std::sync::LazyLock::new(|| HeaderValue::from_str(&CONTENT_SECURITY_POLICY).ok());
 
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+/// The board of the last collection; before the first, a page that says so and reloads
+/// itself (503, like `/metrics`). Either way the page may load nothing from elsewhere.
+fn board(state: &ServerState, page: Option<Bytes>) -> Response<Full<Bytes>> {
+    let mut resp = match page {
+        Some(page) => bytes(StatusCode::OK, "text/html; charset=utf-8", page),
+        None => {
+            let options = BoardOptions {
+                source: state.source.clone(),
+                version: state.version.to_string(),
+                ..BoardOptions::default()
+            };
+            let mut resp = bytes(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/html; charset=utf-8",
+                crate::board::waiting_page(&options),
+            );
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp
+        }
+    };
+    if let Some(policy) = BOARD_POLICY.as_ref() {
+        resp.headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, policy.clone());
+    }
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
 }
 
 fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
@@ -373,6 +384,36 @@ mod tests {
 
         liveness.set("chat", Status::Running);
         assert_eq!(health(&state, Some(Instant::now())).0, StatusCode::OK);
+    }
+
+    #[test]
+    fn the_board_says_it_waits_before_the_first_collection_and_keeps_its_policy() {
+        let state = state(None);
+        let policy = |resp: &Response<Full<Bytes>>| {
+            resp.headers()
+                .get(header::CONTENT_SECURITY_POLICY)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let waiting = board(&state, None);
+        assert_eq!(waiting.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(waiting.headers().contains_key(header::RETRY_AFTER));
+        assert_eq!(
+            policy(&waiting).as_deref(),
+            Some(CONTENT_SECURITY_POLICY.as_str())
+        );
+
+        let page = Bytes::from_static(b"<!doctype html><main></main>");
+        let served = board(&state, Some(page.clone()));
+        assert_eq!(served.status(), StatusCode::OK);
+        assert_eq!(
+            policy(&served).as_deref(),
+            Some(CONTENT_SECURITY_POLICY.as_str())
+        );
+        assert_eq!(
+            served.headers().get(header::CACHE_CONTROL),
+            Some(&HeaderValue::from_static("no-store"))
+        );
     }
 
     #[test]

@@ -6,16 +6,18 @@
 //!   them from borrowed data after each collection; `gpu-sentinel review` (and any other
 //!   reader) deserialises the same types, so the writer and the reader cannot drift apart.
 //! - [`published`]: [`Published`], everything served about one collection rendered once,
-//!   and [`Latest`], the atomic pointer to it that the agent swaps and the server reads.
+//!   and [`Latest`], the atomic pointer to it that the agent swaps and the server reads;
+//!   [`Documents`], the three documents of one collection as the board renderer reads them.
 //!
-//! This module sits above `export` (a publication carries the exposition) and beside
-//! `server`; the agent, one floor up, decides when a publication happens.
+//! This module sits above `export` (a publication carries the exposition) and below
+//! `board` (whose renderer the agent hands to [`Published::render`]) and `server`; the
+//! agent, further up, decides when a publication happens.
 
 pub mod documents;
 pub mod published;
 
 pub use documents::{AlertsDocument, GpuView, GpusDocument, JobFit, Recommendations};
-pub use published::{Latest, Published};
+pub use published::{Documents, Latest, Published};
 
 use bytes::Bytes;
 use serde::Serialize;

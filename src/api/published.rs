@@ -1,9 +1,11 @@
 //! What one collection publishes, rendered once, and the pointer the server reads it from.
 //!
 //! After each collection the agent renders everything the HTTP server answers with — the
-//! `/metrics` text and its gzip (by `export`), the three `/api/v1` documents (here) — and
-//! swaps it in behind an atomic pointer ([`Latest`]), so a scrape is a reference-count
-//! increment and a copy of bytes already made, never a lock or a computation.
+//! `/metrics` text and its gzip (by `export`), the three `/api/v1` documents (here) and the
+//! board at `/` (by the renderer the agent hands in, which reads those same documents) —
+//! and swaps it in behind an atomic pointer ([`Latest`]), so a scrape or a page load is a
+//! reference-count increment and a copy of bytes already made, never a lock or a
+//! computation.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,30 +32,71 @@ pub struct Published {
     pub gpus_json: Bytes,
     /// `/api/v1/recommendations` body (without a job to fit).
     pub recommendations_json: Bytes,
+    /// The board at `/` (HTML), rendered from the same documents as the three above.
+    pub board: Bytes,
     /// Monotonic time of publication, for the age shown by `/healthz`.
     pub published: Instant,
 }
 
+/// The three `/api/v1` documents of one collection, as the board renderer reads them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Documents<'a> {
+    pub gpus: GpusDocument<'a>,
+    pub alerts: AlertsDocument<'a>,
+    pub recommendations: Recommendations<'a>,
+}
+
+impl<'a> Documents<'a> {
+    /// The documents of `snapshot`, the engine's `findings` (`risk_threshold` decides the
+    /// `failure_risk` finding) and the alerts, borrowing all of them.
+    pub fn new(
+        snapshot: &'a Snapshot,
+        findings: &'a Findings,
+        alerts: impl IntoIterator<Item = &'a Alert>,
+        risk_threshold: f64,
+    ) -> Documents<'a> {
+        Documents {
+            gpus: GpusDocument::new(snapshot, findings, risk_threshold),
+            alerts: AlertsDocument::new(findings.at, alerts),
+            recommendations: Recommendations::new(findings, None),
+        }
+    }
+}
+
 impl Published {
-    /// The publication of one collection: its exposition, already rendered, and the three
+    /// The publication of one collection: its exposition, already rendered, the three
     /// documents rendered here from the snapshot, the engine's findings (`risk_threshold`
-    /// decides the `failure_risk` finding) and the alerts.
+    /// decides the `failure_risk` finding) and the alerts, and the board `page` renders
+    /// from those very documents (the renderer lives above this module).
     pub fn render<'a>(
         snapshot: &Snapshot,
         findings: Findings,
         alerts: impl IntoIterator<Item = &'a Alert>,
         risk_threshold: f64,
         metrics: Exposition,
+        page: impl FnOnce(&Documents<'_>) -> Bytes,
     ) -> Published {
-        let alerts_json = to_json(&AlertsDocument::new(findings.at, alerts));
-        let gpus_json = to_json(&GpusDocument::new(snapshot, &findings, risk_threshold));
-        let recommendations_json = to_json(&Recommendations::new(&findings, None));
+        let alerts: Vec<&Alert> = alerts.into_iter().collect();
+        let (alerts_json, gpus_json, recommendations_json, board) = {
+            // The slice's borrow is shortened to the documents' (a `&[&'a Alert]` is a
+            // `&[&'short Alert]`), so the findings can move into the publication after.
+            let alerts: &[&Alert] = &alerts;
+            let documents =
+                Documents::new(snapshot, &findings, alerts.iter().copied(), risk_threshold);
+            (
+                to_json(&documents.alerts),
+                to_json(&documents.gpus),
+                to_json(&documents.recommendations),
+                page(&documents),
+            )
+        };
         Published {
             findings,
             metrics,
             alerts_json,
             gpus_json,
             recommendations_json,
+            board,
             published: Instant::now(),
         }
     }

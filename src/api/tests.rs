@@ -135,7 +135,10 @@ fn latest_is_empty_until_published_and_then_serves_the_publication() {
         alerting.book().alerts.values(),
         0.7,
         crate::export::Exposition::default(),
+        // The page sees exactly the documents the API serves.
+        |documents| Bytes::from(to_json(&documents.gpus).to_vec()),
     );
+    assert_eq!(published.board, published.gpus_json);
     latest.publish(published);
     let served = latest.get().expect("published");
     assert_eq!(served.findings, findings);

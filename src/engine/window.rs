@@ -250,6 +250,11 @@ impl Ring {
         }
     }
 
+    /// Width of one bucket, seconds.
+    pub fn width(&self) -> i64 {
+        self.width.max(1)
+    }
+
     /// Span the ring covers, seconds.
     pub fn span(&self) -> i64 {
         self.width * self.capacity as i64

@@ -3,14 +3,16 @@
 //! time-series store.
 //!
 //! - [`prom`]: the query API client (bounded, retried on 5xx, errors naming URL and query).
-//! - [`report`]: the weekly report's figures per team and for the fleet, aggregated in
+//! - [`report`]: the weekly report's figures per team, and (with `figures`) for the fleet, aggregated in
 //!   PromQL; [`render`]: the report as Markdown and as one self-contained HTML file.
 //!
 //! docs/fleet.md documents the report's JSON and the queries behind each figure.
 
 pub mod dialect;
+mod figures;
 pub mod prom;
 pub mod render;
 pub mod report;
 pub mod review;
 pub mod send;
+mod spec;

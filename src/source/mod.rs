@@ -19,7 +19,7 @@ pub trait Source: Send {
     /// are reported in [`CollectHealth`], never as an error of the whole collection.
     fn collect(&mut self) -> Collection;
 
-    /// Short human description for logs and the landing page, e.g. `nvml (driver 570.86.15)`.
+    /// Short human description for logs and the board at `/`, e.g. `nvml (driver 570.86.15)`.
     fn describe(&self) -> String;
 }
 
