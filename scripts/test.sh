@@ -12,6 +12,8 @@ declare -A needs=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [prometheus-alertmanager]=prometheus-alertmanager
+  # tests/web_config.rs: test CAs and certificates for TLS and client certificates.
+  [openssl]=openssl
   # tests/deploy.rs: the systemd unit, the binary's shared libraries.
   [systemd-analyze]=systemd
   [readelf]=binutils

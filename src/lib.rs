@@ -23,4 +23,5 @@ pub mod source;
 pub mod state_file;
 pub mod sync;
 pub mod train;
+pub mod webconfig;
 pub mod xid;

@@ -56,6 +56,23 @@ impl Reply {
 impl Agent {
     /// Starts `gpu-sentinel run ARGS --listen 127.0.0.1:PORT` with extra environment.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Agent {
+        let agent = Agent::spawn(args, env);
+        agent.wait_until(Duration::from_secs(20), |a| a.try_get("/healthz").is_some());
+        agent
+    }
+
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.base
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the base URL ends in a port")
+    }
+
+    /// Like [`Agent::start`], without waiting for plain-HTTP `/healthz` (for agents that
+    /// serve TLS).
+    pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Agent {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let mut cmd = Command::new(binary());
@@ -74,13 +91,11 @@ impl Agent {
             .timeout_global(Some(Duration::from_secs(10)))
             .build()
             .into();
-        let agent = Agent {
+        Agent {
             child,
             base: format!("http://{listen}"),
             http,
-        };
-        agent.wait_until(Duration::from_secs(20), |a| a.try_get("/healthz").is_some());
-        agent
+        }
     }
 
     fn try_get(&self, path: &str) -> Option<Reply> {
@@ -271,17 +286,26 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start(binary: &Path, targets: &[&str]) -> Prometheus {
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("gpu-sentinel-prom-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("prometheus dir");
         let list = targets
             .iter()
             .map(|t| format!("'{t}'"))
             .collect::<Vec<_>>()
             .join(", ");
+        Prometheus::with_scrape_configs(
+            binary,
+            &format!("  - job_name: gpu\n    static_configs:\n      - targets: [{list}]\n"),
+        )
+    }
+
+    /// A Prometheus whose `scrape_configs:` list is `jobs` (YAML list items, indented two
+    /// spaces), every job scraped each second.
+    pub fn with_scrape_configs(binary: &Path, jobs: &str) -> Prometheus {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("gpu-sentinel-prom-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("prometheus dir");
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gpu\n    static_configs:\n      - targets: [{list}]\n"
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{jobs}"
         );
         std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus config");
         let child = Command::new(binary)
