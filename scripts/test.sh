@@ -12,8 +12,9 @@ declare -A needs=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [prometheus-alertmanager]=prometheus-alertmanager
-  # tests/web_config.rs: test CAs and certificates for TLS and client certificates.
+  # tests/web_config.rs: test CAs and certificates (openssl), HTTP/2 over TLS (curl).
   [openssl]=openssl
+  [curl]=curl
   # tests/deploy.rs: the systemd unit, the binary's shared libraries.
   [systemd-analyze]=systemd
   [readelf]=binutils

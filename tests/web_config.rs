@@ -620,3 +620,62 @@ fn an_unknown_key_and_a_bad_hash_are_refused_with_key_and_line_by_run_and_check_
         );
     }
 }
+
+/// `curl --http2` over TLS: the HTTP version spoken, the status and the response head.
+fn curl_http2(curl: &Path, certs: &Certs, port: u16, path: &str) -> (String, String) {
+    let out = Command::new(curl)
+        .args([
+            "-s",
+            "--http2",
+            "--max-time",
+            "10",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["-w", "%{http_version} %{http_code}"])
+        .arg("--cacert")
+        .arg(certs.path("ca.crt"))
+        .args(["-u", &format!("prometheus:{PASSWORD}")])
+        .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+        .arg(format!("https://localhost:{port}{path}"))
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, last) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (last.to_string(), head.to_ascii_lowercase())
+}
+
+#[test]
+fn http2_is_negotiated_unless_turned_off_and_configured_headers_are_sent() {
+    let (Some(certs), Some(curl)) = (Certs::new("h2"), tool("curl")) else {
+        return;
+    };
+    for (http2, expected) in [(true, "2 200"), (false, "1.1 200")] {
+        let web = certs.web_config(&format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n\
+             http_server_config:\n  http2: {http2}\n  headers:\n    X-Frame-Options: deny\n    \
+             X-Content-Type-Options: nosniff\n{}",
+            users(&hash())
+        ));
+        let agent = Agent::spawn(
+            &["--simulate", "--web.config.file", web.to_str().unwrap()],
+            &[],
+        );
+        wait_ready(&agent, &certs.read("ca.crt"));
+        let (version, head) = curl_http2(&curl, &certs, agent.port(), "/metrics");
+        assert_eq!(version, expected, "http2: {http2}\n{head}");
+        assert!(head.contains("x-frame-options: deny"), "{head}");
+        assert!(head.contains("x-content-type-options: nosniff"), "{head}");
+        // Refusals carry them too.
+        let refused = get(agent.port(), "/metrics", &certs.read("ca.crt"), None, None).unwrap();
+        assert_eq!(refused.status, 401);
+        assert!(
+            refused
+                .head
+                .to_ascii_lowercase()
+                .contains("x-frame-options: deny")
+        );
+    }
+}

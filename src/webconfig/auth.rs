@@ -127,3 +127,61 @@ fn digest(user: &str, password: &str) -> [u8; 32] {
     hasher.update(password.as_bytes());
     hasher.finalize().into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(user: &str, password: &str) -> Vec<u8> {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Basic {token}").into_bytes()
+    }
+
+    fn auth() -> BasicAuth {
+        let hash = BcryptHash(bcrypt::hash("right", 4).expect("hashes"));
+        BasicAuth::new(&BTreeMap::from([("alice".to_string(), hash)])).expect("one user")
+    }
+
+    #[tokio::test]
+    async fn verdicts_for_users_passwords_and_strangers() {
+        let auth = auth();
+        assert!(auth.allows(Some(&header("alice", "right"))).await);
+        assert!(!auth.allows(Some(&header("alice", "wrong"))).await);
+        assert!(!auth.allows(Some(&header("mallory", "right"))).await);
+        assert!(!auth.allows(None).await);
+        assert!(!auth.allows(Some(b"Bearer abc")).await);
+        assert!(!auth.allows(Some(b"Basic !!!")).await);
+        // The user name and password are split at the first colon: colons may follow.
+        assert!(!auth.allows(Some(&header("alice:right", ""))).await);
+    }
+
+    #[tokio::test]
+    async fn one_hash_per_credential_and_a_bounded_cache() {
+        let auth = auth();
+        for _ in 0..50 {
+            assert!(auth.allows(Some(&header("alice", "right"))).await);
+        }
+        assert_eq!(auth.cached_verdicts(), 1);
+        for i in 0..CACHE_SIZE + 10 {
+            assert!(
+                !auth
+                    .allows(Some(&header("alice", &format!("guess-{i}"))))
+                    .await
+            );
+        }
+        assert_eq!(auth.cached_verdicts(), CACHE_SIZE);
+        // An evicted credential is simply hashed again.
+        assert!(auth.allows(Some(&header("alice", "right"))).await);
+    }
+
+    #[test]
+    fn no_users_no_authentication() {
+        assert!(BasicAuth::new(&BTreeMap::new()).is_none());
+    }
+
+    #[test]
+    fn the_dummy_hash_has_the_users_cost() {
+        let auth = auth();
+        assert_eq!(auth.dummy.cost(), 4);
+    }
+}
