@@ -335,6 +335,23 @@ impl Prometheus {
         }
     }
 
+    /// `/api/v1/targets`' active targets (empty when Prometheus is not answering yet).
+    pub fn targets(&self) -> Vec<serde_json::Value> {
+        let Ok(mut resp) = self
+            .http
+            .get(format!("{}/api/v1/targets", self.base))
+            .call()
+        else {
+            return Vec::new();
+        };
+        let body = resp.body_mut().read_to_string().unwrap_or_default();
+        let doc: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        doc["data"]["activeTargets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Result vector of an instant query (empty when Prometheus is not answering yet).
     pub fn query(&self, expr: &str) -> Vec<serde_json::Value> {
         let Ok(mut resp) = self
