@@ -14,6 +14,9 @@ declare -A needs=(
   [prometheus-alertmanager]=prometheus-alertmanager
   # tests/board.rs: the live page in a headless browser.
   [chromium]=chromium
+  # tests/web_config.rs: test CAs and certificates (openssl), HTTP/2 over TLS (curl).
+  [openssl]=openssl
+  [curl]=curl
   # tests/deploy.rs: the systemd unit, the binary's shared libraries.
   [systemd-analyze]=systemd
   [readelf]=binutils

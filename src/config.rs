@@ -149,6 +149,10 @@ pub struct ExportConfig {
     /// Value of the `hostname` label; empty means `$NODE_NAME` when set (the Kubernetes
     /// downward API), else the host's name.
     pub hostname: String,
+    /// Web configuration file in exporter-toolkit's format (TLS, client certificates,
+    /// basic-auth users, headers, rate limit); `--web.config.file` overrides it. Unset:
+    /// plain HTTP without authentication.
+    pub web_config: Option<PathBuf>,
 }
 
 impl Default for ExportConfig {
@@ -160,6 +164,7 @@ impl Default for ExportConfig {
             max_process_series: 256,
             max_label_length: 128,
             hostname: String::new(),
+            web_config: None,
         }
     }
 }

@@ -25,4 +25,5 @@ pub mod source;
 pub mod state_file;
 pub mod sync;
 pub mod train;
+pub mod webconfig;
 pub mod xid;

@@ -4,6 +4,9 @@
 //! them touches NVML or computes anything proportional to the fleet. Before the first
 //! collection `/metrics` and `/readyz` answer 503 — never an empty 200, which Prometheus
 //! would record as a healthy target with no GPUs.
+//!
+//! With a web configuration ([`crate::webconfig`]) it speaks TLS (HTTP/2 by ALPN when
+//! allowed) and every request but the probes passes [`Protection`] first.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -16,7 +19,8 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -24,6 +28,11 @@ use crate::alert::deliver::DeliveryHealth;
 use crate::api::{Latest, Recommendations, to_json};
 use crate::board::{BoardOptions, CONTENT_SECURITY_POLICY};
 use crate::export::CONTENT_TYPE as METRICS_CONTENT_TYPE;
+use crate::webconfig::WebConfig;
+
+mod protect;
+
+pub use protect::{OPEN_PATHS, Protection};
 
 /// What the server needs to answer.
 #[derive(Debug)]
@@ -40,17 +49,55 @@ pub struct ServerState {
     pub delivery: Option<DeliveryHealth>,
 }
 
+/// How the server speaks: TLS or not, HTTP/2 or not, and what each request must pass.
+#[derive(Default)]
+pub struct Transport {
+    /// None: plain HTTP/1.1.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// HTTP/2 (over TLS, by ALPN) as well as HTTP/1.1.
+    pub http2: bool,
+    pub protection: Protection,
+}
+
+impl Transport {
+    /// What a web configuration asks for; plain and open without one.
+    pub fn new(web: Option<&WebConfig>) -> Transport {
+        Transport {
+            tls: web
+                .and_then(|w| w.tls.clone())
+                .map(tokio_rustls::TlsAcceptor::from),
+            http2: web.is_some_and(|w| w.http2 && w.tls.is_some()),
+            protection: Protection::new(web),
+        }
+    }
+
+    /// `https` with TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+}
+
+/// Slow or stuck clients must not hold connections open forever.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves until `shutdown` changes.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<ServerState>,
+    transport: Transport,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    // Slow or stuck clients must not hold connections open forever.
-    http.timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(10));
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT);
+    http.http2().timer(TokioTimer::new());
+    if !transport.http2 {
+        http = http.http1_only();
+    }
     let http = Arc::new(http);
+    let tls = transport.tls.clone();
+    let protection = Arc::new(transport.protection);
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -65,25 +112,65 @@ pub async fn serve(
             _ = shutdown.changed() => return Ok(()),
         };
         let _ = stream.set_nodelay(true);
-        let state = state.clone();
-        let http = http.clone();
-        let mut shutdown = shutdown.clone();
+        let connection = Connection {
+            state: state.clone(),
+            protection: protection.clone(),
+            http: http.clone(),
+            shutdown: shutdown.clone(),
+        };
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(route(&state, &req)) }
-            });
-            let conn = http.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!("connection ended: {e}");
+            match tls {
+                None => connection.serve(stream).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => connection.serve(stream).await,
+                        // Scanners and clients without the right certificate end here.
+                        Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
                     }
                 }
-                _ = shutdown.changed() => conn.as_mut().graceful_shutdown(),
             }
         });
+    }
+}
+
+/// One accepted connection and what answering it needs.
+struct Connection {
+    state: Arc<ServerState>,
+    protection: Arc<Protection>,
+    http: Arc<auto::Builder<TokioExecutor>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn serve<I>(mut self, io: I)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (state, protection) = (self.state.clone(), self.protection.clone());
+        let service = service_fn(move |req: Request<Incoming>| {
+            let state = state.clone();
+            let protection = protection.clone();
+            async move {
+                let mut resp = match protection.refusal(&req).await {
+                    Some(refused) => refused,
+                    None => route(&state, &req),
+                };
+                protection.decorate(&mut resp);
+                Ok::<_, Infallible>(resp)
+            }
+        });
+        let conn = self.http.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!("connection ended: {e}");
+                }
+            }
+            _ = self.shutdown.changed() => conn.as_mut().graceful_shutdown(),
+        }
     }
 }
 

@@ -34,6 +34,7 @@ const LAYERS: &[&[&str]] = &[
     // How they are served.
     &["export"],
     &["api"],
+    &["webconfig"],
     &["board"],
     &["server"],
     // The loop, and the command line around it.

@@ -37,6 +37,12 @@ fn receiver(kind: &str, option: &str) -> String {
     )
 }
 
+/// The text of a config whose `[export] web_config` (line 2) is a file holding `yaml`.
+fn web_config(name: &str, yaml: &str) -> String {
+    let path = temp_file(name, yaml);
+    format!("[export]\nweb_config = {:?}\n", path.display().to_string())
+}
+
 fn binary_model() -> String {
     let path = temp_file("model.bin", "");
     std::fs::write(&path, [0x7f_u8, b'E', b'L', b'F', 0xff, 0xfe, 0x00, 0x01]).unwrap();
@@ -127,6 +133,29 @@ fn cases() -> Vec<Case> {
                 "url = \"https://hooks.slack.com/services/T/B/x\"\nsecret_env = \"HOME\"",
             ),
             Expect::Refused(5, "alerting.receivers[0].secret_env"),
+        ),
+        case(
+            "web_config_unknown_key",
+            web_config("unknown-key.yml", "basic_auth_users: {}\nweb_listen: x\n"),
+            Expect::Refused(2, "export.web_config"),
+        ),
+        case(
+            "web_config_bad_hash",
+            web_config("bad-hash.yml", "basic_auth_users:\n  alice: plain-text\n"),
+            Expect::Refused(2, "export.web_config"),
+        ),
+        case(
+            "web_config_missing_certificate",
+            web_config(
+                "no-cert.yml",
+                "tls_server_config:\n  cert_file: absent.crt\n  key_file: absent.key\n",
+            ),
+            Expect::Refused(2, "export.web_config"),
+        ),
+        case(
+            "web_config_missing_file",
+            "[export]\nweb_config = \"/nonexistent/gpu-sentinel-web.yml\"\n".into(),
+            Expect::Refused(2, "export.web_config"),
         ),
         case(
             "advice_base_url",

@@ -20,6 +20,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use base64::Engine as _;
 use common::{binary, repo, samples, temp_file, tool};
 use deploy_support::{
     config_arg, container, env_of, file_name, find, host_volume, instructions, keys_within,
@@ -78,7 +79,8 @@ fn the_rendered_set_is_the_one_documented() {
             "Service",
             "ServiceMonitor"
         ]),
-        "the web-config Secret and the report CronJob come with their features"
+        "the web-config Secret is a component (off by default); the report CronJob comes \
+         with the report"
     );
     for doc in docs.iter().filter(|d| d["kind"] != "Namespace") {
         assert_eq!(doc["metadata"]["namespace"], "gpu-sentinel", "{doc}");
@@ -305,6 +307,8 @@ fn servicemonitor_scrapes_the_service_with_its_documented_fields() {
             "honorTimestamps",
             "relabelings",
             "metricRelabelings",
+            "tlsConfig",
+            "basicAuth",
         ],
     );
     assert_eq!(endpoint["port"], service["spec"]["ports"][0]["name"]);
@@ -330,6 +334,167 @@ fn servicemonitor_scrapes_the_service_with_its_documented_fields() {
             ],
         );
     }
+}
+
+/// deploy/kubernetes with its `components:` lines uncommented, as its comment says to
+/// turn TLS and basic auth on, rendered by `kubectl kustomize`.
+fn kustomize_with_web_config(kubectl: &Path) -> String {
+    let dir = std::env::temp_dir().join(format!("gpu-sentinel-k8s-web-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_tree(&repo().join("deploy/kubernetes"), &dir);
+    let kustomization = dir.join("kustomization.yaml");
+    let text = std::fs::read_to_string(&kustomization).expect("kustomization");
+    let commented = "# components:\n#   - components/web-config\n";
+    assert!(
+        text.contains(commented),
+        "the component is offered, commented out"
+    );
+    std::fs::write(
+        &kustomization,
+        text.replace(commented, "components:\n  - components/web-config\n"),
+    )
+    .expect("kustomization written");
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "kubectl kustomize: {}", printed(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+    String::from_utf8(out.stdout).expect("UTF-8 manifests")
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("dir");
+    for entry in std::fs::read_dir(from).expect("readable").flatten() {
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copied");
+        }
+    }
+}
+
+/// The web-config component: the Secret holds the shipped web-config.yml, mounted with the
+/// TLS Secret's files where `--web.config.file` points; the probes speak HTTPS; the
+/// ServiceMonitor scrapes with the CA and the scrape Secret; everything validates; and the
+/// shipped file, beside a real certificate and key, is accepted by `check-config` exactly
+/// as `run` would read it.
+#[test]
+fn web_config_component_secures_the_daemonset_and_the_servicemonitor() {
+    let (Some(kubectl), Some(validate), Some(openssl)) = (
+        tool("kubectl"),
+        tool("kubernetes-validate"),
+        tool("openssl"),
+    ) else {
+        return;
+    };
+    let file = temp_file("secured.yaml", &kustomize_with_web_config(&kubectl));
+    let out = Command::new(validate)
+        .arg("--strict")
+        .arg(&file)
+        .output()
+        .expect("kubernetes-validate runs");
+    assert!(out.status.success(), "{}", printed(&out));
+    assert!(
+        printed(&out).contains("passed for resource secret/"),
+        "{}",
+        printed(&out)
+    );
+    let Some(docs) = yaml_to_json(&[&file]) else {
+        return;
+    };
+
+    let secret = find(&docs, "Secret");
+    let shipped = read("deploy/kubernetes/components/web-config/web-config.yml");
+    let data = secret["data"]["web-config.yml"]
+        .as_str()
+        .expect("web-config.yml");
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(data.replace(['\n', ' '], ""))
+        .expect("base64");
+    assert_eq!(String::from_utf8(decoded).as_deref(), Ok(shipped.as_str()));
+
+    let pod = &find(&docs, "DaemonSet")["spec"]["template"]["spec"];
+    let agent = container(pod, "containers", "gpu-sentinel");
+    let args = strings(&agent["args"]);
+    let at = args
+        .iter()
+        .position(|a| a == "--web.config.file")
+        .expect("--web.config.file in the args");
+    let web_path = args[at + 1].clone();
+    assert_eq!(file_name(&web_path), "web-config.yml");
+    let web_volume = volume(pod, &volume_mounted_at(agent, parent(&web_path)));
+    assert_eq!(mount(agent, "web-config")["readOnly"], true);
+    let sources = web_volume["projected"]["sources"]
+        .as_array()
+        .expect("a projected volume");
+    let names: Vec<&str> = sources
+        .iter()
+        .filter_map(|s| s["secret"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&secret["metadata"]["name"].as_str().expect("name")));
+    let tls_secret = "gpu-sentinel-tls";
+    assert!(names.contains(&tls_secret), "{names:?}");
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(agent[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
+    }
+
+    let endpoint = &find(&docs, "ServiceMonitor")["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["honorLabels"], true);
+    keys_within(
+        &endpoint["tlsConfig"],
+        &[
+            "ca",
+            "cert",
+            "keySecret",
+            "serverName",
+            "insecureSkipVerify",
+        ],
+    );
+    assert_eq!(endpoint["tlsConfig"]["ca"]["secret"]["name"], tls_secret);
+    assert_eq!(endpoint["tlsConfig"]["ca"]["secret"]["key"], "ca.crt");
+    keys_within(&endpoint["basicAuth"], &["username", "password"]);
+    for part in ["username", "password"] {
+        keys_within(&endpoint["basicAuth"][part], &["name", "key", "optional"]);
+        assert_eq!(endpoint["basicAuth"][part]["key"], part);
+    }
+
+    // The shipped file, as mounted: beside tls.crt, tls.key and ca.crt.
+    let dir = temp_file("mounted.keep", "")
+        .parent()
+        .expect("dir")
+        .to_path_buf();
+    let web = dir.join("web-config.yml");
+    std::fs::write(&web, &shipped).expect("written");
+    let made = Command::new(openssl)
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args([
+            "-nodes", "-keyout", "tls.key", "-out", "tls.crt", "-days", "1",
+        ])
+        .args(["-subj", "/CN=gpu-sentinel.gpu-sentinel.svc"])
+        .current_dir(&dir)
+        .output()
+        .expect("openssl runs");
+    assert!(made.status.success(), "{}", printed(&made));
+    std::fs::copy(dir.join("tls.crt"), dir.join("ca.crt")).expect("ca.crt");
+    let checked = Command::new(binary())
+        .arg("check-config")
+        .arg(repo().join("deploy/kubernetes/config.toml"))
+        .arg("--web.config.file")
+        .arg(&web)
+        .output()
+        .expect("check-config runs");
+    assert!(checked.status.success(), "{}", printed(&checked));
 }
 
 /// The committed PrometheusRule is exactly what scripts/gen-prometheusrule.py makes of

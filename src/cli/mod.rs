@@ -49,6 +49,9 @@ pub enum Command {
     CheckConfig {
         /// The configuration file to check.
         path: PathBuf,
+        /// Also check this web configuration file, as `run --web.config.file` would.
+        #[arg(long = "web.config.file", value_name = "FILE")]
+        web_config_file: Option<PathBuf>,
     },
     /// Collect once and print every GPU as a table, or as JSON.
     Snapshot(SnapshotArgs),
@@ -92,6 +95,10 @@ pub struct RunArgs {
     /// Address to serve on (overrides [export] listen; default 0.0.0.0:10400).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// Web configuration file in exporter-toolkit's format: TLS, client certificates,
+    /// basic-auth users (overrides [export] web_config).
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -157,7 +164,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => run::run(&cli.run),
         Some(Command::Run(args)) => run::run(&args),
-        Some(Command::CheckConfig { path }) => check_config(&path),
+        Some(Command::CheckConfig {
+            path,
+            web_config_file,
+        }) => check_config(&path, web_config_file.as_deref()),
         Some(Command::Snapshot(args)) => snapshot::snapshot(&args),
         Some(Command::Record(args)) => record::record(&args),
         Some(Command::Replay(args)) => replay::replay(&args),
@@ -169,7 +179,14 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
 
 /// Runs the checks `run` runs ([`preflight::check`]). Unset environment variables are
 /// warnings: they may be set where the agent runs, and `run` names them if not.
-fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
+fn check_config(
+    path: &std::path::Path,
+    web_config_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    if let Some(web) = web_config_file {
+        crate::webconfig::WebConfig::load(web)
+            .map_err(|e| anyhow::anyhow!("--web.config.file: {e}"))?;
+    }
     let checked = preflight::check(&Config::read_text(path)?, &preflight::process_env);
     for problem in &checked.unset_env {
         output::note(&format!(

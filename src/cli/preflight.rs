@@ -2,8 +2,8 @@
 //!
 //! Beyond the value checks of [`Config::parse`], `run` builds parts that can refuse a
 //! configuration: the risk model file, the rule set, the routing tree, each receiver's
-//! notifier (its URL, and the URL and secret read from the environment) and the advice API
-//! key. [`check`] calls the same builders with the same inputs — no network, no thread, no
+//! notifier (its URL, and the URL and secret read from the environment), the advice API
+//! key and the web configuration file (TLS certificates, users). [`check`] calls the same builders with the same inputs — no network, no thread, no
 //! file written — and turns each refusal into a [`Problem`] with its key and line, so
 //! `check-config` says ok exactly when `run` would start.
 //!
@@ -108,6 +108,11 @@ pub fn check(text: &str, env: &Env<'_>) -> Checked {
                 ReceiverIssue::Unset(_) => unset_env.push(problem),
                 ReceiverIssue::Empty(_) | ReceiverIssue::Invalid(_) => errors.push(problem),
             }
+        }
+    }
+    if let Some(path) = &config.export.web_config {
+        if let Err(e) = crate::webconfig::WebConfig::load(path) {
+            errors.push(Problem::at_key(text, "export.web_config", e.to_string()));
         }
     }
     match crate::advice::api_key(&config.advice, env) {

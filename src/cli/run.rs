@@ -13,7 +13,8 @@ use crate::alert::route::Route;
 use crate::api::Latest;
 use crate::config::Config;
 use crate::engine::{Engine, EngineConfig};
-use crate::server::{self, ServerState};
+use crate::server::{self, ServerState, Transport};
+use crate::webconfig::WebConfig;
 
 /// Worker threads of the HTTP runtime. Serving pre-rendered bytes needs little; more
 /// threads would only add memory on hosts whose cores belong to the GPUs' jobs.
@@ -25,12 +26,25 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     // (NVML) or the network (the listen socket) can stop the start.
     let config = args.source.config_for_run()?;
     let listen = args.listen.unwrap_or(config.export.listen);
+    // The flag's file is checked here; the configuration's was checked with the rest.
+    let web = match (&args.web_config_file, &config.export.web_config) {
+        (Some(flag), _) => {
+            Some(WebConfig::load(flag).map_err(|e| anyhow::anyhow!("--web.config.file: {e}"))?)
+        }
+        (None, Some(path)) => {
+            Some(WebConfig::load(path).map_err(|e| anyhow::anyhow!("[export] web_config: {e}"))?)
+        }
+        (None, None) => None,
+    };
+    // Builds the dummy bcrypt hash: before the async runtime, and before collecting.
+    let transport = Transport::new(web.as_ref());
     // Open the source first: without NVML there is nothing to serve, and the operator
     // should hear so within seconds, not after the server is up.
     let source = super::sources::open(&config, args.source.simulate)?;
     let options = crate::export::RenderOptions::from_config(&config);
     let external_url = format!(
-        "http://{}:{}/api/v1/alerts",
+        "{}://{}:{}/api/v1/alerts",
+        transport.scheme(),
         options.hostname,
         listen.port()
     );
@@ -88,7 +102,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let listener = server::bind(listen).await?;
         tracing::info!(
-            "serving http://{} from {}",
+            "serving {}://{} from {}",
+            transport.scheme(),
             listener.local_addr().unwrap_or(listen),
             state.source
         );
@@ -97,7 +112,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             .spawn(config.collect.interval, stop_rx)
             .context("cannot start the collector thread")?;
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(server::serve(listener, state, shutdown_rx));
+        let server = tokio::spawn(server::serve(listener, state, transport, shutdown_rx));
         wait_for_signal().await;
         tracing::info!("shutting down");
         let _ = shutdown_tx.send(true);

@@ -56,6 +56,23 @@ impl Reply {
 impl Agent {
     /// Starts `gpu-sentinel run ARGS --listen 127.0.0.1:PORT` with extra environment.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Agent {
+        let agent = Agent::spawn(args, env);
+        agent.wait_until(Duration::from_secs(20), |a| a.try_get("/healthz").is_some());
+        agent
+    }
+
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.base
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the base URL ends in a port")
+    }
+
+    /// Like [`Agent::start`], without waiting for plain-HTTP `/healthz` (for agents that
+    /// serve TLS).
+    pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Agent {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let mut cmd = Command::new(binary());
@@ -74,13 +91,11 @@ impl Agent {
             .timeout_global(Some(Duration::from_secs(10)))
             .build()
             .into();
-        let agent = Agent {
+        Agent {
             child,
             base: format!("http://{listen}"),
             http,
-        };
-        agent.wait_until(Duration::from_secs(20), |a| a.try_get("/healthz").is_some());
-        agent
+        }
     }
 
     fn try_get(&self, path: &str) -> Option<Reply> {
@@ -281,13 +296,27 @@ impl Prometheus {
             .map(|t| format!("'{t}'"))
             .collect::<Vec<_>>()
             .join(", ");
+        Prometheus::configured(
+            binary,
+            &format!("  - job_name: gpu\n    static_configs:\n      - targets: [{list}]\n"),
+            rules,
+        )
+    }
+
+    /// A Prometheus whose `scrape_configs:` list is `jobs` (YAML list items, indented two
+    /// spaces), every job scraped each second.
+    pub fn with_scrape_configs(binary: &Path, jobs: &str) -> Prometheus {
+        Prometheus::configured(binary, jobs, &[])
+    }
+
+    fn configured(binary: &Path, jobs: &str, rules: &[&Path]) -> Prometheus {
         let rule_files = rules
             .iter()
             .map(|r| format!("'{}'", r.display()))
             .collect::<Vec<_>>()
             .join(", ");
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [{rule_files}]\nscrape_configs:\n  - job_name: gpu\n    static_configs:\n      - targets: [{list}]\n"
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [{rule_files}]\nscrape_configs:\n{jobs}"
         );
         Prometheus::spawn(binary, &config, None)
     }
@@ -341,6 +370,23 @@ impl Prometheus {
             http,
             _dir: dir,
         }
+    }
+
+    /// `/api/v1/targets`' active targets (empty when Prometheus is not answering yet).
+    pub fn targets(&self) -> Vec<serde_json::Value> {
+        let Ok(mut resp) = self
+            .http
+            .get(format!("{}/api/v1/targets", self.base))
+            .call()
+        else {
+            return Vec::new();
+        };
+        let body = resp.body_mut().read_to_string().unwrap_or_default();
+        let doc: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        doc["data"]["activeTargets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Result vector of an instant query (empty when Prometheus is not answering yet).
