@@ -10,6 +10,7 @@ pub mod output;
 pub mod preflight;
 mod record;
 mod replay;
+mod replay_store;
 mod report;
 mod review;
 mod run;

@@ -2,12 +2,15 @@
 //! (Prometheus, or Thanos, Mimir, VictoriaMetrics: one HTTP query API), never a second
 //! time-series store.
 //!
+//! - [`history`]: the stored history rebuilt as snapshots, host by host, in either metric
+//!   dialect, for `replay --prometheus`.
 //! - [`prom`]: the query API client (bounded, retried on 5xx, errors naming URL and query).
 //! - [`report`]: the weekly report's figures per team and for the fleet, aggregated in
 //!   PromQL; [`render`]: the report as Markdown and as one self-contained HTML file.
 //!
 //! docs/fleet.md documents the report's JSON and the queries behind each figure.
 
+pub mod history;
 pub mod prom;
 pub mod render;
 pub mod report;
