@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use chrono::{DateTime, Utc};
+use common::http_server::{Answer, HttpServer};
 use common::{Prometheus, binary, tool};
 use serde_json::Value;
 
@@ -361,6 +362,29 @@ fn a_wrong_url_an_empty_store_and_a_bad_period_are_named() {
     assert!(!out.status.success(), "--from and --to are required");
     let out = gpu_sentinel(&["replay", "x.jsonl", "--from", "2026-01-01T00:00:00Z"]);
     assert!(!out.status.success(), "--from is for --prometheus");
+
+    // Refused credentials: said so, the token never printed.
+    let refusing = HttpServer::answering(|_| Answer::status(401).body("Unauthorized"));
+    let out = Command::new(binary())
+        .args([
+            "replay",
+            "--prometheus",
+            &refusing.url(""),
+            "--from",
+            "2026-01-01T00:00:00Z",
+            "--to",
+            "2026-01-02T00:00:00Z",
+        ])
+        .env("GPU_SENTINEL_PROMETHEUS_TOKEN", "sekrit-token-456")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("401") && stderr.contains("credentials"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("sekrit-token-456"), "{stderr}");
 
     let Some(prometheus) = tool("prometheus") else {
         return;

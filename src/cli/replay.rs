@@ -82,8 +82,16 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
         None => Config::default(),
     };
     let engine_config = EngineConfig::from_config(&config)?;
-    let Some(file) = &args.file else {
-        return super::replay_store::replay(args, &config, &engine_config);
+    let (Some(file), None) = (&args.file, &args.prometheus) else {
+        let store = super::replay_store::StoreArgs {
+            base: args.prometheus.as_deref().unwrap_or_default(),
+            from: args.from,
+            to: args.to,
+            step: args.step,
+            timeout: args.timeout,
+            json: args.json,
+        };
+        return super::replay_store::replay(&store, &config, &engine_config);
     };
     let timezone =
         crate::replay::smi_fields::parse_offset(args.timezone.as_deref().unwrap_or("UTC"))?;

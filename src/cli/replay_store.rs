@@ -13,7 +13,6 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::replay::ReplayArgs;
 use crate::config::Config;
 use crate::engine::{Engine, EngineConfig};
 use crate::fleet::history::{self, HostHistory, Period};
@@ -39,15 +38,23 @@ struct HostReport {
     report: Report,
 }
 
+/// What `replay --prometheus` was asked.
+pub struct StoreArgs<'a> {
+    pub base: &'a str,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    pub step: Duration,
+    pub timeout: Duration,
+    pub json: bool,
+}
+
 pub fn replay(
-    args: &ReplayArgs,
+    args: &StoreArgs<'_>,
     config: &Config,
     engine_config: &EngineConfig,
 ) -> anyhow::Result<()> {
-    let (Some(base), Some(from), Some(to)) = (&args.prometheus, args.from, args.to) else {
-        anyhow::bail!(
-            "give the store and the period: --prometheus URL --from RFC3339 --to RFC3339"
-        );
+    let (Some(from), Some(to)) = (args.from, args.to) else {
+        anyhow::bail!("give the period: --prometheus URL --from RFC3339 --to RFC3339");
     };
     anyhow::ensure!(from < to, "--from {from} is not before --to {to}");
     anyhow::ensure!(
@@ -55,7 +62,7 @@ pub fn replay(
         "--step must be at least 1s"
     );
     let client = Client::new(Endpoint {
-        base: base.clone(),
+        base: args.base.to_string(),
         auth: super::report::auth_from_env()?,
         timeout: args.timeout,
     });
@@ -68,7 +75,7 @@ pub fn replay(
     super::output::note(&format!(
         "replaying {} host(s) of {} ({} metrics) from {} to {} every {}",
         survey.hosts.len(),
-        client.base(),
+        crate::redact::url(client.base()),
         survey.dialect.as_str(),
         rfc3339(from),
         rfc3339(to),
@@ -80,7 +87,12 @@ pub fn replay(
     for host in &survey.hosts {
         let (report, lacking) =
             replay_host(&client, host, survey.dialect, period, config, engine_config)
-                .with_context(|| format!("replay of host {host} from {}", client.base()))?;
+                .with_context(|| {
+                    format!(
+                        "replay of host {host} from {}",
+                        crate::redact::url(client.base())
+                    )
+                })?;
         missing = Some(match missing {
             None => lacking,
             Some(all) => all.into_iter().filter(|m| lacking.contains(m)).collect(),
@@ -93,7 +105,7 @@ pub fn replay(
     if let Some(missing) = missing.filter(|m| !m.is_empty()) {
         super::output::note(&format!(
             "note: {} holds no {} for any host in the period: the engine ran without them",
-            client.base(),
+            crate::redact::url(client.base()),
             missing.join(", ")
         ));
     }
@@ -118,7 +130,7 @@ fn replay_host(
     config: &Config,
     engine_config: &EngineConfig,
 ) -> anyhow::Result<(Report, Vec<&'static str>)> {
-    let origin = format!("{} {host}", client.base());
+    let origin = format!("{} {host}", crate::redact::url(client.base()));
     let mut reader = StoreReader {
         history: HostHistory::new(client, host, dialect, period),
         stats: ReadStats::default(),

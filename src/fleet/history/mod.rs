@@ -116,7 +116,7 @@ pub fn survey(client: &Client, period: &Period) -> anyhow::Result<Survey> {
             present("gpu_utilization_ratio")?,
             "{} holds gpu_up but no gpu_utilization_ratio from {from} to {to}: the engine needs \
              utilization (were the scrapes relabelled or the family dropped?)",
-            client.base()
+            crate::redact::url(client.base())
         );
         return Ok(Survey {
             dialect: Dialect::GpuSentinel,
@@ -137,7 +137,7 @@ pub fn survey(client: &Client, period: &Period) -> anyhow::Result<Survey> {
         "{} has no gpu_up (gpu-sentinel) and no DCGM_FI_DEV_GPU_UTIL or \
          DCGM_FI_PROF_GR_ENGINE_ACTIVE (dcgm-exporter) sample from {from} to {to}: the period \
          is beyond the store's retention, or no GPU exporter was scraped into it then",
-        client.base()
+        crate::redact::url(client.base())
     )
 }
 
