@@ -93,6 +93,9 @@ pub fn replay(
                         crate::redact::url(client.base())
                     )
                 })?;
+        if report.samples == 0 {
+            continue;
+        }
         missing = Some(match missing {
             None => lacking,
             Some(all) => all.into_iter().filter(|m| lacking.contains(m)).collect(),
@@ -102,6 +105,13 @@ pub fn replay(
             report,
         });
     }
+    anyhow::ensure!(
+        !hosts.is_empty(),
+        "{}: no host listed a GPU between {} and {}",
+        crate::redact::url(client.base()),
+        rfc3339(from),
+        rfc3339(to)
+    );
     if let Some(missing) = missing.filter(|m| !m.is_empty()) {
         super::output::note(&format!(
             "note: {} holds no {} for any host in the period: the engine ran without them",

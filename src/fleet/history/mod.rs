@@ -72,9 +72,12 @@ pub struct Period {
 }
 
 impl Period {
-    /// `[Ns]`: the whole period as a PromQL range ending at `to`.
-    fn range(&self) -> String {
-        format!("[{}s]", (self.to - self.from).num_seconds().max(1))
+    /// The survey's window: an hour, or longer where the period has more than
+    /// [`MAX_POINTS`] hours.
+    fn survey_window(&self) -> TimeDelta {
+        let span = (self.to - self.from).num_seconds().max(1);
+        let points = i64::try_from(MAX_POINTS).unwrap_or(i64::MAX);
+        TimeDelta::seconds(3600.max((span + points - 1) / points))
     }
 
     /// Steps per range query: a day's worth, at most [`MAX_POINTS`], at least one.
@@ -95,20 +98,30 @@ pub struct Survey {
 /// empty store, a period beyond its retention, or a store with GPUs but no utilization is
 /// an error naming the metric and the URL.
 pub fn survey(client: &Client, period: &Period) -> anyhow::Result<Survey> {
-    let range = period.range();
+    // Asked in windows, one point each, rather than over the whole period at once: a store
+    // limits the samples one evaluation may load, and a quarter of a large fleet passes it.
+    // Windows end at `to` and go back until they cover `from`; the first may reach up to
+    // one window before it (a host seen only there replays no snapshot and is left out).
+    let window = period.survey_window();
+    let windows = (period.to - period.from).num_seconds() / window.num_seconds().max(1);
+    let start = period.to - window * i32::try_from(windows).unwrap_or(i32::MAX);
+    let windowed = |metric: &str, by: &str| -> anyhow::Result<Vec<Series>> {
+        let query = format!(
+            "{by} (last_over_time({metric}[{}s]))",
+            window.num_seconds() + 1
+        );
+        let step = window.to_std().unwrap_or(Duration::from_secs(3600));
+        client.range(&query, start, period.to, step)
+    };
     let hosts_of = |metric: &str| -> anyhow::Result<Vec<String>> {
-        let query = format!("group by (instance) (last_over_time({metric}{range}))");
-        let rows = client.instant(&query, period.to)?;
-        let hosts: BTreeSet<String> = rows
+        let hosts: BTreeSet<String> = windowed(metric, "group by (instance)")?
             .iter()
-            .map(|row| row.label("instance").to_string())
+            .map(|s| label(&s.labels, "instance").to_string())
             .collect();
         Ok(hosts.into_iter().collect())
     };
-    let present = |metric: &str| -> anyhow::Result<bool> {
-        let query = format!("count(last_over_time({metric}{range}))");
-        Ok(!client.instant(&query, period.to)?.is_empty())
-    };
+    let present =
+        |metric: &str| -> anyhow::Result<bool> { Ok(!windowed(metric, "count")?.is_empty()) };
     let (from, to) = (period.from.to_rfc3339(), period.to.to_rfc3339());
     let hosts = hosts_of("gpu_up")?;
     if !hosts.is_empty() {
