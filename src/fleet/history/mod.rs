@@ -7,8 +7,8 @@
 //! series that carries it, in base units; what a dialect does not carry stays `None` (the
 //! engine copes), never invented. docs/fleet.md lists what comes from which metric.
 //!
-//! Bounded: one host at a time, its history fetched with range queries of at most a day (and
-//! at most [`MAX_POINTS`] steps) each, turned into snapshots and handed on in time order
+//! Bounded: one host at a time, its history fetched with range queries of at most six hours
+//! (and at most [`MAX_POINTS`] steps) each, turned into snapshots and handed on in time order
 //! before the next chunk is asked for. Memory holds one chunk of one host, whatever the range.
 
 pub mod dcgm;
@@ -28,8 +28,10 @@ use crate::model::{GpuSample, HostInfo, ProcessSample, Snapshot, XidEvent, XidSo
 /// Prometheus refuses a range query of more than 11,000 points per series; stay under it.
 pub const MAX_POINTS: u64 = 10_000;
 
-/// The longest span one range query covers: a day, so a chunk's answer stays a few MB.
-const CHUNK_SPAN: Duration = Duration::from_secs(86_400);
+/// The longest span one range query covers: six hours. The answer arrives as JSON with a
+/// string per point, a few times the size of the points themselves; at a 1-minute step and
+/// a hundred series per GPU (NVLink counters per link) six hours of a host stay tens of MB.
+const CHUNK_SPAN: Duration = Duration::from_secs(6 * 3600);
 
 /// XID events made of one step's counter increase at most: a counter that jumps by
 /// millions (a reset misread, a broken exporter) must not flood the engine.
@@ -80,7 +82,7 @@ impl Period {
         TimeDelta::seconds(3600.max((span + points - 1) / points))
     }
 
-    /// Steps per range query: a day's worth, at most [`MAX_POINTS`], at least one.
+    /// Steps per range query: six hours' worth, at most [`MAX_POINTS`], at least one.
     fn chunk_steps(&self) -> u64 {
         let step = self.step.as_secs().max(1);
         (CHUNK_SPAN.as_secs() / step).clamp(1, MAX_POINTS)

@@ -229,7 +229,7 @@ fn chunks_cover_the_period_within_the_point_limit() {
         to: t(3 * 86_400),
         step: Duration::from_secs(60),
     };
-    assert_eq!(period.chunk_steps(), 1440);
+    assert_eq!(period.chunk_steps(), 360);
     let fine = Period {
         step: Duration::from_secs(1),
         ..period
