@@ -10,6 +10,7 @@ pub mod output;
 pub mod preflight;
 mod record;
 mod replay;
+mod replay_store;
 mod report;
 mod review;
 mod run;
@@ -57,7 +58,8 @@ pub enum Command {
     Snapshot(SnapshotArgs),
     /// Record snapshots as JSONL, one per line (with failure labels from the simulator).
     Record(RecordArgs),
-    /// Run the engine over a recording (JSONL or an nvidia-smi CSV log) and report.
+    /// Run the engine over a recording (JSONL or an nvidia-smi CSV log), or over the history
+    /// of every host a Prometheus-compatible store holds (--prometheus), and report.
     Replay(ReplayArgs),
     /// Rank a running exporter's GPUs by failure risk, with reasons and findings.
     Review(ReviewArgs),

@@ -1,4 +1,6 @@
 //! `gpu-sentinel replay FILE`: runs the engine over a recording and prints the report.
+//! `replay --prometheus URL --from … --to …` does the same over a store's history, per host
+//! (see [`super::replay_store`]).
 //!
 //! The recording streams through: memory stays what one snapshot and the engine's
 //! bounded windows need, however long the file. Warnings about its lines go to standard
@@ -22,7 +24,26 @@ use crate::replay::{Format, SnapshotReader, Warnings};
 pub struct ReplayArgs {
     /// The recording: JSONL from `gpu-sentinel record`, or a log of
     /// `nvidia-smi --query-gpu=… --format=csv -l N`; `-` reads standard input.
-    pub file: PathBuf,
+    #[arg(required_unless_present = "prometheus", conflicts_with = "prometheus")]
+    pub file: Option<PathBuf>,
+    /// Replay the history a Prometheus-compatible store holds instead of a file, each host
+    /// (`instance`) on its own (credentials as for `report`: GPU_SENTINEL_PROMETHEUS_TOKEN,
+    /// or _USER and _PASSWORD).
+    #[arg(long, value_name = "URL", requires_all = ["from", "to"], conflicts_with_all = ["format", "fields", "timezone", "save_state"])]
+    pub prometheus: Option<String>,
+    /// With --prometheus: start of the history (RFC 3339).
+    #[arg(long, value_name = "RFC3339", requires = "prometheus")]
+    pub from: Option<chrono::DateTime<chrono::Utc>>,
+    /// With --prometheus: end of the history (RFC 3339).
+    #[arg(long, value_name = "RFC3339", requires = "prometheus")]
+    pub to: Option<chrono::DateTime<chrono::Utc>>,
+    /// With --prometheus: time between the rebuilt snapshots (the store's scrape interval,
+    /// or coarser for speed).
+    #[arg(long, value_name = "D", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub step: std::time::Duration,
+    /// With --prometheus: give up on one query after this long.
+    #[arg(long, value_name = "D", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
     /// Format of the recording; guessed from its first bytes when not given.
     #[arg(long, value_enum)]
     pub format: Option<ReplayFormat>,
@@ -61,17 +82,25 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
         None => Config::default(),
     };
     let engine_config = EngineConfig::from_config(&config)?;
+    let (Some(file), None) = (&args.file, &args.prometheus) else {
+        let store = super::replay_store::StoreArgs {
+            base: args.prometheus.as_deref().unwrap_or_default(),
+            from: args.from,
+            to: args.to,
+            step: args.step,
+            timeout: args.timeout,
+            json: args.json,
+        };
+        return super::replay_store::replay(&store, &config, &engine_config);
+    };
     let timezone =
         crate::replay::smi_fields::parse_offset(args.timezone.as_deref().unwrap_or("UTC"))?;
-    let origin = args.file.display().to_string();
+    let origin = file.display().to_string();
     // Send: the recording is read on a thread of its own (see `replay::replay`).
     let input: Box<dyn Read + Send> = if origin == "-" {
         Box::new(std::io::stdin())
     } else {
-        Box::new(
-            File::open(&args.file)
-                .with_context(|| format!("cannot open the recording {origin}"))?,
-        )
+        Box::new(File::open(file).with_context(|| format!("cannot open the recording {origin}"))?)
     };
     let mut input = BufReader::with_capacity(READ_BUFFER, input);
     let format = match args.format {

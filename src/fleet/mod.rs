@@ -2,6 +2,8 @@
 //! (Prometheus, or Thanos, Mimir, VictoriaMetrics: one HTTP query API), never a second
 //! time-series store.
 //!
+//! - [`history`]: the stored history rebuilt as snapshots, host by host, in either metric
+//!   dialect, for `replay --prometheus`.
 //! - [`prom`]: the query API client (bounded, retried on 5xx, errors naming URL and query).
 //! - [`report`]: the weekly report's figures per team, and (with `figures`) for the fleet, aggregated in
 //!   PromQL; [`render`]: the report as Markdown and as one self-contained HTML file.
@@ -10,6 +12,7 @@
 
 pub mod dialect;
 mod figures;
+pub mod history;
 pub mod prom;
 pub mod render;
 pub mod report;
