@@ -1,7 +1,8 @@
 //! Helpers of tests/deploy.rs: reading the deployment files (YAML through
 //! scripts/yaml-to-json.py, unit files, Dockerfiles), finding things in rendered manifests,
 //! Kubernetes quantities and Prometheus durations, and starting the binary with a
-//! deployment's command line.
+//! deployment's command line. tests/deploy_report.rs uses some of them.
+#![allow(dead_code)] // each test binary uses a different part of these helpers
 
 use std::collections::BTreeMap;
 use std::path::Path;
