@@ -15,6 +15,7 @@ pub mod engine;
 pub mod export;
 pub mod fleet;
 pub mod host;
+pub mod html;
 pub mod model;
 pub mod procinfo;
 pub mod redact;

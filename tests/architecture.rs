@@ -17,7 +17,7 @@ use regex::Regex;
 /// one layer do not import each other.
 const LAYERS: &[&[&str]] = &[
     // Utilities that know nothing of GPUs.
-    &["sync", "host", "retry_after"],
+    &["sync", "host", "retry_after", "html"],
     &["redact", "state_file"],
     // What a GPU reading is, and the XID catalog it refers to.
     &["xid"],

@@ -2,9 +2,9 @@
 
 use std::fmt::Write;
 
-use super::escape::escape;
 use crate::api::Recommendations;
 use crate::engine::capacity::Direction;
+use crate::html::escape;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

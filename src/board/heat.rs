@@ -14,21 +14,10 @@ use std::fmt::Write;
 
 use crate::engine::EngineState;
 use crate::engine::window::Ring;
+use crate::html::shade;
 
 /// Hours a strip covers.
 pub const STRIP_HOURS: i64 = 12;
-
-/// The shade class of a utilization (0–1): `u0` (idle) to `u10` (saturated), `un` without
-/// data. The page's style sheet colours each class once, for tiles and cells alike.
-pub fn shade(utilization: Option<f64>) -> &'static str {
-    const SHADES: [&str; 11] = [
-        "u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "u9", "u10",
-    ];
-    match utilization {
-        Some(u) if u.is_finite() => SHADES[(u.clamp(0.0, 1.0) * 10.0).round() as usize],
-        _ => "un",
-    }
-}
 
 /// One GPU's utilization over the last [`STRIP_HOURS`], oldest cell first.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,7 @@
 //! every five seconds and swap `<main>`), and the page's
 //! [`CONTENT_SECURITY_POLICY`] forbids loading anything else, so no request of the page
 //! leaves the host. Text from outside (process names, users, pods, alert annotations) goes
-//! through [`escape::escape`].
+//! through [`crate::html::escape`].
 //!
 //! The render reads no clock: every time it shows is relative to the snapshot's, so the
 //! same collection renders the same bytes (`tests/board.rs` keeps a golden page).
@@ -21,7 +21,6 @@
 //! - [`page`]: the document around them, its style sheet and script.
 
 mod advice;
-pub mod escape;
 pub mod heat;
 mod page;
 mod tables;

@@ -7,9 +7,9 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use super::escape::escape;
 use super::tile::{TileContext, states, write_tile};
 use super::{Board, BoardOptions, advice, tables, today};
+use crate::html::escape;
 
 /// The page's only script: every 5 s it fetches `/` and swaps `<main>` for the new one, so
 /// a wall screen never flashes a reload. It skips while the tab is hidden or a fetch is

@@ -5,11 +5,11 @@ use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
-use super::escape::escape;
 use super::tile::{REASONS_SHOWN, states, write_reasons};
 use super::units::duration;
 use crate::alert::{Alert, AlertState};
 use crate::api::{AlertsDocument, GpuView, GpusDocument};
+use crate::html::escape;
 
 /// GPUs most at risk first; equal scores by index.
 pub fn ranked<'d, 'a>(gpus: &'d GpusDocument<'a>) -> Vec<&'d GpuView<'a>> {

@@ -3,12 +3,13 @@
 
 use std::fmt::Write;
 
-use super::escape::escape;
-use super::heat::{HeatStrip, shade};
+use super::heat::HeatStrip;
 use super::units::{duration, gib, percent};
 use crate::api::GpuView;
 use crate::config::{Holder, TeamConfig, team_of};
 use crate::engine::risk::FEATURES;
+use crate::html::escape;
+use crate::html::shade;
 use crate::model::{Liveness, ProcessSample};
 
 /// Reasons shown with a GPU's risk.

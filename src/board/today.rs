@@ -12,8 +12,8 @@ use std::fmt::Write;
 
 use chrono::{DateTime, NaiveDate, Utc};
 
-use super::escape::escape;
 use crate::api::GpusDocument;
+use crate::html::escape;
 
 /// The totals at the start of the day (or at the agent's start, or at a GPU's or holder's
 /// first appearance that day).

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::report::{HeatCell, NodeHeatmap, Report, TeamReport};
+use crate::html::{escape, shade};
 
 /// Chat services cut long messages (Slack's section text at 3,000 characters, DingTalk's and
 /// WeCom's Markdown at 4,096 bytes): the Markdown stays under this.
@@ -129,26 +130,13 @@ fn shorten(text: &str, limit: usize) -> String {
     format!("{}…", &text[..end])
 }
 
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}\
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse}\
 th,td{padding:4px 10px;border-bottom:1px solid #ddd;text-align:left}\
-.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#667}svg text{font:10px sans-serif}";
+.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#667}svg text{font:10px sans-serif}\
+.u0{fill:#f0f4f8}.u1{fill:#d9e6f2}.u2{fill:#c2d7ec}.u3{fill:#a9c6e3}.u4{fill:#8fb3d9}\
+.u5{fill:#7399cb}.u6{fill:#5a82bd}.u7{fill:#416aad}.u8{fill:#2b559c}.u9{fill:#18418a}\
+.u10{fill:#0b2f73}.un{fill:#fff}";
 
 /// The report as one HTML file.
 pub fn html(report: &Report) -> String {
@@ -290,7 +278,7 @@ fn host_list(hosts: &[String]) -> String {
     if hosts.is_empty() {
         "none".to_string()
     } else {
-        escape(&hosts.join(", "))
+        escape(&hosts.join(", ")).into_owned()
     }
 }
 
@@ -317,11 +305,11 @@ fn heatmap_svg(cells: &[HeatCell]) -> String {
         for c in cells.iter().filter(|c| c.day == *day) {
             let _ = write!(
                 svg,
-                "<rect x=\"{}\" y=\"{y}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{} {:02}:00 {:.0}%</title></rect>",
+                "<rect x=\"{}\" y=\"{y}\" width=\"{}\" height=\"{}\" class=\"{}\"><title>{} {:02}:00 {:.0}%</title></rect>",
                 left + c.hour as usize * cell,
                 cell - 1,
                 cell - 1,
-                heat_colour(c.utilization),
+                shade(Some(c.utilization)),
                 escape(day),
                 c.hour,
                 c.utilization * 100.0
@@ -365,11 +353,11 @@ fn node_heatmap_svg(map: &NodeHeatmap) -> String {
             if let Some(u) = value {
                 let _ = write!(
                     svg,
-                    "<rect x=\"{}\" y=\"{y}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{} {:.0}%</title></rect>",
+                    "<rect x=\"{}\" y=\"{y}\" width=\"{}\" height=\"{}\" class=\"{}\"><title>{} {:.0}%</title></rect>",
                     left + i * width,
                     width - 1,
                     height - 1,
-                    heat_colour(*u),
+                    shade(Some(*u)),
                     escape(&host.host),
                     u * 100.0
                 );
@@ -380,49 +368,14 @@ fn node_heatmap_svg(map: &NodeHeatmap) -> String {
     svg
 }
 
-/// White (idle) to deep blue (fully busy).
-fn heat_colour(utilization: f64) -> String {
-    let u = utilization.clamp(0.0, 1.0);
-    let channel = |from: f64, to: f64| (from + (to - from) * u).round() as u8;
-    format!(
-        "#{:02x}{:02x}{:02x}",
-        channel(240.0, 8.0),
-        channel(244.0, 64.0),
-        channel(248.0, 160.0)
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escape_neutralises_markup() {
-        assert_eq!(
-            escape("<script>\"x\" & 'y'</script>"),
-            "&lt;script&gt;&quot;x&quot; &amp; &#39;y&#39;&lt;/script&gt;"
-        );
-    }
 
     #[test]
     fn shorten_respects_character_boundaries() {
         assert_eq!(shorten("ééééé", 7), "éé…");
         assert_eq!(shorten("ééééé", 6), "é…");
         assert_eq!(shorten("short", 10), "short");
-    }
-
-    #[test]
-    fn heat_colour_runs_from_pale_to_blue() {
-        assert_eq!(heat_colour(0.0), "#f0f4f8");
-        assert_eq!(heat_colour(1.0), "#0840a0");
-        assert_eq!(heat_colour(f64::NAN.max(2.0)), "#0840a0");
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn escaped_text_has_no_markup(text in ".{0,64}") {
-            let escaped = escape(&text);
-            proptest::prop_assert!(!escaped.contains(['<', '>', '"', '\'']));
-        }
     }
 }

@@ -1,8 +1,12 @@
-//! Escaping text from outside (process names, users, pod names, alert annotations) for HTML.
+//! What the HTML pages share — the live board at `/` and the fleet report — so both speak
+//! of text and utilization the same way.
 //!
-//! One function serves element content and double-quoted attribute values alike: it
-//! replaces the five characters that can end either (`& < > " '`), so a process that names
-//! itself `<script>` shows as text, never as markup, wherever the board puts it.
+//! - [`escape`]: text from outside (process names, users, pod and team names, alert
+//!   annotations, host names from a store) for HTML. One function serves element content
+//!   and quoted attribute values alike: it replaces the five characters that can end either
+//!   (`& < > " '`), so a process that names itself `<script>` shows as text, never as markup.
+//! - [`shade`]: the utilization scale, eleven classes from idle to saturated; each page's
+//!   style sheet colours them for its own theme (dark on a wall screen, light on paper).
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -30,6 +34,18 @@ pub fn escape(text: &str) -> Cow<'_, str> {
 /// Appends `text` escaped to `out`.
 pub fn push_escaped(out: &mut String, text: &str) {
     let _ = write!(out, "{}", escape(text));
+}
+
+/// The shade class of a utilization (0–1): `u0` (idle) to `u10` (saturated), `un` without
+/// data. The page's style sheet colours each class once, for tiles and cells alike.
+pub fn shade(utilization: Option<f64>) -> &'static str {
+    const SHADES: [&str; 11] = [
+        "u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "u9", "u10",
+    ];
+    match utilization {
+        Some(u) if u.is_finite() => SHADES[(u.clamp(0.0, 1.0) * 10.0).round() as usize],
+        _ => "un",
+    }
 }
 
 #[cfg(test)]
