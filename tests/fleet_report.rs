@@ -531,6 +531,11 @@ fn a_dcgm_exporter_only_store_gets_the_same_report() {
             .map(Vec::len),
         Some(3)
     );
+    assert_eq!(
+        doc["fleet"]["energy"]["night_idle_hosts"],
+        serde_json::json!(["sim-node-03"]),
+        "the development host is found from dcgm-exporter's series too"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
