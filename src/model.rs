@@ -38,6 +38,12 @@ pub struct Snapshot {
     /// Who a scheduler gave each GPU to (the kubelet's pods, Slurm jobs), processes or not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allocations: Vec<Allocation>,
+    /// The schedulers whose allocations of this host's GPUs are all in `allocations` this
+    /// collection: `kubernetes` when the kubelet listed its pods, `slurm` when the job
+    /// mapping sources were read. A GPU running processes that none of them gave out is
+    /// used outside the scheduler.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scheduled_by: Vec<String>,
 }
 
 /// Identity of the host and driver stack.

@@ -327,3 +327,78 @@ fn a_socket_removed_mid_run_fails_the_family_and_clears_the_pods() {
     assert_eq!(kubelet_warnings(&stderr), 1, "{stderr}");
     assert!(stderr.contains("answer again"), "{stderr}");
 }
+
+/// On a node whose kubelet answers, a GPU running processes that no pod was given is used
+/// outside the scheduler: counted per GPU and alerted on. When the kubelet stops answering
+/// nothing is known of the allocations, and nothing is claimed.
+#[test]
+fn processes_on_a_gpu_no_pod_holds_run_outside_the_scheduler() {
+    let dir = socket_dir("outside");
+    let socket = dir.join("kubelet.sock");
+    let server = PodResourcesServer::start(&socket, answer(Vec::new()));
+    // GPU 3 (free in the simulator) reports a live host process — this test's own — as
+    // `docker run --gpus` beside the scheduler would; the simulator's processes have PIDs
+    // that do not exist here (ghosts, not jobs).
+    let scenario = format!(
+        "{SCENARIO}[[process]]\ngpu = 3\npid = {}\nused_memory_bytes = 1073741824\nsm_utilization = 0.5\n",
+        std::process::id()
+    );
+    let agent = Agent::on_fake_nvml("kubelet-outside", &scenario, &config(&socket, ""), &[]);
+    agent.metrics();
+    let doc = gpus(&agent);
+    let u0 = doc["gpus"][0]["uuid"].as_str().expect("uuid").to_string();
+    // GPU 0 is the pod's; GPU 3 runs the live process and no pod holds it.
+    server.set(answer(vec![pod(
+        "ml-train",
+        "trainer-0",
+        &[("trainer", "nvidia.com/gpu", &[&u0])],
+    )]));
+    agent.wait_until(Duration::from_secs(20), |a| {
+        a.get("/metrics").text().contains("pod=\"trainer-0\"")
+    });
+    let text = agent.get("/metrics").text();
+    let outside = |text: &str, gpu: &str| {
+        value(
+            text,
+            "gpu_outside_scheduler_processes",
+            &format!("gpu=\"{gpu}\""),
+        )
+    };
+    assert_eq!(outside(&text, "0"), Some(0.0), "the pod's GPU");
+    assert_eq!(
+        outside(&text, "1"),
+        Some(0.0),
+        "only processes that are gone"
+    );
+    assert_eq!(outside(&text, "3"), Some(1.0), "{text}");
+    agent.wait_until(Duration::from_secs(20), |a| {
+        a.get("/api/v1/alerts")
+            .text()
+            .contains("\"GpuOutsideScheduler\"")
+    });
+    let alerts: serde_json::Value =
+        serde_json::from_slice(&agent.get("/api/v1/alerts").body).expect("JSON");
+    let gpus_alerted: Vec<&str> = alerts["alerts"]
+        .as_array()
+        .expect("alerts")
+        .iter()
+        .filter(|a| a["labels"]["alertname"] == "GpuOutsideScheduler")
+        .filter_map(|a| a["labels"]["gpu"].as_str())
+        .collect();
+    assert!(gpus_alerted == ["3"], "{gpus_alerted:?}");
+
+    // The kubelet goes away: no allocations are known, so no GPU is said to be outside.
+    drop(server);
+    let _ = std::fs::remove_file(&socket);
+    agent.wait_until(Duration::from_secs(20), |a| {
+        kubelet_success(&a.get("/metrics").text()) == Some(0.0)
+    });
+    let text = agent.get("/metrics").text();
+    for gpu in 0..4 {
+        assert_eq!(
+            outside(&text, &gpu.to_string()),
+            Some(0.0),
+            "GPU {gpu}: {text}"
+        );
+    }
+}

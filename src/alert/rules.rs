@@ -32,6 +32,7 @@ enum Condition {
     ThermalSlowdown,
     AllocatedIdle,
     GhostProcess,
+    OutsideScheduler,
     LongRunningProcess,
     ScaleOut,
     ScaleIn,

@@ -103,9 +103,33 @@ pub struct IdleFindings {
     pub holders: Vec<Allocation>,
     pub ghosts: Vec<ProcessFinding>,
     pub long_running: Vec<ProcessFinding>,
+    /// Live processes on a GPU no scheduler gave out, on a host whose scheduler reported
+    /// its allocations (see [`outside_scheduler`]).
+    pub outside_scheduler: Vec<ProcessFinding>,
 }
 
 const MIB: u64 = 1 << 20;
+
+/// The live processes of a GPU that no scheduler gave out, when `scheduled` (the host's
+/// scheduler listed its allocations this collection: see `Snapshot::scheduled_by`). On such
+/// a host every GPU job should hold an allocation; one that does not was started beside
+/// the scheduler (`docker run --gpus`, a pod seeing all GPUs through
+/// `NVIDIA_VISIBLE_DEVICES`, a login-node shell), takes GPU time the scheduler thinks is
+/// free, and is charged to no one. Dead processes are ghosts, reported as such.
+pub fn outside_scheduler(
+    processes: &[&ProcessSample],
+    allocations: &[&Allocation],
+    scheduled: bool,
+) -> Vec<ProcessFinding> {
+    if !scheduled || !allocations.is_empty() {
+        return Vec::new();
+    }
+    processes
+        .iter()
+        .filter(|p| !matches!(p.liveness, Liveness::Gone | Liveness::Zombie))
+        .map(|p| ProcessFinding::of(p, 0.0))
+        .collect()
+}
 
 /// Someone holds the GPU: a scheduler gave it to a pod or job (which may run nothing yet: a
 /// notebook left open, a job stuck before its first kernel), a process holds memory, or
@@ -197,6 +221,7 @@ pub fn update(
         holders: allocations.iter().map(|a| (*a).clone()).collect(),
         ghosts,
         long_running,
+        outside_scheduler: Vec::new(),
     }
 }
 
@@ -406,5 +431,30 @@ mod allocation_tests {
         }
         assert!(last.allocated && last.allocated_idle && !last.unused);
         assert_eq!(last.holders, vec![pod]);
+    }
+
+    #[test]
+    fn live_processes_without_an_allocation_are_outside_a_reporting_scheduler() {
+        let process = |pid, liveness| ProcessSample {
+            pid,
+            liveness,
+            ..ProcessSample::default()
+        };
+        let (live, gone) = (process(1, Liveness::Running), process(2, Liveness::Gone));
+        let pod = Allocation::default();
+        let found = outside_scheduler(&[&live, &gone], &[], true);
+        assert_eq!(
+            found.iter().map(|f| f.pid).collect::<Vec<_>>(),
+            [1],
+            "ghosts are not jobs"
+        );
+        assert!(
+            outside_scheduler(&[&live], &[&pod], true).is_empty(),
+            "the pod's GPU"
+        );
+        assert!(
+            outside_scheduler(&[&live], &[], false).is_empty(),
+            "without a scheduler's list nothing is outside it"
+        );
     }
 }

@@ -334,7 +334,13 @@ impl Engine {
                 .filter(|e| e.is_on(sample))
                 .map(|e| e.xid)
                 .collect();
-            gpus.push(self.step_gpu(now, max_gap, sample, &processes, &allocations, &xids));
+            let mut findings = self.step_gpu(now, max_gap, sample, &processes, &allocations, &xids);
+            findings.idle.outside_scheduler = idle::outside_scheduler(
+                &processes,
+                &allocations,
+                !snapshot.scheduled_by.is_empty(),
+            );
+            gpus.push(findings);
         }
         let seen: std::collections::HashSet<&str> =
             snapshot.gpus.iter().map(|g| g.uuid.as_str()).collect();

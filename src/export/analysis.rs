@@ -57,6 +57,9 @@ pub(super) fn render_analysis(
             families
                 .family(&LONG_RUNNING_PROCESSES)
                 .push(&id, g.idle.long_running.len() as f64);
+            families
+                .family(&OUTSIDE_SCHEDULER_PROCESSES)
+                .push(&id, g.idle.outside_scheduler.len() as f64);
         }
         let cost = families.family(&COST);
         cost.push(&[&index, &g.uuid, "busy"], g.cost.busy);

@@ -324,6 +324,11 @@ pub const GHOST_PROCESSES: MetricDef = gauge(
     GPU,
     "Processes holding memory with 0% SM for the idle window whose PID is gone, a zombie or orphaned.",
 );
+pub const OUTSIDE_SCHEDULER_PROCESSES: MetricDef = gauge(
+    "gpu_outside_scheduler_processes",
+    GPU,
+    "Live processes on a GPU no scheduler allocated, on a host whose scheduler (the kubelet, Slurm job mapping) reported its allocations.",
+);
 pub const LONG_RUNNING_PROCESSES: MetricDef = gauge(
     "gpu_long_running_processes",
     GPU,
@@ -375,6 +380,7 @@ pub const ANALYSIS: &[MetricDef] = &[
     ALLOCATED_IDLE,
     GHOST_PROCESSES,
     LONG_RUNNING_PROCESSES,
+    OUTSIDE_SCHEDULER_PROCESSES,
     COST,
     OWNER_SECONDS,
     SCALE_RECOMMENDATION,

@@ -90,6 +90,9 @@ impl HpcJobFiles {
         }
         snapshot.allocations.extend(found);
         let success = problems.is_empty();
+        if success {
+            snapshot.scheduled_by.push("slurm".into());
+        }
         self.note(problems);
         FamilyHealth {
             name: FAMILY,

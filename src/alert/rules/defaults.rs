@@ -7,7 +7,7 @@
 use super::{Condition, Rule, rule};
 
 /// Names of the default rules, in evaluation order.
-pub const DEFAULT_RULES: [&str; 12] = [
+pub const DEFAULT_RULES: [&str; 13] = [
     "GpuLost",
     "GpuHardwareXid",
     "GpuRowRemapFailure",
@@ -16,6 +16,7 @@ pub const DEFAULT_RULES: [&str; 12] = [
     "GpuThermalSlowdown",
     "GpuAllocatedIdle",
     "GpuGhostProcess",
+    "GpuOutsideScheduler",
     "GpuLongRunningProcess",
     "GpuFleetScaleOut",
     "GpuFleetScaleIn",
@@ -88,6 +89,14 @@ pub fn defaults(risk_threshold: f64) -> Vec<Rule> {
             Condition::GhostProcess,
             "GPU {gpu} on {hostname} holds memory for {value} dead process(es)",
             "The owning process is gone, a zombie or orphaned: kill it or its parent; if memory stays held, reset the GPU.",
+        ),
+        rule(
+            "GpuOutsideScheduler",
+            "warning",
+            0,
+            Condition::OutsideScheduler,
+            "GPU {gpu} on {hostname} runs {value} process(es) no scheduler gave it to",
+            "Find who started them (user, container): GPU jobs on this host go through the scheduler, which counts this GPU as free.",
         ),
         rule(
             "GpuLongRunningProcess",

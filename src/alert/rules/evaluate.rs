@@ -121,6 +121,9 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
         Condition::GhostProcess => (!g.idle.ghosts.is_empty()).then(|| {
             (g.idle.ghosts.len().to_string(), format!("Memory held by processes that are gone, zombies or orphans: {}.", processes(&g.idle.ghosts)))
         }),
+        Condition::OutsideScheduler => (!g.idle.outside_scheduler.is_empty()).then(|| {
+            (g.idle.outside_scheduler.len().to_string(), format!("Running although no pod or job holds the GPU: {}.", processes(&g.idle.outside_scheduler)))
+        }),
         Condition::LongRunningProcess => (!g.idle.long_running.is_empty()).then(|| {
             (g.idle.long_running.len().to_string(), format!("Long-running: {}.", processes(&g.idle.long_running)))
         }),

@@ -408,6 +408,7 @@ impl StepBuild {
             // Not rebuilt yet: gpu_allocation_info (and dcgm-exporter's pod labels) would
             // name the holders of GPUs without processes; docs/fleet.md says so.
             allocations: Vec::new(),
+            scheduled_by: Vec::new(),
         })
     }
 }

@@ -112,6 +112,7 @@ impl KubeletReader {
                     tracing::info!(socket = %self.socket.display(), "kubelet pod resources answer again");
                 }
                 self.allocate(snapshot, &answer);
+                snapshot.scheduled_by.push("kubernetes".into());
                 self.join
                     .apply(&mut snapshot.processes, &snapshot.allocations);
                 true

@@ -375,6 +375,7 @@ impl Source for NvmlSource {
                 processes,
                 events,
                 allocations: Vec::new(),
+                scheduled_by: Vec::new(),
             },
             health: CollectHealth {
                 source_up,

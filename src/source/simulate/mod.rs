@@ -311,6 +311,7 @@ impl Fleet {
                 .collect(),
             events: self.take_events(),
             allocations: Vec::new(),
+            scheduled_by: Vec::new(),
         }
     }
 }
