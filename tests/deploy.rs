@@ -24,9 +24,9 @@ use base64::Engine as _;
 use common::{binary, repo, samples, temp_file, tool};
 use deploy_support::{
     config_arg, container, env_of, file_name, find, host_volume, instructions, keys_within,
-    kustomize, mount, only_instruction, parent, printed, quantity_mib, quantity_millicores, read,
-    rendered, seconds, selects, single, start_as_deployed, strings, unit_settings, volume,
-    volume_mounted_at, yaml_to_json,
+    kustomize, kustomize_with_components, mount, only_instruction, parent, printed, quantity_mib,
+    quantity_millicores, read, rendered, seconds, selects, single, start_as_deployed, strings,
+    unit_settings, volume, volume_mounted_at, yaml_to_json,
 };
 use gpu_sentinel::config::Config;
 use serde_json::Value;
@@ -336,46 +336,6 @@ fn servicemonitor_scrapes_the_service_with_its_documented_fields() {
     }
 }
 
-/// deploy/kubernetes with its `components:` lines uncommented, as its comment says to
-/// turn TLS and basic auth on, rendered by `kubectl kustomize`.
-fn kustomize_with_web_config(kubectl: &Path) -> String {
-    let dir = std::env::temp_dir().join(format!("gpu-sentinel-k8s-web-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    copy_tree(&repo().join("deploy/kubernetes"), &dir);
-    let kustomization = dir.join("kustomization.yaml");
-    let text = std::fs::read_to_string(&kustomization).expect("kustomization");
-    let commented = "# components:\n#   - components/web-config\n";
-    assert!(
-        text.contains(commented),
-        "the component is offered, commented out"
-    );
-    std::fs::write(
-        &kustomization,
-        text.replace(commented, "components:\n  - components/web-config\n"),
-    )
-    .expect("kustomization written");
-    let out = Command::new(kubectl)
-        .arg("kustomize")
-        .arg(&dir)
-        .output()
-        .expect("kubectl runs");
-    assert!(out.status.success(), "kubectl kustomize: {}", printed(&out));
-    let _ = std::fs::remove_dir_all(&dir);
-    String::from_utf8(out.stdout).expect("UTF-8 manifests")
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("dir");
-    for entry in std::fs::read_dir(from).expect("readable").flatten() {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copied");
-        }
-    }
-}
-
 /// The web-config component: the Secret holds the shipped web-config.yml, mounted with the
 /// TLS Secret's files where `--web.config.file` points; the probes speak HTTPS; the
 /// ServiceMonitor scrapes with the CA and the scrape Secret; everything validates; and the
@@ -390,7 +350,10 @@ fn web_config_component_secures_the_daemonset_and_the_servicemonitor() {
     ) else {
         return;
     };
-    let file = temp_file("secured.yaml", &kustomize_with_web_config(&kubectl));
+    let file = temp_file(
+        "secured.yaml",
+        &kustomize_with_components(&kubectl, &["components/web-config"]),
+    );
     let out = Command::new(validate)
         .arg("--strict")
         .arg(&file)

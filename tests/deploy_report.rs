@@ -8,50 +8,20 @@ mod deploy_support;
 
 use std::process::Command;
 
-use common::{binary, repo, temp_file, tool};
-use deploy_support::{container, find, printed, read, strings, yaml_to_json};
-
-/// deploy/kubernetes with the fleet-report component turned on, as its comment says,
-/// rendered by `kubectl kustomize`.
-fn kustomize_with_report(kubectl: &std::path::Path) -> String {
-    let dir = std::env::temp_dir().join(format!("gpu-sentinel-k8s-report-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let copied = Command::new("cp")
-        .arg("-r")
-        .arg(repo().join("deploy/kubernetes"))
-        .arg(&dir)
-        .status()
-        .expect("cp runs");
-    assert!(copied.success());
-    let kustomization = dir.join("kustomization.yaml");
-    let text = std::fs::read_to_string(&kustomization).expect("kustomization");
-    for commented in ["# components:\n", "#   - components/fleet-report\n"] {
-        assert!(
-            text.contains(commented),
-            "the component is offered, commented out"
-        );
-    }
-    let text = text.replace("# components:\n", "components:\n").replace(
-        "#   - components/fleet-report\n",
-        "  - components/fleet-report\n",
-    );
-    std::fs::write(&kustomization, text).expect("kustomization written");
-    let out = Command::new(kubectl)
-        .arg("kustomize")
-        .arg(&dir)
-        .output()
-        .expect("kubectl runs");
-    assert!(out.status.success(), "kubectl kustomize: {}", printed(&out));
-    let _ = std::fs::remove_dir_all(&dir);
-    String::from_utf8(out.stdout).expect("UTF-8 manifests")
-}
+use common::{binary, temp_file, tool};
+use deploy_support::{
+    container, find, kustomize_with_components, printed, read, strings, yaml_to_json,
+};
 
 #[test]
 fn report_cronjob_validates_and_runs_the_real_report_command() {
     let (Some(kubectl), Some(validate)) = (tool("kubectl"), tool("kubernetes-validate")) else {
         return;
     };
-    let file = temp_file("report.yaml", &kustomize_with_report(&kubectl));
+    let file = temp_file(
+        "report.yaml",
+        &kustomize_with_components(&kubectl, &["components/fleet-report"]),
+    );
     let out = Command::new(validate)
         .arg("--strict")
         .arg(&file)

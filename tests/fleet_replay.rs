@@ -97,17 +97,7 @@ fn backfill(
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
     let (from, to) = stamps.fold((f64::MAX, f64::MIN), |(a, b), t| (a.min(t), b.max(t)));
     drop(text);
-    let loaded = Command::new(promtool)
-        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
-        .arg(&file)
-        .arg(dir.join("data"))
-        .output()
-        .expect("promtool runs");
-    assert!(
-        loaded.status.success(),
-        "promtool refused the recording: {}",
-        String::from_utf8_lossy(&loaded.stderr)
-    );
+    Prometheus::backfill(promtool, &file, &dir.join("data"));
     let _ = std::fs::remove_file(&file);
     let at = |s: f64| DateTime::from_timestamp(s as i64, 0).expect("in range");
     (at(from), at(to))

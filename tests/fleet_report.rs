@@ -169,17 +169,7 @@ fn report_figures_match_the_recording() {
     );
 
     let data = dir.join("data");
-    let loaded = Command::new(&promtool)
-        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
-        .arg(&file)
-        .arg(&data)
-        .output()
-        .expect("promtool runs");
-    assert!(
-        loaded.status.success(),
-        "promtool refused the recording: {}",
-        String::from_utf8_lossy(&loaded.stderr)
-    );
+    Prometheus::backfill(&promtool, &file, &data);
     let store = Prometheus::on_blocks(&prometheus, &data);
 
     let (truth, from, to) = ground_truth(&text);
@@ -456,17 +446,7 @@ fn a_dcgm_exporter_only_store_gets_the_same_report() {
         "only dcgm-exporter's families, as at a site without gpu-sentinel"
     );
     let data = dir.join("data");
-    let loaded = Command::new(&promtool)
-        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
-        .arg(&file)
-        .arg(&data)
-        .output()
-        .expect("promtool runs");
-    assert!(
-        loaded.status.success(),
-        "{}",
-        String::from_utf8_lossy(&loaded.stderr)
-    );
+    Prometheus::backfill(&promtool, &file, &data);
     let store = Prometheus::on_blocks(&prometheus, &data);
 
     let stamps: Vec<f64> = text
@@ -687,13 +667,7 @@ fn send_delivers_each_teams_report_durably() {
     let dir = scratch("send");
     let (file, _) = record_history(&dir);
     let data = dir.join("data");
-    let loaded = Command::new(&promtool)
-        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
-        .arg(&file)
-        .arg(&data)
-        .output()
-        .expect("promtool runs");
-    assert!(loaded.status.success());
+    Prometheus::backfill(&promtool, &file, &data);
     let store = Prometheus::on_blocks(&prometheus, &data);
 
     // Down until `up` is set; what it accepted once up is kept in `accepted`.

@@ -476,11 +476,14 @@ pub fn plan_capacity(held: Vec<f64>, demand: Vec<f64>, gpus: usize, buffer: f64)
     }
 }
 
+/// Own versus rent at `utilization`, the fleet's mean over the period (asked once, for
+/// the report's `utilization`).
 pub(super) fn tco(
     client: &Client,
     dialect: Dialect,
     spec: &ReportSpec,
     window: i64,
+    utilization: f64,
 ) -> anyhow::Result<Tco> {
     let one = |query: String| -> anyhow::Result<Option<f64>> {
         Ok(client
@@ -490,11 +493,6 @@ pub(super) fn tco(
             .filter(|v| v.is_finite()))
     };
     let step = spec.step.as_secs().max(1);
-    let utilization = one(format!(
-        "avg(avg_over_time({}[{window}s:{step}s]))",
-        dialect.utilization()
-    ))?
-    .unwrap_or(0.0);
     let power = one(format!(
         "avg(avg_over_time({}[{window}s:{step}s]))",
         dialect.power()

@@ -191,6 +191,7 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
         );
     }
 
+    let utilization = fleet_utilization(client, dialect, spec, window)?;
     Ok(Report {
         from: spec.from,
         to: spec.to,
@@ -199,10 +200,10 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
         teams,
         fleet: FleetReport {
             gpus,
-            utilization: fleet_utilization(client, dialect, spec, window)?,
+            utilization,
             scale: scale(client, dialect, spec, window)?,
             capacity: capacity(client, dialect, spec, gpus)?,
-            tco: tco(client, dialect, spec, window)?,
+            tco: tco(client, dialect, spec, window, utilization)?,
             energy: energy(client, dialect, spec, window, step)?,
             risk: match dialect {
                 Dialect::Native => risk(client, spec)?,

@@ -321,6 +321,23 @@ impl Prometheus {
         Prometheus::spawn(binary, &config, None)
     }
 
+    /// `promtool tsdb create-blocks-from openmetrics FILE DATA`, asserting promtool took
+    /// the file: the backfill step of every test of the fleet commands.
+    pub fn backfill(promtool: &Path, file: &Path, data: &Path) {
+        let loaded = Command::new(promtool)
+            .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
+            .arg(file)
+            .arg(data)
+            .output()
+            .expect("promtool runs");
+        assert!(
+            loaded.status.success(),
+            "promtool refused {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&loaded.stderr)
+        );
+    }
+
     /// A Prometheus that scrapes nothing and serves the TSDB blocks under `data` (made by
     /// `promtool tsdb create-blocks-from`), kept however old they are; answers once ready.
     pub fn on_blocks(binary: &Path, data: &Path) -> Prometheus {

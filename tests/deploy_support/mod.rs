@@ -346,3 +346,52 @@ pub fn instructions(text: &str) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// deploy/kubernetes with `components` (e.g. `components/web-config`) turned on as its
+/// kustomization's comment says — `components:` and their lines uncommented — rendered by
+/// `kubectl kustomize`.
+pub fn kustomize_with_components(kubectl: &Path, components: &[&str]) -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "gpu-sentinel-k8s-{}-{}",
+        components.join("+").replace('/', "_"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_tree(&repo().join("deploy/kubernetes"), &dir);
+    let kustomization = dir.join("kustomization.yaml");
+    let mut text = std::fs::read_to_string(&kustomization).expect("kustomization");
+    assert!(
+        text.contains("# components:\n"),
+        "components are offered, commented out"
+    );
+    text = text.replace("# components:\n", "components:\n");
+    for component in components {
+        let commented = format!("#   - {component}\n");
+        assert!(
+            text.contains(&commented),
+            "{component} is offered, commented out"
+        );
+        text = text.replace(&commented, &format!("  - {component}\n"));
+    }
+    std::fs::write(&kustomization, text).expect("kustomization written");
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "kubectl kustomize: {}", printed(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+    String::from_utf8(out.stdout).expect("UTF-8 manifests")
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("dir");
+    for entry in std::fs::read_dir(from).expect("readable").flatten() {
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copied");
+        }
+    }
+}
