@@ -281,6 +281,13 @@ pub struct Pcie {
     pub link_generation: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_width: Option<u32>,
+    /// The generation the link can train to (device and slot): a link running below it
+    /// under load has trained down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_generation_max: Option<u32>,
+    /// The width (lanes) the link can train to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_width_max: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_bytes_per_second: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -323,6 +323,13 @@ impl GpuSample {
             PCIE_GENERATION,
         );
         r.whole(Checked::PcieWidth, &mut pcie.link_width, PCIE_WIDTH);
+        // The maxima are checked as the current values are: one bound for both.
+        r.whole(
+            Checked::PcieGeneration,
+            &mut pcie.link_generation_max,
+            PCIE_GENERATION,
+        );
+        r.whole(Checked::PcieWidth, &mut pcie.link_width_max, PCIE_WIDTH);
         let throughput = (0.0, PCIE_BYTES_PER_SECOND);
         r.real(
             Checked::PcieThroughput,

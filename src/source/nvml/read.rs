@@ -285,6 +285,12 @@ pub fn pcie(dev: &Device<'_>, c: &mut Calls<'_>, s: &mut GpuSample) {
         link_width: c.call("nvmlDeviceGetCurrPcieLinkWidth", "", || {
             dev.current_pcie_link_width()
         }),
+        link_generation_max: c.call("nvmlDeviceGetMaxPcieLinkGeneration", "", || {
+            dev.max_pcie_link_gen()
+        }),
+        link_width_max: c.call("nvmlDeviceGetMaxPcieLinkWidth", "", || {
+            dev.max_pcie_link_width()
+        }),
         tx_bytes_per_second: throughput(c, PcieUtilCounter::Send, "tx"),
         rx_bytes_per_second: throughput(c, PcieUtilCounter::Receive, "rx"),
     };

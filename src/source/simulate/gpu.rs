@@ -335,6 +335,9 @@ impl SimGpu {
             replay_counter: Some(w.pcie_replays),
             link_generation: Some(w.link_gen),
             link_width: Some(w.link_width),
+            // An H100 SXM's link: Gen5 x16, what a healthy simulated GPU runs at.
+            link_generation_max: Some(5),
+            link_width_max: Some(16),
             tx_bytes_per_second: Some(traffic.round()),
             rx_bytes_per_second: Some((traffic * 1.1).round()),
         };

@@ -72,6 +72,12 @@ device_value!(nvmlDeviceGetCurrPcieLinkGeneration, c_uint, |s| {
 device_value!(nvmlDeviceGetCurrPcieLinkWidth, c_uint, |s| {
     supported(s.pcie.link_width)?
 });
+device_value!(nvmlDeviceGetMaxPcieLinkGeneration, c_uint, |s| {
+    supported(s.pcie.link_generation_max)?
+});
+device_value!(nvmlDeviceGetMaxPcieLinkWidth, c_uint, |s| {
+    supported(s.pcie.link_width_max)?
+});
 device_value!(
     nvmlDeviceGetRetiredPagesPendingStatus,
     nvmlEnableState_t,

@@ -44,6 +44,8 @@ fn exports_match_nvml_wrapper(lib: &mut NvmlLib) {
     lib.nvmlDeviceGetPcieReplayCounter = Ok(device::nvmlDeviceGetPcieReplayCounter);
     lib.nvmlDeviceGetCurrPcieLinkGeneration = Ok(device::nvmlDeviceGetCurrPcieLinkGeneration);
     lib.nvmlDeviceGetCurrPcieLinkWidth = Ok(device::nvmlDeviceGetCurrPcieLinkWidth);
+    lib.nvmlDeviceGetMaxPcieLinkGeneration = Ok(device::nvmlDeviceGetMaxPcieLinkGeneration);
+    lib.nvmlDeviceGetMaxPcieLinkWidth = Ok(device::nvmlDeviceGetMaxPcieLinkWidth);
     lib.nvmlDeviceGetPcieThroughput = Ok(device::nvmlDeviceGetPcieThroughput);
     lib.nvmlDeviceGetNvLinkState = Ok(device::nvmlDeviceGetNvLinkState);
     lib.nvmlDeviceGetNvLinkErrorCounter = Ok(device::nvmlDeviceGetNvLinkErrorCounter);
