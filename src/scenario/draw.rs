@@ -181,7 +181,12 @@ fn draw_node(options: &LibraryOptions, n: usize, decks: &mut Decks) -> NodeScena
         let (mut gpu, mut label) = if roll < FAILING_SHARE {
             failing(options, sku, decks, &mut rng)
         } else if roll < FAILING_SHARE + CONFOUNDER_SHARE {
-            confounded(options, sku, decks.confounder(), &mut rng)
+            let confounder = match decks.confounder() {
+                // MIG exists on the A100 and Hopper only.
+                Confounder::Mig if matches!(sku, Sku::V100 | Sku::L40S) => Confounder::HotStable,
+                other => other,
+            };
+            confounded(options, sku, confounder, &mut rng)
         } else {
             let workload = WORKLOADS[rng.random_range(0..WORKLOADS.len())];
             healthy(sku, workload, &mut rng)
@@ -272,7 +277,7 @@ fn failing(
     // libraries), and half a day after the last failure.
     let days = options.days.max(0.01);
     let baseline = (0.25 * days).min(2.0);
-    let last = (days - 0.5).max(baseline + 0.02);
+    let last = (days - 0.5).max(baseline + 0.02).min(days);
     let range = precursor_days(kind);
     let wanted = if range.is_empty() {
         0.0
@@ -288,7 +293,12 @@ fn failing(
         wanted
     }
     .max(0.0);
-    let failure_day = rng.random_range(baseline + precursor..last);
+    let first = baseline + precursor;
+    let failure_day = if last > first {
+        rng.random_range(first..last)
+    } else {
+        first
+    };
     let shape = curve.map(|curve| Shape {
         curve,
         rate: rng.random_range(rate.range()),
@@ -447,7 +457,7 @@ mod tests {
 
     #[test]
     fn failures_fall_inside_the_run_after_their_precursors_and_a_baseline() {
-        for days in [3.0, 30.0] {
+        for days in [0.02, 0.1, 3.0, 30.0] {
             let library = draw(LibraryOptions::new(3, 20, days));
             for label in library.nodes.iter().flat_map(|n| &n.labels) {
                 let (Some(start), Some(fail)) = (label.precursor_start_s, label.failure_s) else {

@@ -17,6 +17,8 @@
 
 mod draw;
 pub mod emit;
+#[cfg(test)]
+mod props;
 pub mod smi_csv;
 
 use chrono::{DateTime, TimeDelta, Utc};
