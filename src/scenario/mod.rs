@@ -18,7 +18,7 @@
 mod draw;
 pub mod emit;
 #[cfg(test)]
-mod props;
+mod library_props;
 pub mod smi_csv;
 
 use chrono::{DateTime, TimeDelta, Utc};
