@@ -170,10 +170,7 @@ fn draw_node(options: &LibraryOptions, n: usize, decks: &mut Decks) -> NodeScena
     } else {
         Vec::new()
     };
-    // Inlet degrees that bring a loaded GPU of this model to 84–91 °C.
-    let spec = sku.spec();
-    let loaded = 24.0 + 10.0 + 0.8 * spec.power_limit_w * spec.degrees_per_watt;
-    let cooling_degrees = rng.random_range(84.0..91.0) - loaded;
+    let cooling_target = rng.random_range(84.0..90.0);
     let mut gpus = Vec::new();
     let mut labels = Vec::new();
     for _ in 0..GPUS_PER_NODE {
@@ -195,7 +192,7 @@ fn draw_node(options: &LibraryOptions, n: usize, decks: &mut Decks) -> NodeScena
             gpu.quirks.inlet_events.push(InletEvent {
                 start,
                 end,
-                degrees: cooling_degrees,
+                degrees: cooling_degrees(sku, gpu.plan.workload, cooling_target),
             });
             label.confounders.push(Confounder::NodeCooling);
         }
@@ -217,6 +214,20 @@ fn draw_node(options: &LibraryOptions, n: usize, decks: &mut Decks) -> NodeScena
         driver_reloads,
         cooling,
     }
+}
+
+/// Inlet degrees that bring a GPU of model `sku` under its usual `workload` to `target` °C:
+/// the coolant of the whole node runs hot, so idle GPUs read as hot as busy ones.
+fn cooling_degrees(sku: Sku, workload: WorkloadKind, target: f64) -> f64 {
+    let spec = sku.spec();
+    let share = match workload {
+        WorkloadKind::Training => 0.85,
+        WorkloadKind::Inference | WorkloadKind::Bursty => 0.45,
+        _ => 0.0,
+    };
+    let power = spec.idle_power_w + (spec.power_limit_w - spec.idle_power_w) * share;
+    // Mid-aisle inlet (24 °C) plus the 10 °C from inlet to heatsink.
+    (target - 34.0 - power * spec.degrees_per_watt).max(0.0)
 }
 
 fn healthy(sku: Sku, workload: WorkloadKind, rng: &mut SmallRng) -> (GpuSpec, GpuLabel) {
