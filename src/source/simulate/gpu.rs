@@ -354,7 +354,7 @@ impl SimGpu {
         if self.wear.lost {
             return sample;
         }
-        let used = match self.workload.memory_held() {
+        let used = match self.scaled(self.workload.memory_held()) {
             0 => 0,
             held => held + CONTEXT_BYTES,
         };
@@ -484,8 +484,22 @@ impl SimGpu {
         if self.wear.lost {
             Vec::new()
         } else {
-            self.workload.processes(self.util)
+            let mut processes = self.workload.processes(self.util);
+            for p in &mut processes {
+                p.memory_bytes = self.scaled(p.memory_bytes);
+            }
+            processes
         }
+    }
+
+    /// Bytes a job sized for an 80 GB H100 holds on this model: as much of its memory.
+    fn scaled(&self, bytes: u64) -> u64 {
+        if self.spec.total_mib == H100.total_mib {
+            return bytes;
+        }
+        let share = self.spec.total_mib as f64 / H100.total_mib as f64;
+        // Whole MiB, as the jobs allocate.
+        (bytes as f64 * share / MIB as f64).floor() as u64 * MIB
     }
 
     /// Context memory included: what NVML reports as the process's `usedGpuMemory`.
