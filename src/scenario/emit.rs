@@ -167,3 +167,52 @@ pub fn write_node(
     out.flush()?;
     Ok(rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::LibraryOptions;
+
+    #[test]
+    fn a_node_run_hands_over_every_collection_its_restarts_and_its_failures() {
+        // Seed 2, node 2: two driver reloads and two failures in three days.
+        let library = Library::new(LibraryOptions::new(2, 2, 3.0));
+        let node = &library.nodes[1];
+        assert_eq!(node.driver_reloads.len(), 2);
+        let fleet = node.fleet(library.options.start);
+        let interval = 600.0;
+        let (mut steps, mut restarts, mut failures) = (0, 0, Vec::new());
+        node.run(library.options.start, 3.0, interval, |step| {
+            steps += 1;
+            restarts += usize::from(step.after_reload);
+            assert_eq!(step.snapshot.gpus.len(), 8);
+            assert_eq!(step.snapshot.host.hostname, node.hostname);
+            failures.extend(step.failures.iter().cloned());
+            Ok::<(), ()>(())
+        })
+        .expect("no errors");
+        // One collection a reload interrupts is missing.
+        assert_eq!(steps, 3 * 144 - 2);
+        assert_eq!(restarts, 2);
+        let mut expected = 0;
+        for (i, label) in node.labels.iter().enumerate() {
+            let Some(at) = label.failure_s else {
+                continue;
+            };
+            expected += 1;
+            let uuid = &fleet.gpu(i).expect("a GPU").uuid;
+            let failure = failures
+                .iter()
+                .find(|f| &f.uuid == uuid)
+                .unwrap_or_else(|| panic!("no failure for GPU {i}"));
+            assert_eq!(Some(failure.family.as_str()), label.family.as_deref());
+            let seconds = (failure.at - library.options.start).num_milliseconds() as f64 / 1e3;
+            assert!(
+                seconds >= at && seconds < at + interval + 1.0,
+                "{seconds} {at}"
+            );
+        }
+        assert_eq!(failures.len(), expected);
+        assert!(expected >= 2);
+    }
+}

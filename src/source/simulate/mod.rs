@@ -433,6 +433,10 @@ impl Source for SimulatedSource {
 }
 
 #[cfg(test)]
+#[path = "spec_tests.rs"]
+mod spec_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
