@@ -429,7 +429,10 @@ impl SimGpu {
         let traffic = 3.5e5 + 2.0e9 * self.mem_copy;
         sample.pcie = Pcie {
             replay_counter: Some(w.pcie_replays - base.pcie_replays),
-            link_generation: Some(w.link_gen),
+            link_generation: Some(match spec.idle_link_gen {
+                Some(idle) if self.util <= 0.01 => w.link_gen.min(idle),
+                _ => w.link_gen,
+            }),
             link_width: Some(w.link_width),
             // The model's link at x16 (an H100 SXM's: Gen5), what a healthy GPU runs at.
             link_generation_max: Some(spec.pcie_gen_max),

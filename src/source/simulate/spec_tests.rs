@@ -131,3 +131,29 @@ fn confounders_show_without_a_fault() {
     assert_eq!(off.ecc, crate::model::Ecc::default());
     assert_eq!(off.remapped_rows, None);
 }
+
+#[test]
+fn an_idle_l40s_drops_its_link_to_gen1_and_a_loaded_one_holds_gen4() {
+    let specs = [
+        spec(Sku::L40S, WorkloadKind::Unused),
+        spec(Sku::H100, WorkloadKind::Unused),
+    ];
+    let (_, snap) = run(&specs, 1.0);
+    let (l40s, h100) = (&snap.gpus[0].pcie, &snap.gpus[1].pcie);
+    assert_eq!(
+        (l40s.link_generation, l40s.link_generation_max),
+        (Some(1), Some(4))
+    );
+    assert_eq!((h100.link_generation, h100.link_width), (Some(5), Some(16)));
+    let mut fleet = Fleet::from_specs(9, start(), &[spec(Sku::L40S, WorkloadKind::Training)]);
+    let mut loaded = 0;
+    for _ in 0..48 {
+        fleet.advance(300.0);
+        let gpu = &fleet.snapshot().gpus[0];
+        if gpu.utilization.gpu > Some(0.5) {
+            loaded += 1;
+            assert_eq!(gpu.pcie.link_generation, Some(4));
+        }
+    }
+    assert!(loaded > 10);
+}
