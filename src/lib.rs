@@ -21,6 +21,7 @@ pub mod procinfo;
 pub mod redact;
 pub mod replay;
 pub mod retry_after;
+pub mod scenario;
 pub mod server;
 pub mod source;
 pub mod state_file;

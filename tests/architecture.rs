@@ -26,6 +26,8 @@ const LAYERS: &[&[&str]] = &[
     // Where readings come from.
     &["procinfo"],
     &["source"],
+    // Scenario fleets drawn for evaluation, and their files.
+    &["scenario"],
     // What they mean.
     &["engine"],
     &["advice"],

@@ -1,5 +1,5 @@
 //! The command line: `run` (the default), `check-config`, `snapshot`, `record`, `replay`,
-//! `train`, `review`.
+//! `train`, `review`, `report`, `scenarios`.
 //!
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
@@ -14,6 +14,7 @@ mod replay_store;
 mod report;
 mod review;
 mod run;
+mod scenarios;
 mod snapshot;
 mod sources;
 mod train;
@@ -68,6 +69,9 @@ pub enum Command {
     Report(ReportArgs),
     /// Fit the failure-risk model on labelled history and print how it does.
     Train(train::TrainArgs),
+    /// Draw the scenario library (failing GPUs of every family in many shapes, healthy
+    /// confounders) and write one nvidia-smi CSV log or JSONL file per node plus truth.json.
+    Scenarios(scenarios::ScenariosArgs),
 }
 
 /// Where GPU data comes from: real NVML or the simulator.
@@ -176,6 +180,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Review(args)) => review::review(&args),
         Some(Command::Report(args)) => report::report(&args),
         Some(Command::Train(args)) => train::train(&args),
+        Some(Command::Scenarios(args)) => scenarios::scenarios(&args),
     }
 }
 

@@ -329,6 +329,10 @@ fn read_batches(
 }
 
 #[cfg(test)]
+#[path = "smi_written_tests.rs"]
+mod smi_written_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

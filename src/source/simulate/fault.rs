@@ -19,12 +19,19 @@
 //!   XID 119/120 and a GPU that needs a reset (Delta: the GSP is the most error-prone part);
 //! - power delivery: hardware power-brake slowdowns growing more frequent and the draw
 //!   swinging (gpud: "constant hardware slowdowns are often a failing PSU"), then the GPU
-//!   drops off the bus (XID 79).
+//!   drops off the bus (XID 79);
+//! - row remapping with little ECC, and page retirement on pre-Ampere GPUs: see
+//!   [`super::fault_memory`].
+//!
+//! A fault built with [`Fault::new`] unfolds in its family's one fixed shape (the built-in
+//! fleet and the detection tests rely on it, draw for draw); one built with
+//! [`Fault::shaped`] follows a drawn [`Shape`] instead: curve, rate, growth and span.
 
 use rand::Rng;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution, Poisson};
 
+use super::shape::Shape;
 use crate::model::NvLinkErrors;
 
 /// A hardware fault family.
@@ -37,6 +44,12 @@ pub enum FaultKind {
     NvLink,
     GspFirmware,
     PowerDelivery,
+    /// Rows remapped one after another with hardly any corrected ECC, a remap pending, then
+    /// a remap that fails (Ampere and later).
+    RowRemap,
+    /// Pages retired for single- then double-bit errors, a retirement pending, then a
+    /// double-bit error (pre-Ampere GPUs, which retire pages instead of remapping rows).
+    PageRetirement,
 }
 
 const DAY: f64 = 86_400.0;
@@ -53,12 +66,43 @@ impl FaultKind {
         FaultKind::PowerDelivery,
     ];
 
+    /// Every family the scenario library draws: [`FaultKind::ALL`] and the memory-repair
+    /// families, which the built-in fleet does not use.
+    pub const EVERY: [FaultKind; 9] = [
+        FaultKind::MemoryWear,
+        FaultKind::PcieLink,
+        FaultKind::Thermal,
+        FaultKind::FellOffBus,
+        FaultKind::NvLink,
+        FaultKind::GspFirmware,
+        FaultKind::PowerDelivery,
+        FaultKind::RowRemap,
+        FaultKind::PageRetirement,
+    ];
+
+    /// Where in a fault's progress (0 to 1 at the failure point) its first sign shows.
+    pub fn signal_onset(self) -> f64 {
+        match self {
+            FaultKind::MemoryWear
+            | FaultKind::Thermal
+            | FaultKind::RowRemap
+            | FaultKind::PageRetirement => 0.1,
+            FaultKind::PcieLink | FaultKind::NvLink => 0.2,
+            FaultKind::GspFirmware => 0.25,
+            FaultKind::PowerDelivery => 0.3,
+            FaultKind::FellOffBus => 1.0,
+        }
+    }
+
     /// Longest time, in days, from the first sign of the fault to its failure point: a
     /// failure further out than this stays invisible until the span before it. Memory and
     /// cooling degrade over weeks in field reports, links and firmware over days.
     pub fn precursor_days(self) -> f64 {
         match self {
-            FaultKind::MemoryWear | FaultKind::Thermal => 10.0,
+            FaultKind::MemoryWear
+            | FaultKind::Thermal
+            | FaultKind::RowRemap
+            | FaultKind::PageRetirement => 10.0,
             FaultKind::PcieLink => 7.0,
             FaultKind::NvLink => 5.0,
             FaultKind::GspFirmware | FaultKind::PowerDelivery => 4.0,
@@ -96,6 +140,19 @@ pub struct Wear {
     pub power_brake: bool,
     /// Watts the power reading swings off what the load explains.
     pub power_swing: f64,
+    /// NVLinks the GPU has; 0 where the simulation leaves it at the built-in 18.
+    pub nvlinks: u32,
+    /// Counts at the last reset of the volatile counters (driver reload, GPU reset): the
+    /// volatile ECC counters and the replay counter read the growth since.
+    pub volatile_base: VolatileBase,
+}
+
+/// See [`Wear::volatile_base`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VolatileBase {
+    pub corrected: u64,
+    pub uncorrected: u64,
+    pub pcie_replays: u64,
 }
 
 impl Wear {
@@ -124,13 +181,30 @@ pub struct Fault {
     /// One-time milestones already passed (bit per milestone), so each XID fires once.
     passed: u32,
     /// Corrected errors not yet turned into a row remap.
-    remap_budget: u64,
+    pub(super) remap_budget: u64,
     /// Progress at the end of the last step.
     progress: f64,
     /// The failure point was passed and not yet reported.
     failure_due: bool,
     /// The NVLink that degrades, chosen at onset.
     link: Option<u32>,
+    /// The drawn precursor shape; None: the family's one fixed shape.
+    pub shape: Option<Shape>,
+    /// How a shaped PCIe fault shows (ignored by the other families).
+    pub link_mode: LinkMode,
+}
+
+/// How a degrading PCIe link shows before it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkMode {
+    /// Replays accelerate; the link holds its width and generation, then drops (XID 79).
+    Replays,
+    /// The link trains down (x16 → x8, then two generations lower) with few replays.
+    TrainDown,
+    /// Both.
+    #[default]
+    Both,
 }
 
 impl Fault {
@@ -143,12 +217,56 @@ impl Fault {
             progress: 0.0,
             failure_due: false,
             link: None,
+            shape: None,
+            link_mode: LinkMode::Both,
+        }
+    }
+
+    /// A fault whose precursors follow `shape` rather than the family's fixed one.
+    pub fn shaped(kind: FaultKind, horizon: f64, shape: Shape, link_mode: LinkMode) -> Fault {
+        Fault {
+            shape: Some(shape),
+            link_mode,
+            ..Fault::new(kind, horizon)
+        }
+    }
+
+    /// Position between the first sign (0) and the failure point (1) at progress `p`.
+    pub(super) fn since_onset(&self, p: f64) -> f64 {
+        let onset = self.kind.signal_onset();
+        if onset >= 1.0 {
+            return p - 1.0;
+        }
+        (p - onset) / (1.0 - onset)
+    }
+
+    /// The family's intensity at progress `p`: `fixed` (the built-in shape) without a
+    /// drawn shape, else `base` times the drawn shape's intensity.
+    pub(super) fn intensity(&self, p: f64, base: f64, fixed: impl FnOnce() -> f64) -> f64 {
+        match &self.shape {
+            None => fixed(),
+            Some(shape) => base * shape.intensity(self.since_onset(p)),
+        }
+    }
+
+    /// How far a level-type precursor has moved (0 to about 1): `fixed` without a drawn
+    /// shape.
+    fn level(&self, p: f64, fixed: impl FnOnce() -> f64) -> f64 {
+        match &self.shape {
+            None => fixed(),
+            Some(shape) => shape.rate.clamp(0.3, 1.5) * shape.level(self.since_onset(p)),
         }
     }
 
     /// Progress toward the failure point: 0 where the precursors may begin, 1 at failure;
     /// negative before the precursor span of a far-off failure.
     pub fn progress(&self, t: f64) -> f64 {
+        if let Some(shape) = &self.shape {
+            // The first sign comes at the family's onset; the span is measured from there.
+            let onset = self.kind.signal_onset().min(0.9);
+            let span = shape.precursor_days.max(0.01) * DAY / (1.0 - onset);
+            return 1.0 - (self.horizon - t) / span;
+        }
         let span = self.kind.precursor_days() * DAY;
         if self.horizon <= span {
             // Kept as a plain ratio (not rewritten as the general form below) so that short
@@ -162,7 +280,10 @@ impl Fault {
     /// Extra degrees the memory runs above its normal gap to the GPU.
     pub fn memory_gap(&self, t: f64) -> f64 {
         match self.kind {
-            FaultKind::Thermal => 26.0 * smoothstep((self.progress(t) - 0.1) / 0.8),
+            FaultKind::Thermal => {
+                let p = self.progress(t);
+                26.0 * self.level(p, || smoothstep((p - 0.1) / 0.8))
+            }
             _ => 0.0,
         }
     }
@@ -170,7 +291,10 @@ impl Fault {
     /// Extra degrees of inlet temperature (a failing fan, a blocked heatsink).
     pub fn ambient(&self, t: f64) -> f64 {
         match self.kind {
-            FaultKind::Thermal => 12.0 * self.progress(t).clamp(0.0, 1.2),
+            FaultKind::Thermal => {
+                let p = self.progress(t);
+                12.0 * self.level(p, || p.clamp(0.0, 1.2))
+            }
             _ => 0.0,
         }
     }
@@ -185,54 +309,10 @@ impl Fault {
         let hours = dt / 3600.0;
         let mut xids = Vec::new();
         match self.kind {
-            FaultKind::MemoryWear => {
-                if p >= 0.1 {
-                    // 2/h at onset (48/day, far past the 10/day warning level), growing ~e^4.5.
-                    let per_hour = 2.0 * (4.5 * (p.min(1.5) - 0.1)).exp();
-                    let n = poisson(per_hour * hours, rng);
-                    wear.corrected += n;
-                    self.remap_budget += n;
-                }
-                if p >= 0.3 {
-                    let remaps = self.remap_budget / 40;
-                    wear.remap_correctable += remaps;
-                    self.remap_budget -= remaps * 40;
-                }
-                if p >= 0.75 {
-                    wear.remap_pending = true;
-                }
-                if self.first(0, p >= 1.0) {
-                    wear.uncorrected += 1 + rng.random_range(0..3);
-                    wear.remap_uncorrectable += 1;
-                    // Double-bit error, the row remap recorded, the error contained.
-                    xids.extend([48, 63, 94]);
-                }
-                if p >= 1.0 {
-                    let n = poisson(0.5 * hours, rng);
-                    if n > 0 {
-                        wear.uncorrected += n;
-                        xids.push(94);
-                    }
-                }
-                if self.first(1, p >= 1.25) {
-                    wear.remap_failure = true;
-                    xids.push(64);
-                }
-            }
-            FaultKind::PcieLink => {
-                if p >= 0.2 {
-                    let bursts_per_hour = 0.5 + 8.0 * (p.min(1.5) - 0.2);
-                    for _ in 0..poisson(bursts_per_hour * hours, rng) {
-                        wear.pcie_replays += rng.random_range(20..400);
-                    }
-                }
-                if self.first(0, p >= 0.8) {
-                    wear.link_width = 8;
-                }
-                if self.first(1, p >= 1.0) {
-                    wear.link_gen = 3;
-                }
-            }
+            FaultKind::MemoryWear => self.memory_wear(p, hours, wear, rng, &mut xids),
+            FaultKind::RowRemap => self.row_remap(p, hours, wear, rng, &mut xids),
+            FaultKind::PageRetirement => self.page_retirement(p, hours, wear, rng, &mut xids),
+            FaultKind::PcieLink => self.pcie(p, hours, wear, rng, &mut xids),
             FaultKind::Thermal => {}
             FaultKind::FellOffBus => {
                 if self.first(0, p >= 1.0) {
@@ -245,6 +325,52 @@ impl Fault {
             FaultKind::PowerDelivery => self.power(p, wear, rng, &mut xids),
         }
         xids
+    }
+
+    /// Replay bursts growing from 0.5/h; the link trains down to x8, then to Gen3 at the
+    /// failure point. A shaped fault shows its [`LinkMode`]: replays, a train-down (x16 to
+    /// x8, then two generations lower) or both, and the link then drops (XID 79).
+    fn pcie(
+        &mut self,
+        p: f64,
+        hours: f64,
+        wear: &mut Wear,
+        rng: &mut SmallRng,
+        xids: &mut Vec<u32>,
+    ) {
+        let mode = self.link_mode;
+        if p >= 0.2 {
+            let base = if mode == LinkMode::TrainDown {
+                0.05
+            } else {
+                0.5
+            };
+            let bursts_per_hour = self.intensity(p, base, || 0.5 + 8.0 * (p.min(1.5) - 0.2));
+            for _ in 0..poisson(bursts_per_hour * hours, rng) {
+                wear.pcie_replays += rng.random_range(20..400);
+            }
+        }
+        if self.shape.is_none() {
+            if self.first(0, p >= 0.8) {
+                wear.link_width = 8;
+            }
+            if self.first(1, p >= 1.0) {
+                wear.link_gen = 3;
+            }
+            return;
+        }
+        if mode != LinkMode::Replays {
+            if self.first(0, p >= 0.45) {
+                wear.link_width = (wear.link_width / 2).max(1);
+            }
+            if self.first(1, p >= 0.8) {
+                wear.link_gen = wear.link_gen.saturating_sub(2).max(1);
+            }
+        }
+        if self.first(2, p >= 1.0) {
+            wear.lost = true;
+            xids.push(79);
+        }
     }
 
     /// One link's CRC errors grow ~e^5 over the precursor span (each one replayed), the
@@ -261,10 +387,12 @@ impl Fault {
             return;
         }
         if self.link.is_none() {
-            self.link = Some(rng.random_range(0..18));
+            let links = if wear.nvlinks == 0 { 18 } else { wear.nvlinks };
+            self.link = Some(rng.random_range(0..links));
         }
         let link = wear.nvlink_mut(self.link.unwrap_or(0));
-        let flits = poisson(4.0 * (5.0 * (p.min(1.5) - 0.2)).exp() * hours, rng);
+        let per_hour = self.intensity(p, 4.0, || 4.0 * (5.0 * (p.min(1.5) - 0.2)).exp());
+        let flits = poisson(per_hour * hours, rng);
         link.crc_flit += flits;
         link.crc_data += flits / 8;
         link.replay += flits;
@@ -292,10 +420,12 @@ impl Fault {
             wear.collect_seconds = rng.random_range(0.002..0.006);
         }
         wear.failed_calls = 0;
-        if p >= 0.25 && rng.random_bool((0.05 + 0.9 * (p - 0.25)).min(0.7)) {
+        let slow = self.intensity(p, 0.05, || 0.05 + 0.9 * (p - 0.25));
+        if p >= 0.25 && rng.random_bool(slow.clamp(0.0, 0.7)) {
             wear.collect_seconds += rng.random_range(0.3..3.0);
         }
-        if p >= 0.4 && rng.random_bool((0.6 * (p - 0.4)).min(0.5)) {
+        let failing = self.intensity(p, 0.02, || 0.6 * (p - 0.4));
+        if p >= 0.4 && rng.random_bool(failing.clamp(0.0, 0.5)) {
             wear.failed_calls = rng.random_range(1..4);
         }
         if (0.85..1.0).contains(&p) && poisson(0.3 * hours, rng) > 0 {
@@ -313,9 +443,14 @@ impl Fault {
         wear.power_brake = false;
         wear.power_swing = 0.0;
         if (0.3..1.0).contains(&p) {
-            wear.power_brake = rng.random_bool((0.03 + 0.4 * (p - 0.3)).min(0.5));
-            let swing = 40.0 + 200.0 * (p - 0.3);
-            wear.power_swing = rng.random_range(-swing..swing);
+            let brake = self.intensity(p, 0.03, || 0.03 + 0.4 * (p - 0.3));
+            wear.power_brake = rng.random_bool(brake.clamp(0.0, 0.5));
+            let swing = self
+                .intensity(p, 40.0, || 40.0 + 200.0 * (p - 0.3))
+                .clamp(0.0, 400.0);
+            if swing > 0.0 {
+                wear.power_swing = rng.random_range(-swing..swing);
+            }
         }
         if self.first(0, p >= 1.0) {
             wear.lost = true;
@@ -329,7 +464,7 @@ impl Fault {
     }
 
     /// True exactly once: the first time `condition` holds for milestone `bit`.
-    fn first(&mut self, bit: u32, condition: bool) -> bool {
+    pub(super) fn first(&mut self, bit: u32, condition: bool) -> bool {
         let mask = 1 << bit;
         if condition && self.passed & mask == 0 {
             self.passed |= mask;
@@ -357,124 +492,5 @@ fn smoothstep(x: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::SeedableRng;
-
-    fn run(kind: FaultKind, until: f64) -> (Wear, Vec<u32>) {
-        let mut rng = SmallRng::seed_from_u64(7);
-        let mut fault = Fault::new(kind, 8.0 * 3600.0);
-        let mut wear = Wear {
-            link_gen: 5,
-            link_width: 16,
-            ..Wear::default()
-        };
-        let mut xids = Vec::new();
-        let dt = 60.0;
-        let mut t = 0.0;
-        while t < until {
-            t += dt;
-            xids.extend(fault.step(t, dt, &mut wear, &mut rng));
-        }
-        (wear, xids)
-    }
-
-    #[test]
-    fn memory_wear_warns_before_it_fails() {
-        let (before, xids) = run(FaultKind::MemoryWear, 0.9 * 8.0 * 3600.0);
-        assert!(
-            before.corrected > 10,
-            "corrected ECC climbs: {}",
-            before.corrected
-        );
-        assert!(before.remap_correctable > 0);
-        assert!(before.remap_pending);
-        assert_eq!(before.uncorrected, 0);
-        assert!(xids.is_empty());
-        let (after, xids) = run(FaultKind::MemoryWear, 1.3 * 8.0 * 3600.0);
-        assert!(after.uncorrected > 0 && after.remap_failure);
-        assert_eq!(&xids[..3], &[48, 63, 94]);
-        assert!(xids.contains(&64));
-    }
-
-    #[test]
-    fn pcie_link_bursts_then_trains_down() {
-        let (w, _) = run(FaultKind::PcieLink, 1.01 * 8.0 * 3600.0);
-        assert!(w.pcie_replays > 100, "{}", w.pcie_replays);
-        assert_eq!((w.link_gen, w.link_width), (3, 8));
-    }
-
-    #[test]
-    fn fell_off_bus_raises_xid_79_once() {
-        let (w, xids) = run(FaultKind::FellOffBus, 2.0 * 8.0 * 3600.0);
-        assert!(w.lost);
-        assert_eq!(xids, vec![79]);
-    }
-
-    #[test]
-    fn nvlink_errors_climb_on_one_link_then_xid_74() {
-        let (early, xids) = run(FaultKind::NvLink, 0.6 * 8.0 * 3600.0);
-        assert_eq!(early.nvlink.len(), 1, "one link degrades");
-        assert!(early.nvlink[0].crc_flit > 5, "{:?}", early.nvlink);
-        assert!(xids.is_empty());
-        let (late, xids) = run(FaultKind::NvLink, 1.01 * 8.0 * 3600.0);
-        assert!(late.nvlink[0].crc_flit > 4 * early.nvlink[0].crc_flit);
-        assert!(late.nvlink[0].recovery > 0);
-        assert_eq!(xids, vec![74]);
-    }
-
-    #[test]
-    fn gsp_calls_slow_and_fail_before_xid_119_120() {
-        let mut rng = SmallRng::seed_from_u64(3);
-        let horizon = 8.0 * 3600.0;
-        let mut fault = Fault::new(FaultKind::GspFirmware, horizon);
-        let mut wear = Wear::default();
-        let (mut slow, mut failing, mut xids) = (0, 0, Vec::new());
-        let mut t = 0.0;
-        while t < 0.8 * horizon {
-            t += 60.0;
-            xids.extend(fault.step(t, 60.0, &mut wear, &mut rng));
-            slow += usize::from(wear.collect_seconds > 0.2);
-            failing += usize::from(wear.failed_calls > 0);
-        }
-        assert!(slow > 20 && failing > 5, "slow {slow}, failing {failing}");
-        assert!(xids.is_empty() && !wear.lost);
-        while t < 1.01 * horizon {
-            t += 60.0;
-            xids.extend(fault.step(t, 60.0, &mut wear, &mut rng));
-        }
-        assert!(wear.lost);
-        assert!(xids.ends_with(&[119, 120]), "{xids:?}");
-    }
-
-    #[test]
-    fn power_delivery_brakes_more_often_then_drops_off_the_bus() {
-        let mut rng = SmallRng::seed_from_u64(4);
-        let horizon = 8.0 * 3600.0;
-        let mut fault = Fault::new(FaultKind::PowerDelivery, horizon);
-        let mut wear = Wear::default();
-        let mut braked = [0usize; 2];
-        let mut t = 0.0;
-        while t < horizon {
-            t += 60.0;
-            fault.step(t, 60.0, &mut wear, &mut rng);
-            if wear.power_brake {
-                braked[usize::from(t > 0.65 * horizon)] += 1;
-            }
-        }
-        assert!(braked[1] > braked[0] && braked[1] > 10, "{braked:?}");
-        assert!(wear.lost);
-    }
-
-    #[test]
-    fn far_off_failures_stay_quiet_until_their_precursor_span() {
-        let horizon = 30.0 * DAY;
-        let fault = Fault::new(FaultKind::MemoryWear, horizon);
-        assert!(fault.progress(10.0 * DAY) < 0.0);
-        assert!((fault.progress(horizon) - 1.0).abs() < 1e-12);
-        assert!((fault.progress(horizon - 5.0 * DAY) - 0.5).abs() < 1e-12);
-        // Short horizons keep the plain ratio.
-        let short = Fault::new(FaultKind::MemoryWear, 8.0 * 3600.0);
-        assert_eq!(short.progress(3600.0), 3600.0 / (8.0 * 3600.0));
-    }
-}
+#[path = "fault_tests.rs"]
+mod tests;

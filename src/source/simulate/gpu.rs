@@ -1,38 +1,45 @@
 //! One simulated GPU: identity, physical state (temperatures lag power; counters integrate),
-//! its workload and its fault. Modelled on an H100 SXM5 80GB as `nvidia-smi -q` shows one:
+//! its workload and its fault. By default an H100 SXM5 80GB as `nvidia-smi -q` shows one:
 //! 81,559 MiB total with 479 MiB reserved, 700 W limit, ~70 W and ~41 °C idle, 1980 MHz
-//! maximum SM clock, 2619 MHz memory clock, no fan, no retired pages (Hopper remaps rows).
+//! maximum SM clock, 2619 MHz memory clock, no fan, no retired pages (Hopper remaps rows);
+//! [`SimGpu::for_sku`] makes one of the other models in [`super::sku`], with the confounders
+//! of [`super::quirks`].
 
 use rand::Rng;
 use rand::rngs::SmallRng;
 
 use super::fault::{Fault, FaultKind, Wear, poisson};
+use super::quirks::Quirks;
+use super::sku::{H100, MemoryRepair, SkuSpec};
 use super::workload::{SimProcess, Workload};
 use crate::model::{
-    ClockEvents, Clocks, Ecc, Gpm, GpuSample, Memory, NvLinkErrors, Pcie, RemappedRows, Utilization,
+    ClockEvents, Clocks, Ecc, Gpm, GpuSample, Memory, NvLinkErrors, Pcie, RemappedRows,
+    RetiredPages, Utilization,
 };
 
 const MIB: u64 = 1 << 20;
-const TOTAL_BYTES: u64 = 81_559 * MIB;
-const RESERVED_BYTES: u64 = 479 * MIB;
 /// Memory a CUDA context takes beyond what the process allocates.
 const CONTEXT_BYTES: u64 = 512 * MIB;
-const POWER_LIMIT_W: f64 = 700.0;
-const IDLE_POWER_W: f64 = 69.0;
-const MAX_SM_MHZ: u32 = 1980;
-const IDLE_SM_MHZ: u32 = 345;
-const MEMORY_MHZ: u32 = 2619;
-const MAX_VIDEO_MHZ: u32 = 1545;
-const IDLE_VIDEO_MHZ: u32 = 765;
-const NVLINKS: u32 = 18;
 /// Thermal time constant of die and heatsink, seconds.
 const THERMAL_TAU_S: f64 = 90.0;
-/// Degrees per watt from inlet air to die under forced cooling.
-const DEGREES_PER_WATT: f64 = 0.055;
 /// HBM3 slowdown begins around 95 °C and the hardware clamps hard past ~105 °C.
 const MEMORY_SW_SLOWDOWN_C: f64 = 95.0;
 const MEMORY_HW_SLOWDOWN_C: f64 = 105.0;
 const GPU_SW_SLOWDOWN_C: f64 = 87.0;
+
+/// How the memory temperature follows the die.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum MemoryModel {
+    /// The built-in fleet's: HBM above the die by a gap that grows with memory traffic.
+    Fixed,
+    /// Memory minus die moves from `idle` to `loaded` °C with the power drawn, as in
+    /// `nvidia-smi` readings of each model; `sensor` false: no memory temperature at all.
+    Measured {
+        idle: f64,
+        loaded: f64,
+        sensor: bool,
+    },
+}
 
 /// A simulated GPU.
 #[derive(Debug, Clone)]
@@ -48,6 +55,11 @@ pub struct SimGpu {
     ambient: f64,
     /// Normal HBM-above-die gap under memory load, °C.
     memory_gap: f64,
+    /// The model, and how its memory temperature reads.
+    spec: &'static SkuSpec,
+    memory: MemoryModel,
+    /// Confounders, with the stream they draw from; None in the built-in fleet.
+    quirks: Option<Box<(Quirks, SmallRng)>>,
     /// Old aggregate ECC errors from before this run that never grow.
     old_corrected: u64,
     rng: SmallRng,
@@ -98,7 +110,8 @@ impl SimGpu {
         } else {
             0
         };
-        let temperature = ambient + 10.0 + IDLE_POWER_W * DEGREES_PER_WATT;
+        let spec = &H100;
+        let temperature = ambient + 10.0 + spec.idle_power_w * spec.degrees_per_watt;
         SimGpu {
             index,
             uuid,
@@ -109,6 +122,9 @@ impl SimGpu {
             fault,
             ambient,
             memory_gap: rng.random_range(3.0..8.0),
+            spec,
+            memory: MemoryModel::Fixed,
+            quirks: None,
             old_corrected,
             util: 0.0,
             mem_copy: 0.0,
@@ -116,10 +132,10 @@ impl SimGpu {
             tensor: 0.0,
             temperature,
             memory_temperature: temperature + 6.0,
-            power: IDLE_POWER_W,
+            power: spec.idle_power_w,
             energy_joules: rng.random_range(1.0e8..5.0e9),
             clock_events: ClockEvents::GPU_IDLE,
-            sm_clock: IDLE_SM_MHZ,
+            sm_clock: spec.idle_sm_mhz,
             wear: Wear {
                 link_gen: 5,
                 link_width: 16,
@@ -130,6 +146,53 @@ impl SimGpu {
             noise: None,
             office_hours: None,
         }
+    }
+
+    /// A GPU of model `spec` (see [`super::sku`]), its memory temperature gap drawn from
+    /// the model's ranges, with the confounders `quirks` (drawn from `quirk_rng`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_sku(
+        index: u32,
+        spec: &'static SkuSpec,
+        workload: Workload,
+        fault: Option<Fault>,
+        hot_aisle: bool,
+        rng: SmallRng,
+        quirks: Quirks,
+        quirk_rng: SmallRng,
+    ) -> SimGpu {
+        let mut gpu = SimGpu::new(index, spec.name, workload, fault, hot_aisle, rng);
+        gpu.spec = spec;
+        let draw = |rng: &mut SmallRng, (lo, hi): (f64, f64)| {
+            if hi > lo {
+                rng.random_range(lo..hi)
+            } else {
+                lo
+            }
+        };
+        gpu.memory = MemoryModel::Measured {
+            idle: draw(&mut gpu.rng, spec.idle_gap),
+            loaded: draw(&mut gpu.rng, spec.loaded_gap),
+            sensor: gpu
+                .rng
+                .random_bool(spec.memory_sensor_share.clamp(0.0, 1.0)),
+        };
+        gpu.temperature = gpu.ambient + 10.0 + spec.idle_power_w * spec.degrees_per_watt;
+        gpu.memory_temperature = gpu.temperature;
+        gpu.power = spec.idle_power_w;
+        gpu.sm_clock = spec.idle_sm_mhz;
+        gpu.wear.link_gen = spec.pcie_gen_max;
+        gpu.wear.nvlinks = spec.nvlinks;
+        gpu.old_corrected += quirks.old_corrected;
+        if quirks != Quirks::default() {
+            gpu.quirks = Some(Box::new((quirks, quirk_rng)));
+        }
+        gpu
+    }
+
+    /// The model this GPU is.
+    pub fn spec(&self) -> &'static SkuSpec {
+        self.spec
     }
 
     /// The GPU's jobs run 08:00–20:00 UTC on weekdays and pause otherwise, keeping their
@@ -178,7 +241,10 @@ impl SimGpu {
         if self.wear.lost {
             return Vec::new();
         }
-        let working = self.in_office_hours(t);
+        let quirks = self.quirks.as_deref().map(|(q, _)| q);
+        let working = self.in_office_hours(t) && !quirks.is_some_and(|q| q.idle_at(t));
+        let inlet = quirks.map_or(0.0, |q| q.inlet(t));
+        let spec = self.spec;
         let rng = &mut self.rng;
         self.workload.advance(t, rng);
         let mut load = self.workload.load(t, rng);
@@ -218,18 +284,19 @@ impl SimGpu {
         };
 
         let busy = self.util > 0.01;
-        let mut power = IDLE_POWER_W
-            + (POWER_LIMIT_W - IDLE_POWER_W) * (0.78 * self.util + 0.15 * self.mem_copy) * slowdown
+        let (idle_w, limit_w) = (spec.idle_power_w, spec.power_limit_w);
+        let mut power = idle_w
+            + (limit_w - idle_w) * (0.78 * self.util + 0.15 * self.mem_copy) * slowdown
             + rng.random_range(-4.0..4.0)
             + self.wear.power_swing;
-        if power >= POWER_LIMIT_W * 0.98 {
+        if power >= limit_w * 0.98 {
             events |= ClockEvents::SW_POWER_CAP;
-            power = power.min(POWER_LIMIT_W);
+            power = power.min(limit_w);
         }
         if !busy {
             events |= ClockEvents::GPU_IDLE;
         }
-        self.power = power.max(IDLE_POWER_W * 0.9);
+        self.power = power.max(idle_w * 0.9);
         self.energy_joules += self.power * dt;
         self.clock_events = events;
         let boost = if events & ClockEvents::SW_POWER_CAP != 0 {
@@ -238,25 +305,36 @@ impl SimGpu {
             1.0
         };
         self.sm_clock = if busy {
-            (MAX_SM_MHZ as f64 * boost * slowdown) as u32
+            (spec.max_sm_mhz as f64 * boost * slowdown) as u32
         } else {
-            IDLE_SM_MHZ
+            spec.idle_sm_mhz
         };
 
         let relax = 1.0 - (-dt / THERMAL_TAU_S).exp();
-        let target = self.ambient + fault_ambient + 10.0 + self.power * DEGREES_PER_WATT;
+        let target =
+            self.ambient + inlet + fault_ambient + 10.0 + self.power * spec.degrees_per_watt;
         self.temperature += (target - self.temperature) * relax;
-        let memory_target = target + self.memory_gap * (0.4 + self.mem_copy) + fault_gap;
+        let gap = match self.memory {
+            MemoryModel::Fixed => self.memory_gap * (0.4 + self.mem_copy),
+            MemoryModel::Measured { idle, loaded, .. } => {
+                let load = ((self.power - idle_w) / (limit_w - idle_w)).clamp(0.0, 1.0);
+                idle + (loaded - idle) * load
+            }
+        };
+        let memory_target = target + gap + fault_gap;
         self.memory_temperature += (memory_target - self.memory_temperature) * relax;
 
         // A healthy link sees a replay now and then.
         self.wear.pcie_replays += poisson(0.2 * dt / 3600.0, rng);
         let mut xids = match self.noise.as_mut() {
-            Some(noise) => background_noise(&mut self.wear, dt, noise),
+            Some(noise) => background_noise(&mut self.wear, spec.nvlinks, dt, noise),
             None => Vec::new(),
         };
         if let Some(fault) = self.fault.as_mut() {
             xids.extend(fault.step(t, dt, &mut self.wear, rng));
+        }
+        if let Some((quirks, rng)) = self.quirks.as_deref_mut() {
+            quirks.step(t, dt, &mut self.wear, rng);
         }
         xids
     }
@@ -269,17 +347,19 @@ impl SimGpu {
             name: self.name.clone(),
             pci_bus_id: self.pci_bus_id.clone(),
             serial: Some(self.serial.clone()),
-            mig_enabled: Some(false),
+            mig_enabled: Some(self.quirks().is_some_and(|q| q.mig)),
             up: !self.wear.lost,
             ..GpuSample::default()
         };
         if self.wear.lost {
             return sample;
         }
-        let used = match self.workload.memory_held() {
+        let used = match self.scaled(self.workload.memory_held()) {
             0 => 0,
             held => held + CONTEXT_BYTES,
         };
+        let spec = self.spec;
+        let (total, reserved) = (spec.total_mib * MIB, spec.reserved_mib * MIB);
         let round = |x: f64| (x * 100.0).round() / 100.0;
         sample.utilization = Utilization {
             gpu: Some(round(self.util)),
@@ -288,60 +368,79 @@ impl SimGpu {
             decoder: Some(round(self.decoder)),
         };
         sample.memory = Memory {
-            total_bytes: Some(TOTAL_BYTES),
+            total_bytes: Some(total),
             used_bytes: Some(used),
-            free_bytes: Some(TOTAL_BYTES - RESERVED_BYTES - used),
-            reserved_bytes: Some(RESERVED_BYTES),
+            free_bytes: Some(total.saturating_sub(reserved + used)),
+            reserved_bytes: Some(reserved),
         };
         sample.temperature_celsius = Some(self.temperature.round());
-        sample.memory_temperature_celsius = Some(self.memory_temperature.round());
+        sample.memory_temperature_celsius = match self.memory {
+            MemoryModel::Measured { sensor: false, .. } => None,
+            _ => Some(self.memory_temperature.round()),
+        };
         sample.power_watts = Some((self.power * 1000.0).round() / 1000.0);
-        sample.power_limit_watts = Some(POWER_LIMIT_W);
+        sample.power_limit_watts = Some(spec.power_limit_w);
         sample.energy_joules = Some(self.energy_joules.floor());
         let video = if self.decoder > 0.0 {
-            MAX_VIDEO_MHZ
+            spec.max_video_mhz
         } else {
-            IDLE_VIDEO_MHZ
+            spec.idle_video_mhz
         };
         sample.clocks = Clocks {
             sm: Some(self.sm_clock),
-            memory: Some(MEMORY_MHZ),
+            memory: Some(spec.memory_mhz),
             graphics: Some(self.sm_clock),
             video: Some(video),
         };
         sample.clocks_max = Clocks {
-            sm: Some(MAX_SM_MHZ),
-            memory: Some(MEMORY_MHZ),
-            graphics: Some(MAX_SM_MHZ),
-            video: Some(MAX_VIDEO_MHZ),
+            sm: Some(spec.max_sm_mhz),
+            memory: Some(spec.memory_mhz),
+            graphics: Some(spec.max_sm_mhz),
+            video: Some(spec.max_video_mhz),
         };
         sample.performance_state = Some(0);
         sample.clock_events = Some(ClockEvents(self.clock_events));
         let w = &self.wear;
+        let base = w.volatile_base;
+        let old_uncorrected = self.quirks().map_or(0, |q| q.old_uncorrected);
         sample.ecc = Ecc {
-            corrected_volatile: Some(w.corrected),
-            uncorrected_volatile: Some(w.uncorrected),
+            corrected_volatile: Some(w.corrected - base.corrected),
+            uncorrected_volatile: Some(w.uncorrected - base.uncorrected),
             corrected_aggregate: Some(w.corrected + self.old_corrected),
-            uncorrected_aggregate: Some(w.uncorrected),
+            uncorrected_aggregate: Some(w.uncorrected + old_uncorrected),
         };
-        sample.remapped_rows = Some(RemappedRows {
-            correctable: w.remap_correctable,
-            uncorrectable: w.remap_uncorrectable,
-            pending: w.remap_pending,
-            failure: w.remap_failure,
-        });
+        match spec.repair {
+            MemoryRepair::RowRemap => {
+                sample.remapped_rows = Some(RemappedRows {
+                    correctable: w.remap_correctable,
+                    uncorrectable: w.remap_uncorrectable,
+                    pending: w.remap_pending,
+                    failure: w.remap_failure,
+                })
+            }
+            MemoryRepair::PageRetirement => {
+                sample.retired_pages = Some(RetiredPages {
+                    sbe: w.remap_correctable,
+                    dbe: w.remap_uncorrectable,
+                    pending: w.remap_pending,
+                })
+            }
+        }
         let traffic = 3.5e5 + 2.0e9 * self.mem_copy;
         sample.pcie = Pcie {
-            replay_counter: Some(w.pcie_replays),
-            link_generation: Some(w.link_gen),
+            replay_counter: Some(w.pcie_replays - base.pcie_replays),
+            link_generation: Some(match spec.idle_link_gen {
+                Some(idle) if self.util <= 0.01 => w.link_gen.min(idle),
+                _ => w.link_gen,
+            }),
             link_width: Some(w.link_width),
-            // An H100 SXM's link: Gen5 x16, what a healthy simulated GPU runs at.
-            link_generation_max: Some(5),
+            // The model's link at x16 (an H100 SXM's: Gen5), what a healthy GPU runs at.
+            link_generation_max: Some(spec.pcie_gen_max),
             link_width_max: Some(16),
             tx_bytes_per_second: Some(traffic.round()),
             rx_bytes_per_second: Some((traffic * 1.1).round()),
         };
-        sample.nvlink = (0..NVLINKS)
+        sample.nvlink = (0..spec.nvlinks)
             .map(|link| {
                 w.nvlink
                     .iter()
@@ -361,7 +460,26 @@ impl SimGpu {
             tensor_active: Some(round(self.tensor)),
             dram_active: Some(round(self.mem_copy * 0.9)),
         });
+        if let Some(quirks) = self.quirks() {
+            if quirks.ecc_disabled {
+                sample.ecc = Ecc::default();
+                sample.remapped_rows = None;
+                sample.retired_pages = None;
+            }
+            if quirks.mig {
+                // In MIG mode nvidia-smi and NVML give no whole-GPU utilization, and the
+                // row-remap counters read [N/A].
+                sample.utilization.gpu = None;
+                sample.utilization.memory_copy = None;
+                sample.remapped_rows = None;
+                sample.gpm = None;
+            }
+        }
         sample
+    }
+
+    fn quirks(&self) -> Option<&Quirks> {
+        self.quirks.as_deref().map(|(q, _)| q)
     }
 
     /// Processes on the GPU now (none once it is lost).
@@ -369,8 +487,22 @@ impl SimGpu {
         if self.wear.lost {
             Vec::new()
         } else {
-            self.workload.processes(self.util)
+            let mut processes = self.workload.processes(self.util);
+            for p in &mut processes {
+                p.memory_bytes = self.scaled(p.memory_bytes);
+            }
+            processes
         }
+    }
+
+    /// Bytes a job sized for an 80 GB H100 holds on this model: as much of its memory.
+    fn scaled(&self, bytes: u64) -> u64 {
+        if self.spec.total_mib == H100.total_mib {
+            return bytes;
+        }
+        let share = self.spec.total_mib as f64 / H100.total_mib as f64;
+        // Whole MiB, as the jobs allocate.
+        (bytes as f64 * share / MIB as f64).floor() as u64 * MIB
     }
 
     /// Context memory included: what NVML reports as the process's `usedGpuMemory`.
@@ -386,14 +518,14 @@ const NOISE_NVLINK_DAYS: f64 = 10.0;
 const NOISE_APP_XID_DAYS: f64 = 3.0;
 
 /// One step of background noise; returns the application XIDs it raised.
-fn background_noise(wear: &mut Wear, dt: f64, rng: &mut SmallRng) -> Vec<u32> {
+fn background_noise(wear: &mut Wear, nvlinks: u32, dt: f64, rng: &mut SmallRng) -> Vec<u32> {
     let days = dt / 86_400.0;
     wear.corrected += poisson(days / NOISE_ECC_DAYS, rng);
     for _ in 0..poisson(days / NOISE_PCIE_BURST_DAYS, rng) {
         wear.pcie_replays += rng.random_range(10..120);
     }
     for _ in 0..poisson(days / NOISE_NVLINK_DAYS, rng) {
-        let link = wear.nvlink_mut(rng.random_range(0..NVLINKS));
+        let link = wear.nvlink_mut(rng.random_range(0..nvlinks.max(1)));
         let n = rng.random_range(1..20);
         link.crc_flit += n;
         link.replay += n;

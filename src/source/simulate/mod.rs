@@ -8,7 +8,11 @@
 //! cheap.
 
 mod fault;
+mod fault_memory;
 mod gpu;
+pub mod quirks;
+pub mod shape;
+pub mod sku;
 mod workload;
 
 use std::time::Instant;
@@ -18,8 +22,11 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::{Deserialize, Serialize};
 
-pub use fault::FaultKind;
+pub use fault::{FaultKind, LinkMode};
 pub use gpu::SimGpu;
+pub use quirks::Quirks;
+pub use shape::{Curve, Shape};
+pub use sku::Sku;
 pub use workload::WorkloadKind;
 
 use super::{Collection, Source};
@@ -68,6 +75,18 @@ impl GpuPlan {
     }
 }
 
+/// A GPU of the scenario library (src/scenario/): its plan, its model, the drawn shape of
+/// its fault's precursors, and the confounders it shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSpec {
+    pub plan: GpuPlan,
+    pub sku: Sku,
+    /// None: the family's fixed shape.
+    pub shape: Option<Shape>,
+    pub link_mode: LinkMode,
+    pub quirks: Quirks,
+}
+
 /// A simulated fleet of GPUs on one host.
 #[derive(Debug, Clone)]
 pub struct Fleet {
@@ -101,12 +120,14 @@ impl FaultKind {
             FaultKind::NvLink => "nvlink",
             FaultKind::GspFirmware => "gsp_firmware",
             FaultKind::PowerDelivery => "power_delivery",
+            FaultKind::RowRemap => "row_remap",
+            FaultKind::PageRetirement => "page_retirement",
         }
     }
 
     /// The family of a `[simulation] faults` name.
     pub fn from_name(name: &str) -> Option<FaultKind> {
-        FaultKind::ALL.into_iter().find(|k| k.name() == name)
+        FaultKind::EVERY.into_iter().find(|k| k.name() == name)
     }
 }
 
@@ -147,6 +168,48 @@ impl Fleet {
 
     /// A fleet from explicit plans (the detection-quality tests build their own).
     pub fn from_plans(seed: u64, model: &str, start: DateTime<Utc>, plans: &[GpuPlan]) -> Fleet {
+        Fleet::build(seed, start, plans, |i, plan, workload, rng, _| {
+            let fault = plan
+                .fault
+                .map(|kind| fault::Fault::new(kind, plan.horizon_hours * 3600.0));
+            SimGpu::new(i as u32, model, workload, fault, plan.hot_aisle, rng)
+        })
+    }
+
+    /// A fleet of scenario GPUs: each its own model, precursor shape and confounders.
+    pub fn from_specs(seed: u64, start: DateTime<Utc>, specs: &[GpuSpec]) -> Fleet {
+        let plans: Vec<GpuPlan> = specs.iter().map(|s| s.plan).collect();
+        Fleet::build(seed, start, &plans, |i, plan, workload, rng, gpu_seed| {
+            let spec = &specs[i];
+            let horizon = plan.horizon_hours * 3600.0;
+            let fault = plan.fault.map(|kind| match spec.shape {
+                Some(shape) => fault::Fault::shaped(kind, horizon, shape, spec.link_mode),
+                None => fault::Fault::new(kind, horizon),
+            });
+            // The confounders draw from a stream of their own, so adding one leaves the
+            // GPU's other draws as they were.
+            let quirk_rng = SmallRng::seed_from_u64(gpu_seed ^ 0x7175_6972_6B73_0001);
+            SimGpu::for_sku(
+                i as u32,
+                spec.sku.spec(),
+                workload,
+                fault,
+                plan.hot_aisle,
+                rng,
+                spec.quirks.clone(),
+                quirk_rng,
+            )
+        })
+    }
+
+    /// Builds each GPU with `make(index, plan, workload, rng, gpu seed)` from a stream of
+    /// its own, then warms it up.
+    fn build(
+        seed: u64,
+        start: DateTime<Utc>,
+        plans: &[GpuPlan],
+        make: impl Fn(usize, &GpuPlan, workload::Workload, SmallRng, u64) -> SimGpu,
+    ) -> Fleet {
         let gpus = plans
             .iter()
             .enumerate()
@@ -160,8 +223,7 @@ impl Fleet {
                     _ => 0.1 * horizon,
                 };
                 let workload = workload::Workload::new(plan.workload, turn_at, &mut rng);
-                let fault = plan.fault.map(|kind| fault::Fault::new(kind, horizon));
-                let mut gpu = SimGpu::new(i as u32, model, workload, fault, plan.hot_aisle, rng);
+                let mut gpu = make(i, plan, workload, rng, gpu_seed);
                 if plan.background_noise {
                     // A stream of its own: noise on or off, the GPU's other draws are the same.
                     let noise = SmallRng::seed_from_u64(gpu_seed ^ 0x6E6F_6973_6521_0001);
@@ -370,6 +432,10 @@ impl Source for SimulatedSource {
         )
     }
 }
+
+#[cfg(test)]
+#[path = "spec_tests.rs"]
+mod spec_tests;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,218 @@
+//! Running a library: each node's fleet stepped through its days, in-process or to files.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::smi_csv::{SmiCsvWriter, Units};
+use super::{DAY, Library, NodeScenario};
+use crate::model::Snapshot;
+use crate::source::simulate::Failure;
+
+/// One collection of a node run.
+pub struct Step<'a> {
+    pub snapshot: &'a Snapshot,
+    /// The driver was reloaded since the previous collection (the log restarts).
+    pub after_reload: bool,
+    /// Failures reached since the previous collection.
+    pub failures: &'a [Failure],
+}
+
+impl NodeScenario {
+    /// Steps the node's fleet from `start` for `days` days, a collection every `interval`
+    /// seconds, and hands each to `each`. The collection a driver reload interrupts is
+    /// skipped (the monitor was restarting).
+    pub fn run<E>(
+        &self,
+        start: DateTime<Utc>,
+        days: f64,
+        interval: f64,
+        mut each: impl FnMut(Step<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut fleet = self.fleet(start);
+        let end = days.max(0.0) * DAY;
+        let interval = interval.max(1.0);
+        let mut reload = false;
+        let mut t = 0.0;
+        while t + interval <= end + 1e-6 {
+            t += interval;
+            fleet.advance(interval);
+            let failures = fleet.take_failures();
+            if self
+                .driver_reloads
+                .iter()
+                .any(|&r| r > t - interval && r <= t)
+            {
+                reload = true;
+                // The events of the skipped collection are lost with it, as they would be.
+                fleet.take_events();
+                if failures.is_empty() {
+                    continue;
+                }
+            }
+            let snapshot = fleet.snapshot();
+            each(Step {
+                snapshot: &snapshot,
+                after_reload: std::mem::take(&mut reload),
+                failures: &failures,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// What `gpu-sentinel scenarios` writes per node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// An nvidia-smi CSV log with units after values.
+    SmiCsv,
+    /// The same with `nounits`.
+    SmiCsvNoUnits,
+    /// JSONL snapshots with failure label lines, as `record` writes them.
+    Jsonl,
+}
+
+/// A failure label line, in the shape `record` writes and `train` reads.
+#[derive(Serialize)]
+struct Label<'a> {
+    failure: &'a Failure,
+}
+
+/// What was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    pub files: Vec<PathBuf>,
+    pub rows: u64,
+}
+
+/// Writes every node of `library` into `dir` (one file per node, named after it) and the
+/// ground truth as `truth.json`.
+pub fn write_library(
+    library: &Library,
+    dir: &Path,
+    format: FileFormat,
+    interval: f64,
+) -> anyhow::Result<Written> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = Written {
+        files: Vec::new(),
+        rows: 0,
+    };
+    for node in &library.nodes {
+        let ext = if format == FileFormat::Jsonl {
+            "jsonl"
+        } else {
+            "csv"
+        };
+        let path = dir.join(format!("{}.{ext}", node.hostname));
+        let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let out = BufWriter::new(file);
+        written.rows += write_node(library, node, out, format, interval)
+            .with_context(|| format!("writing {}", path.display()))?;
+        written.files.push(path);
+    }
+    let path = dir.join("truth.json");
+    let truth = serde_json::to_vec_pretty(&library.truth())?;
+    std::fs::write(&path, truth).with_context(|| format!("writing {}", path.display()))?;
+    written.files.push(path);
+    Ok(written)
+}
+
+/// Writes one node's run to `out`; returns the rows (CSV) or snapshots (JSONL) written.
+pub fn write_node(
+    library: &Library,
+    node: &NodeScenario,
+    mut out: impl Write,
+    format: FileFormat,
+    interval: f64,
+) -> anyhow::Result<u64> {
+    let (start, days) = (library.options.start, library.options.days);
+    let rows = match format {
+        FileFormat::Jsonl => {
+            let mut lines = 0;
+            node.run(start, days, interval, |step| -> anyhow::Result<()> {
+                serde_json::to_writer(&mut out, step.snapshot)?;
+                out.write_all(b"\n")?;
+                for failure in step.failures {
+                    serde_json::to_writer(&mut out, &Label { failure })?;
+                    out.write_all(b"\n")?;
+                }
+                lines += 1;
+                Ok(())
+            })?;
+            lines
+        }
+        FileFormat::SmiCsv | FileFormat::SmiCsvNoUnits => {
+            let units = if format == FileFormat::SmiCsv {
+                Units::Units
+            } else {
+                Units::NoUnits
+            };
+            let mut csv = SmiCsvWriter::new(&mut out, units);
+            csv.header()?;
+            node.run(start, days, interval, |step| -> anyhow::Result<()> {
+                if step.after_reload {
+                    csv.header()?;
+                }
+                csv.round(step.snapshot)?;
+                Ok(())
+            })?;
+            csv.rows()
+        }
+    };
+    out.flush()?;
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::LibraryOptions;
+
+    #[test]
+    fn a_node_run_hands_over_every_collection_its_restarts_and_its_failures() {
+        // Seed 2, node 2: two driver reloads and two failures in three days.
+        let library = Library::new(LibraryOptions::new(2, 2, 3.0));
+        let node = &library.nodes[1];
+        assert_eq!(node.driver_reloads.len(), 2);
+        let fleet = node.fleet(library.options.start);
+        let interval = 600.0;
+        let (mut steps, mut restarts, mut failures) = (0, 0, Vec::new());
+        node.run(library.options.start, 3.0, interval, |step| {
+            steps += 1;
+            restarts += usize::from(step.after_reload);
+            assert_eq!(step.snapshot.gpus.len(), 8);
+            assert_eq!(step.snapshot.host.hostname, node.hostname);
+            failures.extend(step.failures.iter().cloned());
+            Ok::<(), ()>(())
+        })
+        .expect("no errors");
+        // One collection a reload interrupts is missing.
+        assert_eq!(steps, 3 * 144 - 2);
+        assert_eq!(restarts, 2);
+        let mut expected = 0;
+        for (i, label) in node.labels.iter().enumerate() {
+            let Some(at) = label.failure_s else {
+                continue;
+            };
+            expected += 1;
+            let uuid = &fleet.gpu(i).expect("a GPU").uuid;
+            let failure = failures
+                .iter()
+                .find(|f| &f.uuid == uuid)
+                .unwrap_or_else(|| panic!("no failure for GPU {i}"));
+            assert_eq!(Some(failure.family.as_str()), label.family.as_deref());
+            let seconds = (failure.at - library.options.start).num_milliseconds() as f64 / 1e3;
+            assert!(
+                seconds >= at && seconds < at + interval + 1.0,
+                "{seconds} {at}"
+            );
+        }
+        assert_eq!(failures.len(), expected);
+        assert!(expected >= 2);
+    }
+}
