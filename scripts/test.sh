@@ -12,7 +12,8 @@ declare -A needs=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [prometheus-alertmanager]=prometheus-alertmanager
-  # tests/board.rs: the live page in a headless browser.
+  # tests/board.rs, tests/fleet_report.rs: the live page and the HTML report in a
+  # headless browser.
   [chromium]=chromium
   # tests/web_config.rs: test CAs and certificates (openssl), HTTP/2 over TLS (curl).
   [openssl]=openssl
@@ -22,8 +23,6 @@ declare -A needs=(
   [readelf]=binutils
   # kubectl is usually on the machine image already; Debian's older one renders the same.
   [kubectl]=kubernetes-client
-  # HTML pages and reports are loaded in a real browser (headless).
-  [chromium]=chromium
 )
 missing=()
 for tool in "${!needs[@]}"; do

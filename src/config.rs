@@ -82,6 +82,10 @@ pub struct CollectConfig {
     /// Directory of `<index|uuid>` files holding `"<jobid> <uid>"` (Slurm GPU-stat
     /// prologs, `/run/gpustat`). Empty: not read.
     pub gpustat_dir: String,
+    /// The program asked for a Slurm job's account (`scontrol show job`), so `[[teams]]
+    /// slurm_accounts` can match; a name on the PATH or a path, or `"off"`. Asked only on a
+    /// host where jobs are seen, once per job.
+    pub scontrol: String,
 }
 
 impl Default for CollectConfig {
@@ -96,6 +100,7 @@ impl Default for CollectConfig {
             gpu_resource_names: vec!["nvidia.com/gpu".into()],
             hpc_job_mapping_dir: String::new(),
             gpustat_dir: String::new(),
+            scontrol: "scontrol".into(),
         }
     }
 }
@@ -119,6 +124,14 @@ impl CollectConfig {
             (!d.is_empty()).then(|| Path::new(d))
         }
         (dir(&self.hpc_job_mapping_dir), dir(&self.gpustat_dir))
+    }
+
+    /// The program that names a Slurm job's account, or `None` when disabled.
+    pub fn scontrol_program(&self) -> Option<&Path> {
+        match self.scontrol.as_str() {
+            "" | "off" => None,
+            program => Some(Path::new(program)),
+        }
     }
 
     /// The kubelet socket to ask, or `None` when disabled.

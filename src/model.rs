@@ -360,6 +360,9 @@ pub struct ProcessSample {
     /// Slurm job id, from the process's cgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpc_job: Option<String>,
+    /// The Slurm account of that job, from the controller (`scontrol`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_account: Option<String>,
     /// The `[[teams]]` entry that claims the owner (`unassigned` when none does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
@@ -390,6 +393,9 @@ pub struct Allocation {
     pub container: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpc_job: Option<String>,
+    /// The Slurm account of `hpc_job`, from the controller (`scontrol`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_account: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

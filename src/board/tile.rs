@@ -235,7 +235,7 @@ fn write_holder(out: &mut String, p: &ProcessSample, gpu: &GpuView<'_>, cx: &Til
         let holder = Holder {
             namespace: p.namespace.as_deref(),
             user: p.user.as_deref(),
-            slurm_account: None,
+            slurm_account: p.slurm_account.as_deref(),
             host: Some(cx.hostname),
         };
         parts.push(format!(

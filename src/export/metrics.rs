@@ -178,6 +178,16 @@ pub const PCIE_LINK_WIDTH: MetricDef = gauge(
     GPU,
     "Current PCIe link width, in lanes.",
 );
+pub const PCIE_LINK_GENERATION_MAX: MetricDef = gauge(
+    "gpu_pcie_link_generation_max",
+    GPU,
+    "Highest PCIe link generation the GPU and its slot support; below it under load, the link has trained down.",
+);
+pub const PCIE_LINK_WIDTH_MAX: MetricDef = gauge(
+    "gpu_pcie_link_width_max",
+    GPU,
+    "Widest PCIe link the GPU and its slot support, in lanes.",
+);
 pub const PCIE_THROUGHPUT: MetricDef = gauge(
     "gpu_pcie_throughput_bytes_per_second",
     &["gpu", "uuid", "direction"],
@@ -493,6 +503,8 @@ pub const NATIVE: &[MetricDef] = &[
     PCIE_REPLAYS,
     PCIE_LINK_GENERATION,
     PCIE_LINK_WIDTH,
+    PCIE_LINK_GENERATION_MAX,
+    PCIE_LINK_WIDTH_MAX,
     PCIE_THROUGHPUT,
     NVLINK_ERRORS,
     XID_ERRORS,

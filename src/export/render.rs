@@ -210,6 +210,12 @@ fn health_counters(families: &mut Families, up: &[&GpuLabels]) {
     per_gpu(families, &PCIE_LINK_WIDTH, up, |s| {
         s.pcie.link_width.map(f64::from)
     });
+    per_gpu(families, &PCIE_LINK_GENERATION_MAX, up, |s| {
+        s.pcie.link_generation_max.map(f64::from)
+    });
+    per_gpu(families, &PCIE_LINK_WIDTH_MAX, up, |s| {
+        s.pcie.link_width_max.map(f64::from)
+    });
     let family = families.family(&PCIE_THROUGHPUT);
     for g in up {
         family.push_some(&[&g.index, g.uuid, "tx"], g.sample.pcie.tx_bytes_per_second);

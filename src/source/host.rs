@@ -12,6 +12,7 @@ use std::time::Instant;
 use super::hpc_jobs::HpcJobFiles;
 use super::kmsg::{KmsgEvent, KmsgFollower, XidDeduper, resolve_gpu};
 use super::kubelet::KubeletReader;
+use super::slurm_accounts::SlurmAccounts;
 use super::{Collection, Source};
 use crate::config::CollectConfig;
 use crate::model::{FamilyHealth, XidEvent};
@@ -25,6 +26,7 @@ pub struct HostSource {
     kubelet: Option<KubeletReader>,
     /// Slurm jobs holding GPUs, from mapping files (`None` when none is configured).
     hpc_jobs: Option<HpcJobFiles>,
+    slurm_accounts: Option<SlurmAccounts>,
     kmsg: Option<(KmsgFollower, Receiver<KmsgEvent>)>,
     /// Why the kernel log is not followed, when it should be; reported as failed health.
     kmsg_problem: Option<String>,
@@ -65,6 +67,9 @@ impl HostSource {
             procfs,
             kubelet,
             hpc_jobs: HpcJobFiles::new(mapping_dir, gpustat_dir),
+            slurm_accounts: config
+                .scontrol_program()
+                .map(|program| SlurmAccounts::new(program.to_owned())),
             kmsg,
             kmsg_problem,
             dedup: XidDeduper::default(),
@@ -125,6 +130,12 @@ impl Source for HostSource {
         }
         if let Some(jobs) = &mut self.hpc_jobs {
             let family = jobs.read(snapshot, self.procfs.as_ref());
+            collection.health.families.push(family);
+        }
+        // After the jobs of processes (cgroups) and of GPUs (mapping files) are known.
+        if let Some(accounts) = &mut self.slurm_accounts
+            && let Some(family) = accounts.fill(snapshot)
+        {
             collection.health.families.push(family);
         }
 

@@ -9,6 +9,7 @@ pub mod kmsg;
 pub mod kubelet;
 pub mod nvml;
 pub mod simulate;
+pub mod slurm_accounts;
 pub mod teams;
 
 use crate::model::{CollectHealth, Snapshot};

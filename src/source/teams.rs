@@ -1,6 +1,6 @@
 //! The team of every holder in a snapshot: each process and each allocation is matched
 //! against `[[teams]]` (first match wins, else `unassigned`; see `config::team_of`) by what
-//! it is known by — namespace, user, host — once per collection, so the exposition, the
+//! it is known by — namespace, user, Slurm account, host — once per collection, so the exposition, the
 //! engine's cost per owner and the alerts all read the same answer.
 
 use crate::config::{Holder, TeamConfig, team_of};
@@ -10,20 +10,20 @@ use crate::model::Snapshot;
 pub fn assign(snapshot: &mut Snapshot, teams: &[TeamConfig]) {
     let host = snapshot.host.hostname.clone();
     let host = (!host.is_empty()).then_some(host.as_str());
-    let team = |namespace: &Option<String>, user: &Option<String>| {
+    let team = |namespace: &Option<String>, user: &Option<String>, account: &Option<String>| {
         let holder = Holder {
             namespace: namespace.as_deref(),
             user: user.as_deref(),
-            slurm_account: None,
+            slurm_account: account.as_deref(),
             host,
         };
         Some(team_of(teams, &holder).to_string())
     };
     for p in &mut snapshot.processes {
-        p.team = team(&p.namespace, &p.user);
+        p.team = team(&p.namespace, &p.user, &p.slurm_account);
     }
     for a in &mut snapshot.allocations {
-        a.team = team(&a.namespace, &a.user);
+        a.team = team(&a.namespace, &a.user, &a.slurm_account);
     }
 }
 
@@ -37,7 +37,8 @@ mod tests {
     fn processes_and_allocations_get_the_first_team_that_claims_them() {
         let config = Config::parse(
             "[[teams]]\nname = \"ml\"\nnamespaces = [\"ml-*\"]\n\
-             [[teams]]\nname = \"research\"\nusers = [\"alice\"]\n",
+             [[teams]]\nname = \"research\"\nusers = [\"alice\"]\n\
+             [[teams]]\nname = \"phys\"\nslurm_accounts = [\"phys*\"]\n",
         )
         .expect("valid config");
         let mut snapshot = Snapshot {
@@ -48,6 +49,12 @@ mod tests {
             processes: vec![
                 ProcessSample {
                     user: Some("alice".into()),
+                    ..ProcessSample::default()
+                },
+                ProcessSample {
+                    user: Some("carol".into()),
+                    hpc_job: Some("4242".into()),
+                    slurm_account: Some("physics".into()),
                     ..ProcessSample::default()
                 },
                 ProcessSample {
@@ -68,7 +75,7 @@ mod tests {
             .iter()
             .map(|p| p.team.as_deref())
             .collect();
-        assert_eq!(teams, [Some("research"), Some("unassigned")]);
+        assert_eq!(teams, [Some("research"), Some("phys"), Some("unassigned")]);
         assert_eq!(snapshot.allocations[0].team.as_deref(), Some("ml"));
     }
 }

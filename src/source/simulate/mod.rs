@@ -350,6 +350,7 @@ impl Fleet {
                 pod: p.pod.clone(),
                 namespace: p.namespace.map(str::to_string),
                 hpc_job: None,
+                slurm_account: None,
                 team: None,
                 liveness: p.liveness,
                 runtime_seconds: Some((self.elapsed - p.started).max(0.0).round()),
