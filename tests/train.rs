@@ -173,3 +173,101 @@ fn train_fits_a_model_that_ranks_failing_gpus_first() {
     assert!(ranked_above * 4 >= with_precursors * 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `train --scenarios`: the scenario library drawn, every variant held out in turn, the
+/// tables written, and a model the agent loads. A small library (two nodes, six days at
+/// hourly collections) keeps it quick; the published tables come from a larger one
+/// (docs/detection.md).
+#[test]
+fn train_on_the_scenario_library_judges_every_held_out_variant() {
+    let dir = std::env::temp_dir().join(format!("gpu-sentinel-train-lib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (model, tables) = (dir.join("model.toml"), dir.join("tables.md"));
+    let bin = env!("CARGO_BIN_EXE_gpu-sentinel");
+    let output = Command::new(bin)
+        .args([
+            "train",
+            "--scenarios",
+            "2",
+            "--days",
+            "6",
+            "--interval",
+            "1h",
+        ])
+        .args(["--seed", "3", "--out"])
+        .arg(&model)
+        .arg("--tables")
+        .arg(&tables)
+        .output()
+        .expect("the binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&tables).expect("tables written");
+    assert!(stdout.contains(&text), "the tables are printed too");
+    assert!(text.starts_with("16 GPUs ("), "{text}");
+    for heading in [
+        "By failure family",
+        "Healthy GPUs by what they show",
+        "By held-out variant",
+    ] {
+        assert!(text.contains(heading), "{heading}: {text}");
+    }
+    // Every axis has its folds, and each of its values is one row.
+    for axis in ["sku", "curve", "workload", "rate_class"] {
+        assert!(text.contains(&format!("| {axis}=")), "{axis}: {text}");
+    }
+    // The two nodes' GPU models are the two sku folds, their sixteen GPUs between them.
+    let sku_gpus: u32 = text
+        .lines()
+        .filter(|l| l.starts_with("| sku="))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            // failures, …, lost without precursor, healthy GPUs
+            let failures: u32 = cells[2].parse().unwrap_or(0);
+            let lost: u32 = cells[6]
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let healthy: u32 = cells[7].parse().unwrap_or(0);
+            failures + lost + healthy
+        })
+        .sum();
+    assert!((8..=16).contains(&sku_gpus), "{sku_gpus}: {text}");
+    // The model is one the agent accepts.
+    let loaded = RiskModel::load(&model).expect("the written model loads");
+    assert!(
+        loaded.description.contains("--scenarios 2 --seed 3"),
+        "{loaded:?}"
+    );
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[risk]\nmodel = \"{}\"\n", model.display()),
+    )
+    .expect("write config");
+    let check = Command::new(bin)
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("the binary runs");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    // Bad arguments are refused by name.
+    let refused = Command::new(bin)
+        .args(["train", "--scenarios", "0", "--out"])
+        .arg(dir.join("never.toml"))
+        .output()
+        .expect("the binary runs");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--scenarios"));
+    assert!(!dir.join("never.toml").exists());
+}

@@ -7,14 +7,33 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::config::DEFAULT_RISK_THRESHOLD;
-use crate::train::{TrainOptions, train as fit};
+use crate::scenario::{Library, LibraryOptions};
+use crate::train::{TrainOptions, library, train as fit};
 
 #[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
     /// Labelled history: JSONL snapshots (as `record` writes them) and failure lines
     /// `{"failure": {"uuid": "GPU-…", "at": "RFC3339", "family": "…"}}`.
-    #[arg(long, value_name = "FILE")]
-    pub history: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "scenarios")]
+    pub history: Option<PathBuf>,
+    /// Instead of a history: fit on a drawn scenario library of this many nodes of eight
+    /// GPUs (docs/detection.md), and judge the model leaving each variant out.
+    #[arg(long, value_name = "NODES", conflicts_with_all = ["history", "test_share"])]
+    pub scenarios: Option<usize>,
+    /// With --scenarios: simulated days each node runs.
+    #[arg(
+        long,
+        value_name = "DAYS",
+        default_value_t = 30.0,
+        requires = "scenarios"
+    )]
+    pub days: f64,
+    /// With --scenarios: time between two collections of a node.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration, requires = "scenarios")]
+    pub interval: Duration,
+    /// With --scenarios: also write the evaluation tables (Markdown) to this file.
+    #[arg(long, value_name = "FILE", requires = "scenarios")]
+    pub tables: Option<PathBuf>,
     /// Where to write the fitted model (the format of models/default-risk.toml).
     #[arg(long, value_name = "MODEL.toml")]
     pub out: PathBuf,
@@ -27,7 +46,7 @@ pub struct TrainArgs {
     /// Share of GPUs held out to measure the model.
     #[arg(long, value_name = "SHARE", default_value_t = 0.3)]
     pub test_share: f64,
-    /// Seed of the split into training and test GPUs.
+    /// Seed of the split into training and test GPUs (with --scenarios: of the library).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// One row of features per GPU per this interval.
@@ -57,8 +76,11 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     let seconds = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
     anyhow::ensure!(seconds(args.horizon) > 0, "--horizon must be positive");
     anyhow::ensure!(seconds(args.row_every) > 0, "--row-every must be positive");
+    let Some(history) = &args.history else {
+        return scenarios(args, seconds(args.horizon), seconds(args.row_every));
+    };
     let report = fit(&TrainOptions {
-        history: args.history.clone(),
+        history: history.clone(),
         out: args.out.clone(),
         horizon: seconds(args.horizon),
         threshold: args.threshold,
@@ -68,4 +90,40 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
         alpha: args.alpha,
     })?;
     super::output::print(&format!("{report}wrote {}\n", args.out.display()))
+}
+
+/// `--scenarios NODES`: fit and judge on the scenario library.
+fn scenarios(args: &TrainArgs, horizon: i64, row_every: i64) -> anyhow::Result<()> {
+    let nodes = args.scenarios.unwrap_or(0);
+    anyhow::ensure!(nodes >= 1, "--scenarios needs at least one node");
+    anyhow::ensure!(
+        args.days.is_finite() && args.days > 0.0 && args.days <= 366.0,
+        "--days {} must be between 0 and 366",
+        args.days
+    );
+    let interval = args.interval.as_secs_f64();
+    anyhow::ensure!(interval >= 1.0, "--interval must be at least 1s");
+    let library = Library::new(LibraryOptions::new(args.seed, nodes, args.days));
+    let report = library::run(
+        &library,
+        &library::LibraryOptions {
+            seed: args.seed,
+            nodes,
+            days: args.days,
+            interval,
+            row_every: row_every as f64,
+            horizon: horizon as f64,
+            threshold: args.threshold,
+            alpha: args.alpha,
+            false_day_share: 0.0005,
+        },
+    )?;
+    let tables = report.tables();
+    if let Some(path) = &args.tables {
+        std::fs::write(path, &tables)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    std::fs::write(&args.out, report.model.to_toml())
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", args.out.display()))?;
+    super::output::print(&format!("{tables}wrote {}\n", args.out.display()))
 }

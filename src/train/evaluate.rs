@@ -234,40 +234,77 @@ impl Table {
         total
     }
 
-    /// A Markdown table: one row per group and the total, `first` naming the group column.
-    pub fn markdown(&self, first: &str) -> String {
-        let mut out = format!(
-            "| {first} | failures | warned ≥ 24 h | warned ≥ 12 h | lead p10 / median / p90 (h) \
-             | lost without precursor (claimed) | healthy GPU-days | false warnings per 1,000 GPU-days |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|\n"
-        );
-        let total = self.total();
-        for (name, f) in self.rows.iter().chain([(&"all".to_string(), &total)]) {
+    /// A Markdown table: one row per group, then the total row when `total`; `columns`
+    /// picks the failure columns, the healthy ones, or both.
+    pub fn markdown(&self, first: &str, columns: Columns, total: bool) -> String {
+        let (failures, healthy) = match columns {
+            Columns::Failures => (true, false),
+            Columns::Healthy => (false, true),
+            Columns::Both => (true, true),
+        };
+        let mut head = format!("| {first} |");
+        let mut rule = "|---|".to_string();
+        if failures {
+            head.push_str(
+                " failures | warned ≥ 24 h | warned ≥ 12 h | lead p10 / median / p90 (h) \
+                 | lost without precursor (claimed) |",
+            );
+            rule.push_str("---:|---:|---:|---:|---:|");
+        }
+        if healthy {
+            head.push_str(" healthy GPUs | GPU-days | false warnings | per 1,000 GPU-days |");
+            rule.push_str("---:|---:|---:|---:|");
+        }
+        let mut out = format!("{head}\n{rule}\n");
+        let all = self.total();
+        let all_row = total.then_some(("all".to_string(), &all));
+        let rows = self.rows.iter().map(|(n, f)| (n.clone(), f)).chain(all_row);
+        for (name, f) in rows {
             let pct = |r: Option<f64>| r.map_or("–".into(), |r| format!("{:.0}%", r * 100.0));
             let hours = |h: Option<f64>| h.map_or("–".into(), |h| format!("{h:.0}"));
-            let _ = writeln!(
-                out,
-                "| {name} | {} | {} ({}) | {} ({}) | {} / {} / {} | {} | {:.0} | {} |",
-                f.failures,
-                f.warned_24h,
-                pct(f.recall_24h()),
-                f.warned_12h,
-                pct(f.recall_12h()),
-                hours(f.lead_quantile(0.1)),
-                hours(f.lead_quantile(0.5)),
-                hours(f.lead_quantile(0.9)),
-                if f.unpredictable == 0 {
-                    "–".to_string()
-                } else {
-                    format!("{} ({})", f.unpredictable, f.unpredictable_claimed)
-                },
-                f.healthy_days,
-                f.false_per_1000_days()
-                    .map_or("–".into(), |r| format!("{r:.2}")),
-            );
+            let _ = write!(out, "| {name} |");
+            if failures {
+                let _ = write!(
+                    out,
+                    " {} | {} ({}) | {} ({}) | {} / {} / {} | {} |",
+                    f.failures,
+                    f.warned_24h,
+                    pct(f.recall_24h()),
+                    f.warned_12h,
+                    pct(f.recall_12h()),
+                    hours(f.lead_quantile(0.1)),
+                    hours(f.lead_quantile(0.5)),
+                    hours(f.lead_quantile(0.9)),
+                    if f.unpredictable == 0 {
+                        "–".to_string()
+                    } else {
+                        format!("{} ({})", f.unpredictable, f.unpredictable_claimed)
+                    },
+                );
+            }
+            if healthy {
+                let _ = write!(
+                    out,
+                    " {} | {:.0} | {} | {} |",
+                    f.healthy_gpus,
+                    f.healthy_days,
+                    f.false_warnings,
+                    f.false_per_1000_days()
+                        .map_or("–".into(), |r| format!("{r:.2}")),
+                );
+            }
+            out.push('\n');
         }
         out
     }
+}
+
+/// Which columns a table shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Columns {
+    Failures,
+    Healthy,
+    Both,
 }
 
 #[cfg(test)]
@@ -398,11 +435,14 @@ mod tests {
         assert_eq!(f.lead_quantile(0.5), Some(30.0));
         assert_eq!(f.lead_quantile(0.9), Some(70.0));
         assert_eq!(f.recall_24h(), Some(0.6));
-        let md = table.markdown("family");
+        let md = table.markdown("family", Columns::Failures, true);
         assert!(
-            md.contains("| memory_wear | 5 | 3 (60%) | 3 (60%) | 10 / 30 / 70 |"),
+            md.contains("| memory_wear | 5 | 3 (60%) | 3 (60%) | 10 / 30 / 70 | – |\n"),
             "{md}"
         );
         assert!(md.contains("| all | 5 |"), "{md}");
+        let md = table.markdown("family", Columns::Healthy, false);
+        assert!(md.contains("| memory_wear | 0 | 0 | 0 | – |\n"), "{md}");
+        assert!(!md.contains("| all |"), "{md}");
     }
 }

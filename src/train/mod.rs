@@ -11,6 +11,7 @@
 pub mod evaluate;
 pub mod fit;
 pub mod history;
+pub mod library;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
