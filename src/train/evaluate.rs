@@ -234,9 +234,10 @@ impl Table {
         total
     }
 
-    /// A Markdown table: one row per group, then the total row when `total`; `columns`
+    /// A Markdown table: one row per group, then `total` as the row `all` when given (the
+    /// sum of the rows, [`Table::total`], unless a GPU counts in several groups); `columns`
     /// picks the failure columns, the healthy ones, or both.
-    pub fn markdown(&self, first: &str, columns: Columns, total: bool) -> String {
+    pub fn markdown(&self, first: &str, columns: Columns, total: Option<&Figures>) -> String {
         let (failures, healthy) = match columns {
             Columns::Failures => (true, false),
             Columns::Healthy => (false, true),
@@ -256,8 +257,7 @@ impl Table {
             rule.push_str("---:|---:|---:|---:|");
         }
         let mut out = format!("{head}\n{rule}\n");
-        let all = self.total();
-        let all_row = total.then_some(("all".to_string(), &all));
+        let all_row = total.map(|f| ("all".to_string(), f));
         let rows = self.rows.iter().map(|(n, f)| (n.clone(), f)).chain(all_row);
         for (name, f) in rows {
             let pct = |r: Option<f64>| r.map_or("–".into(), |r| format!("{:.0}%", r * 100.0));
@@ -435,13 +435,13 @@ mod tests {
         assert_eq!(f.lead_quantile(0.5), Some(30.0));
         assert_eq!(f.lead_quantile(0.9), Some(70.0));
         assert_eq!(f.recall_24h(), Some(0.6));
-        let md = table.markdown("family", Columns::Failures, true);
+        let md = table.markdown("family", Columns::Failures, Some(&table.total()));
         assert!(
             md.contains("| memory_wear | 5 | 3 (60%) | 3 (60%) | 10 / 30 / 70 | – |\n"),
             "{md}"
         );
         assert!(md.contains("| all | 5 |"), "{md}");
-        let md = table.markdown("family", Columns::Healthy, false);
+        let md = table.markdown("family", Columns::Healthy, None);
         assert!(md.contains("| memory_wear | 0 | 0 | 0 | – |\n"), "{md}");
         assert!(!md.contains("| all |"), "{md}");
     }

@@ -24,7 +24,7 @@ use crate::engine::{Engine, EngineConfig, Findings};
 use crate::scenario::{GpuLabel, Library, NodeScenario, TruthKind};
 use crate::source::simulate::Failure;
 
-use super::evaluate::{Columns, Outcome, Table, Tracker, Truth};
+use super::evaluate::{Columns, Figures, Outcome, Table, Tracker, Truth};
 use super::fit::{self, Fitted};
 
 const N: usize = FEATURES.len();
@@ -84,9 +84,12 @@ pub struct LibraryReport {
     pub gpus: usize,
     pub failing: usize,
     pub rows: usize,
-    /// From the GPU-model folds: by failure family, and healthy GPUs by confounders.
+    /// From the GPU-model folds: by failure family, and healthy GPUs by each confounder
+    /// they show (a GPU with two counts in both rows) ...
     pub by_family: Table,
     pub by_confounder: Table,
+    /// ... and every healthy GPU once.
+    pub healthy: Figures,
     /// One row per held-out variant value (`curve=exponential`, …).
     pub by_variant: Table,
 }
@@ -106,6 +109,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         rows: observed.rows.len(),
         by_family: Table::default(),
         by_confounder: Table::default(),
+        healthy: Figures::default(),
         by_variant: Table::default(),
     };
     for axis in AXES {
@@ -133,7 +137,10 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
                             report.by_family.add(family, &outcome);
                         }
                         Outcome::Healthy { .. } => {
-                            report.by_confounder.add(&confounders(label), &outcome);
+                            for confounder in confounders(label) {
+                                report.by_confounder.add(&confounder, &outcome);
+                            }
+                            report.healthy.add(&outcome);
                         }
                     }
                 }
@@ -163,32 +170,34 @@ impl LibraryReport {
              the GPU's variant.\n\n\
              By failure family (GPU-model folds: each GPU judged by a model fitted without \
              its GPU model):\n\n{}\n\
-             Healthy GPUs by what they show (GPU-model folds):\n\n{}\n\
+             Healthy GPUs by what they show, a GPU under each thing it shows (GPU-model \
+             folds):\n\n{}\n\
              By held-out variant (one fold per value):\n\n{}",
             self.gpus,
             self.failing,
             self.rows,
-            self.by_family.markdown("family", Columns::Failures, true),
+            self.by_family
+                .markdown("family", Columns::Failures, Some(&self.by_family.total())),
             self.by_confounder
-                .markdown("confounders", Columns::Healthy, true),
+                .markdown("shows", Columns::Healthy, Some(&self.healthy)),
             // A GPU is in one fold of each axis: a total over all folds would count it four
             // times.
-            self.by_variant.markdown("held out", Columns::Both, false),
+            self.by_variant.markdown("held out", Columns::Both, None),
         )
     }
 }
 
-/// The confounders a healthy GPU shows, joined (`none` for a plain healthy GPU).
-fn confounders(label: &GpuLabel) -> String {
+/// The confounders a healthy GPU shows (`none` for a plain healthy GPU).
+fn confounders(label: &GpuLabel) -> Vec<String> {
     let names: Vec<String> = label
         .confounders
         .iter()
         .filter_map(|c| serde_json::to_value(c).ok()?.as_str().map(str::to_string))
         .collect();
     if names.is_empty() {
-        "none".into()
+        vec!["none".into()]
     } else {
-        names.join("+")
+        names
     }
 }
 
@@ -426,7 +435,7 @@ fn truth(label: &GpuLabel) -> Truth {
             predictable: label.predictable,
         },
         _ => Truth::Healthy {
-            confounder: confounders(label),
+            confounder: confounders(label).join("+"),
         },
     }
 }
