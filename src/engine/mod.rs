@@ -367,16 +367,7 @@ impl Engine {
             seen.get(slot).copied().unwrap_or(false) || now - state.last_seen <= window::WEEK
         });
         if dropped {
-            // The slots moved: the snapshot's GPUs, all kept, are looked up again.
-            scratch.slots.clear();
-            for (position, sample) in snapshot.gpus.iter().enumerate() {
-                let slot = self
-                    .state
-                    .gpus
-                    .slot_of(position, &sample.uuid, || GpuState::new(sample, now));
-                scratch.slots.push(slot);
-            }
-            repeated = scratch.mark_seen(self.state.gpus.len());
+            repeated = scratch.look_up_again(&mut self.state.gpus, snapshot, now);
         }
         // GPUs the engine knew that this snapshot no longer lists: gone from NVML, or
         // their rows stopped in a log. They stay in the findings, lost once the gap is

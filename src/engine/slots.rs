@@ -16,6 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::GpuState;
 use super::window::Summaries;
+use crate::model::Snapshot;
 
 /// Every GPU the engine remembers, by slot.
 #[derive(Debug, Clone, Default)]
@@ -148,6 +149,17 @@ impl Scratch {
             }
         }
         repeated
+    }
+
+    /// Looks the snapshot's GPUs up again once slots moved ([`GpuStates::retain`]), and
+    /// marks them seen; true when a slot is listed twice.
+    pub fn look_up_again(&mut self, states: &mut GpuStates, snapshot: &Snapshot, now: i64) -> bool {
+        self.slots.clear();
+        for (position, sample) in snapshot.gpus.iter().enumerate() {
+            let slot = states.slot_of(position, &sample.uuid, || GpuState::new(sample, now));
+            self.slots.push(slot);
+        }
+        self.mark_seen(states.len())
     }
 
     /// Fills `self.missing` with the slots not seen, in UUID order (the order findings list
