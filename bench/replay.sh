@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Replay throughput against Python's csv module merely reading the same file, and the
-# engine's memory over a week of 8 GPUs.
+# Replay throughput against Python's csv module merely reading the same file, on two
+# shapes of nvidia-smi log, and the engine's memory over a week of 8 GPUs.
 #
-#   bench/replay.sh [ROWS] [RUNS]      # default: 1,000,000 rows, best of 3 runs each
+#   bench/replay.sh [ROWS] [RUNS]      # default: 1,000,000 rows a shape, best of 3 runs each
 #
-# The log is what `nvidia-smi --query-gpu=<29 fields> --format=csv -l 5` writes for 8 GPUs
-# (bench/gen_smi_csv.py): 1,000,000 rows span 7.2 days. Runs of the two programs alternate,
-# so load from elsewhere on the machine hits both alike; the best run of each counts.
+# The logs are what `nvidia-smi --query-gpu=<fields> --format=csv -l 5` writes
+# (bench/gen_smi_csv.py): `wide`, 8 GPUs and 29 fields (1,000,000 rows span 7.2 days), and
+# `narrow`, 64 GPUs and 10 fields (21.7 hours). Runs of the programs alternate, over both
+# shapes, so load from elsewhere on the machine hits all alike; the best run of each counts.
+# The cost per GPU-sample (one row) compares the shapes: the engine's work per GPU should
+# not grow with the GPUs per round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rows=${1:-1000000}
@@ -15,9 +18,12 @@ cargo build --release --quiet --bin gpu-sentinel
 bin=target/release/gpu-sentinel
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+shapes="wide narrow"
 
-python3 bench/gen_smi_csv.py "$rows" >"$work/smi.csv"
-head -n $((rows / 4 + 1)) "$work/smi.csv" >"$work/quarter.csv"
+for shape in $shapes; do
+  python3 bench/gen_smi_csv.py "$rows" "$shape" >"$work/$shape.csv"
+done
+head -n $((rows / 4 + 1)) "$work/wide.csv" >"$work/quarter.csv"
 
 # time_run NAME CMD…: appends "NAME wall user maxrss_kib" to $work/runs.
 time_run() {
@@ -32,30 +38,42 @@ time_run() {
 # The replay reads on one thread and steps the engine on another; pinned to one CPU it
 # shows what a single core does.
 for _ in $(seq "$runs"); do
-  time_run python python3 bench/py_csv_read.py "$work/smi.csv"
-  time_run replay "$bin" replay "$work/smi.csv" --json --save-state "$work/state.json"
-  cp "$work/out" "$work/report.json"
-  time_run pinned taskset -c 0 "$bin" replay "$work/smi.csv" --json
+  for shape in $shapes; do
+    time_run "python-$shape" python3 bench/py_csv_read.py "$work/$shape.csv"
+    time_run "replay-$shape" "$bin" replay "$work/$shape.csv" --json --save-state "$work/state-$shape.json"
+    cp "$work/out" "$work/report-$shape.json"
+    time_run "pinned-$shape" taskset -c 0 "$bin" replay "$work/$shape.csv" --json
+  done
 done
 time_run quarter "$bin" replay "$work/quarter.csv" --json
 
 best() { awk -v n="$1" '$1 == n' "$work/runs" | sort -k2,2n | head -1; }
-read -r _ py_wall py_user py_rss <<<"$(best python)"
-read -r _ rs_wall rs_user rs_rss <<<"$(best replay)"
+for shape in $shapes; do
+  read -r _ py_wall py_user py_rss <<<"$(best "python-$shape")"
+  read -r _ rs_wall rs_user rs_rss <<<"$(best "replay-$shape")"
+  read -r _ pin_wall pin_user _ <<<"$(best "pinned-$shape")"
+  report=$work/report-$shape.json
+  samples=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["samples"])' "$report")
+  gpus=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["gpus"]))' "$report")
+  span=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["start"], "to", r["end"])' "$report")
+  echo "== $shape: $gpus GPUs, rows: $rows ($(du -m "$work/$shape.csv" | cut -f1) MiB), samples replayed: $samples, $span"
+  echo "python csv.reader, best of $runs: ${py_wall}s wall, ${py_user}s user, max RSS $((py_rss / 1024)) MiB"
+  echo "gpu-sentinel replay --json, best of $runs: ${rs_wall}s wall, ${rs_user}s user, max RSS $((rs_rss / 1024)) MiB"
+  echo "replay pinned to one CPU: ${pin_wall}s wall, ${pin_user}s user"
+  awk -v p="$py_wall" -v r="$rs_wall" 'BEGIN { printf "ratio (python wall / replay wall): %.2fx\n", p / r }'
+  awk -v p="$py_user" -v r="$rs_user" 'BEGIN { printf "ratio (python CPU / replay CPU): %.2fx\n", p / r }'
+  awk -v p="$py_wall" -v r="$pin_wall" 'BEGIN { printf "ratio (python wall / replay on one CPU): %.2fx\n", p / r }'
+  awk -v w="$rs_wall" -v c="$rs_user" -v p="$pin_wall" -v n="$samples" 'BEGIN {
+    printf "per GPU-sample: %.3f us wall, %.3f us CPU, %.3f us on one CPU\n", w * 1e6 / n, c * 1e6 / n, p * 1e6 / n }'
+  echo "$shape $rs_wall $rs_user $pin_wall $samples" >>"$work/per-sample"
+done
+awk '{ wall[$1] = $2 / $5; cpu[$1] = $3 / $5; pin[$1] = $4 / $5 }
+  END { printf "per GPU-sample cost, narrow (64 GPUs) / wide (8 GPUs): %.2fx wall, %.2fx CPU, %.2fx on one CPU\n",
+    wall["narrow"] / wall["wide"], cpu["narrow"] / cpu["wide"], pin["narrow"] / pin["wide"] }' "$work/per-sample"
 read -r _ q_wall _ q_rss <<<"$(best quarter)"
-read -r _ pin_wall pin_user _ <<<"$(best pinned)"
-samples=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["samples"])' "$work/report.json")
-span=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["start"], "to", r["end"])' "$work/report.json")
-state=$(stat -c %s "$work/state.json")
-
-echo "rows: $rows ($(du -m "$work/smi.csv" | cut -f1) MiB), samples replayed: $samples, $span"
-echo "python csv.reader, best of $runs: ${py_wall}s wall, ${py_user}s user, max RSS $((py_rss / 1024)) MiB"
-echo "gpu-sentinel replay --json, best of $runs: ${rs_wall}s wall, ${rs_user}s user, max RSS $((rs_rss / 1024)) MiB"
-echo "replay pinned to one CPU: ${pin_wall}s wall, ${pin_user}s user"
-echo "replay of the first quarter: ${q_wall}s wall, max RSS $((q_rss / 1024)) MiB"
-awk -v p="$py_wall" -v r="$rs_wall" 'BEGIN { printf "ratio (python wall / replay wall): %.2fx\n", p / r }'
-awk -v p="$py_user" -v r="$rs_user" 'BEGIN { printf "ratio (python CPU / replay CPU): %.2fx\n", p / r }'
-awk -v p="$py_wall" -v r="$pin_wall" 'BEGIN { printf "ratio (python wall / replay on one CPU): %.2fx\n", p / r }'
-echo "engine state after the replay (JSON, as persisted): $state bytes"
+read -r _ _ _ rs_rss <<<"$(best replay-wide)"
+echo "wide: replay of the first quarter: ${q_wall}s wall, max RSS $((q_rss / 1024)) MiB (whole: $((rs_rss / 1024)) MiB)"
+echo "wide: engine state after the replay (JSON, as persisted): $(stat -c %s "$work/state-wide.json") bytes"
+echo "narrow: engine state after the replay (JSON, as persisted): $(stat -c %s "$work/state-narrow.json") bytes"
 echo "all runs (name wall user maxrss_kib):"
 cat "$work/runs"

@@ -44,7 +44,7 @@ fn main() -> anyhow::Result<()> {
         let mut gpu = originals[(copy as usize) % originals.len()].clone();
         gpu.uuid = format!("GPU-copy-{copy:04}");
         gpu.index = SIMULATED + copy;
-        state.gpus.insert(gpu.uuid.clone(), gpu);
+        state.gpus.insert(gpu);
     }
     std::fs::create_dir_all(&dir)?;
     let path = store::path_in(&dir);

@@ -100,8 +100,13 @@ pub type HeatStrips = BTreeMap<String, HeatStrip>;
 pub fn strips(engine: &EngineState, now: i64) -> HeatStrips {
     engine
         .gpus
-        .iter()
-        .map(|(uuid, gpu)| (uuid.clone(), HeatStrip::from_ring(&gpu.windows.day, now)))
+        .values()
+        .map(|gpu| {
+            (
+                gpu.uuid.clone(),
+                HeatStrip::from_ring(&gpu.windows.day, now),
+            )
+        })
         .collect()
 }
 

@@ -16,10 +16,11 @@ pub mod cost;
 mod counters;
 pub mod idle;
 pub mod risk;
+mod slots;
 pub mod store;
 pub mod window;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -27,7 +28,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::{CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, IdleConfig};
 use crate::model::{Allocation, ClockEvents, GpuSample, ProcessSample, Snapshot};
 use counters::Counters;
-use window::{Deltas, Point, Summaries, Windows};
+pub use slots::GpuStates;
+use slots::Scratch;
+use window::{Deltas, Point, Windows};
 
 /// Shortest gap between two samples of a GPU that may count as a hole (the agent was down,
 /// the log has one): time across a hole is attributed to nothing. The limit is this or four
@@ -129,8 +132,8 @@ impl GpuState {
 pub struct EngineState {
     /// Format version of the persisted state.
     pub version: u32,
-    /// By GPU UUID.
-    pub gpus: BTreeMap<String, GpuState>,
+    /// By GPU UUID (persisted as a map), each in a dense slot.
+    pub gpus: GpuStates,
     pub capacity: capacity::CapacityState,
     /// Unix seconds of the last snapshot.
     pub last_at: Option<i64>,
@@ -298,6 +301,8 @@ impl GpuFindings {
 pub struct Engine {
     pub config: EngineConfig,
     pub state: EngineState,
+    /// Buffers a step reuses, so that a step allocates nothing per GPU for them.
+    scratch: Scratch,
 }
 
 impl Engine {
@@ -308,7 +313,11 @@ impl Engine {
     /// An engine that resumes from persisted state.
     pub fn with_state(config: EngineConfig, mut state: EngineState) -> Engine {
         state.version = STATE_VERSION;
-        Engine { config, state }
+        Engine {
+            config,
+            state,
+            scratch: Scratch::default(),
+        }
     }
 
     /// Folds one snapshot into the state and returns what holds now.
@@ -316,8 +325,10 @@ impl Engine {
         let now = snapshot.at.timestamp();
         self.state.note_gap(now);
         let max_gap = self.state.max_gap();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.slots.clear();
         let mut gpus = Vec::with_capacity(snapshot.gpus.len());
-        for sample in &snapshot.gpus {
+        for (position, sample) in snapshot.gpus.iter().enumerate() {
             let processes: Vec<&ProcessSample> = snapshot
                 .processes
                 .iter()
@@ -334,7 +345,13 @@ impl Engine {
                 .filter(|e| e.is_on(sample))
                 .map(|e| e.xid)
                 .collect();
-            let mut findings = self.step_gpu(now, max_gap, sample, &processes, &allocations, &xids);
+            let slot = self
+                .state
+                .gpus
+                .slot_of(position, &sample.uuid, || GpuState::new(sample, now));
+            scratch.slots.push(slot);
+            let mut findings =
+                self.step_gpu(slot, now, max_gap, sample, &processes, &allocations, &xids);
             findings.idle.outside_scheduler = idle::outside_scheduler(
                 &processes,
                 &allocations,
@@ -342,35 +359,46 @@ impl Engine {
             );
             gpus.push(findings);
         }
-        let seen: std::collections::HashSet<&str> =
-            snapshot.gpus.iter().map(|g| g.uuid.as_str()).collect();
+        let mut repeated = scratch.mark_seen(self.state.gpus.len());
         // A GPU missing for a week (replaced, or an RMA) is forgotten: it should not stay
         // lost, and alerting, forever.
-        self.state.gpus.retain(|uuid, state| {
-            seen.contains(uuid.as_str()) || now - state.last_seen <= window::WEEK
+        let seen = &scratch.seen;
+        let dropped = self.state.gpus.retain(|slot, state| {
+            seen.get(slot).copied().unwrap_or(false) || now - state.last_seen <= window::WEEK
         });
+        if dropped {
+            repeated = scratch.look_up_again(&mut self.state.gpus, snapshot, now);
+        }
         // GPUs the engine knew that this snapshot no longer lists: gone from NVML, or
-        // their rows stopped in a log. They stay in the findings, lost once the gap is long.
-        for state in self.state.gpus.values_mut() {
-            if seen.contains(state.uuid.as_str()) {
-                continue;
-            }
+        // their rows stopped in a log. They stay in the findings, lost once the gap is
+        // long; in UUID order, after the listed ones.
+        scratch.find_missing(&self.state.gpus);
+        for &slot in &scratch.missing {
+            let state = self.state.gpus.slot_mut(slot);
             if state.last_up.is_some() && now - state.last_seen > VANISHED_AFTER_SECONDS {
                 state.lost = true;
             }
             gpus.push(GpuFindings::missing(state, now));
+            scratch.slots.push(slot);
         }
-        self.assess_risk(now, snapshot, &mut gpus);
+        self.assess_risk(now, snapshot, &mut gpus, &mut scratch, repeated);
+        let span = self.config.capacity.window.as_secs() as i64;
         let utilization: Vec<Option<f64>> = gpus
             .iter()
-            .filter(|g| g.up)
-            .map(|g| {
-                self.state.gpus.get(&g.uuid).and_then(|s| {
-                    let span = self.config.capacity.window.as_secs() as i64;
-                    s.windows.last(now, span).utilization.mean()
-                })
+            .zip(&scratch.slots)
+            .zip(&scratch.summaries)
+            .filter(|((g, _), _)| g.up)
+            .map(|((_, &slot), summaries)| {
+                // The capacity window is usually the hour the step has summarised already.
+                if span == window::HOUR {
+                    summaries.hour.utilization.mean()
+                } else {
+                    let state = self.state.gpus.slot(slot);
+                    state.windows.last(now, span).utilization.mean()
+                }
             })
             .collect();
+        self.scratch = scratch;
         let advice = capacity::advise(
             &mut self.state.capacity,
             now,
@@ -387,8 +415,10 @@ impl Engine {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn step_gpu(
         &mut self,
+        slot: usize,
         now: i64,
         max_gap: f64,
         sample: &GpuSample,
@@ -396,11 +426,7 @@ impl Engine {
         allocations: &[&Allocation],
         xids: &[u32],
     ) -> GpuFindings {
-        let state = self
-            .state
-            .gpus
-            .entry(sample.uuid.clone())
-            .or_insert_with(|| GpuState::new(sample, now));
+        let state = self.state.gpus.slot_mut(slot);
         // Time is attributed only between close samples: across a longer gap (the agent was
         // down, the log has a hole) nothing is known, and a clock stepping back adds nothing.
         let gap = (now - state.last_seen) as f64;
@@ -498,29 +524,47 @@ impl Engine {
 
     /// Risk needs every GPU's windows updated first: PCIe replays are compared with the
     /// node's other GPUs.
-    /// Each GPU's windows are summarised once here and shared by its features, its
-    /// findings and the peers' comparison.
-    fn assess_risk(&self, now: i64, snapshot: &Snapshot, gpus: &mut [GpuFindings]) {
-        let summaries: Vec<Option<(&GpuState, Summaries)>> = gpus
-            .iter()
-            .map(|f| {
-                let state = self.state.gpus.get(&f.uuid)?;
-                Some((state, state.windows.summaries(now)))
-            })
-            .collect();
-        let peers = risk::Peers::of(summaries.iter().flatten().map(|(_, s)| &s.day));
-        for (finding, summary) in gpus.iter_mut().zip(&summaries) {
-            let Some((state, windows)) = summary else {
-                continue;
+    /// Each GPU's windows are summarised once here (into `scratch.summaries`) and shared by
+    /// its features, its findings, the peers' comparison and the capacity advice.
+    /// `repeated`: a GPU is listed twice in the snapshot (its first sample is its sample).
+    fn assess_risk(
+        &self,
+        now: i64,
+        snapshot: &Snapshot,
+        gpus: &mut [GpuFindings],
+        scratch: &mut Scratch,
+        repeated: bool,
+    ) {
+        let states = &self.state.gpus;
+        scratch.summaries.clear();
+        scratch.summaries.extend(
+            scratch
+                .slots
+                .iter()
+                .map(|&slot| states.slot(slot).windows.summaries(now)),
+        );
+        let peers = risk::Peers::of(scratch.summaries.iter().map(|s| &s.day));
+        let listed = snapshot.gpus.len();
+        for (i, ((finding, &slot), windows)) in gpus
+            .iter_mut()
+            .zip(&scratch.slots)
+            .zip(&scratch.summaries)
+            .enumerate()
+        {
+            // Findings list the snapshot's GPUs first, in its order.
+            let sample = match (i < listed, repeated) {
+                (false, _) => None,
+                (true, false) => snapshot.gpus.get(i),
+                (true, true) => snapshot.gpu_by_uuid(&finding.uuid),
             };
             finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
             finding.risk = risk::assess(
                 &self.config.risk_model,
                 &risk::RiskInput {
                     now,
-                    state,
+                    state: states.slot(slot),
                     windows,
-                    sample: snapshot.gpu_by_uuid(&finding.uuid),
+                    sample,
                     peers: &peers,
                 },
             );

@@ -135,3 +135,63 @@ fn an_outage_attributes_no_time_but_a_slow_cadence_does() {
     }
     assert!(day_seconds(&slow, fleet.now().timestamp()) >= 8.0 * 3000.0);
 }
+
+/// A snapshot at `minutes` after the start listing `gpus` (UUID, temperature) in that order.
+fn listing(minutes: i64, gpus: &[(&str, f64)]) -> Snapshot {
+    Snapshot {
+        at: start() + chrono::TimeDelta::minutes(minutes),
+        gpus: gpus
+            .iter()
+            .enumerate()
+            .map(|(i, (uuid, temperature))| GpuSample {
+                index: i as u32,
+                uuid: (*uuid).to_string(),
+                up: true,
+                temperature_celsius: Some(*temperature),
+                ..GpuSample::default()
+            })
+            .collect(),
+        ..Snapshot::default()
+    }
+}
+
+#[test]
+fn gpus_are_followed_by_uuid_whatever_their_order_until_forgotten() {
+    let mut engine = Engine::new(EngineConfig::default());
+    let all = [("GPU-a", 40.0), ("GPU-b", 50.0), ("GPU-c", 60.0)];
+    engine.step(&listing(0, &all));
+    // Listed in another order, GPU-b missing: findings follow the snapshot's order, each
+    // with its own reading, then the missing GPU.
+    let found = engine.step(&listing(1, &[("GPU-c", 61.0), ("GPU-a", 41.0)]));
+    let seen: Vec<(&str, bool, Option<f64>)> = found
+        .gpus
+        .iter()
+        .map(|g| (g.uuid.as_str(), g.up, g.readings.temperature_celsius))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("GPU-c", true, Some(61.0)),
+            ("GPU-a", true, Some(41.0)),
+            ("GPU-b", false, None)
+        ]
+    );
+    // Missing past the vanishing time: lost; missing past a week: forgotten, and the
+    // others keep their history.
+    let lost = engine.step(&listing(10, &[("GPU-a", 42.0), ("GPU-c", 62.0)]));
+    assert!(lost.gpus[2].lost, "{:?}", lost.gpus[2].uuid);
+    let week = window::WEEK / 60;
+    let later = engine.step(&listing(week + 2, &[("GPU-c", 63.0), ("GPU-a", 43.0)]));
+    let uuids: Vec<&str> = later.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    assert_eq!(uuids, ["GPU-c", "GPU-a"]);
+    assert_eq!(engine.state.gpus.len(), 2);
+    assert!(engine.state.gpus.get("GPU-b").is_none());
+    let a = engine.state.gpus.get("GPU-a").unwrap();
+    assert_eq!(a.windows.week.buckets().map(|b| b.samples).sum::<u32>(), 4);
+    // A GPU coming back after being forgotten starts afresh, listed where it is.
+    let back = engine.step(&listing(week + 3, &[("GPU-b", 52.0), ("GPU-a", 44.0)]));
+    let seen: Vec<(&str, bool)> = back.gpus.iter().map(|g| (g.uuid.as_str(), g.up)).collect();
+    assert_eq!(seen, [("GPU-b", true), ("GPU-a", true), ("GPU-c", false)]);
+    let b = engine.state.gpus.get("GPU-b").unwrap();
+    assert_eq!(b.windows.week.buckets().map(|b| b.samples).sum::<u32>(), 1);
+}

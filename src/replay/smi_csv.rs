@@ -79,6 +79,9 @@ pub struct SmiCsvReader<R: Read> {
     /// The first row of the next round, read while finding the end of the current one.
     carry: Option<GpuRow>,
     known: Vec<KnownGpu>,
+    /// Where in `known` the next row's GPU most likely is: after the last row's, as
+    /// nvidia-smi writes every round in the same order.
+    guess: usize,
     /// The last record was too short to be a row (a line cut off).
     last_record_short: bool,
     /// The end of the log was reached and settled ([`SmiCsvReader::finish`]).
@@ -122,6 +125,7 @@ impl<R: Read> SmiCsvReader<R> {
             pool: Vec::new(),
             carry: None,
             known: Vec::new(),
+            guess: 0,
             last_record_short: false,
             ended: false,
             stats: ReadStats::default(),
@@ -316,7 +320,12 @@ impl<R: Read> SmiCsvReader<R> {
             }
         }
         let count = self.known.len();
-        match self.known.iter().position(|k| k.uuid == sample.uuid) {
+        let found = match self.known.get(self.guess) {
+            Some(k) if k.uuid == sample.uuid => Some(self.guess),
+            _ => self.known.iter().position(|k| k.uuid == sample.uuid),
+        };
+        self.guess = found.map_or(0, |at| at + 1);
+        match found {
             Some(at) => {
                 let known = &mut self.known[at];
                 if known.index != sample.index {

@@ -364,3 +364,57 @@ timestamp, index, uuid, name, pci.bus_id, driver_version, temperature.gpu, power
     let b = &snaps[0].gpus[1];
     assert_eq!((b.index, b.pci_bus_id.as_str()), (1, "00000000:2A:00.0"));
 }
+
+#[test]
+fn rows_in_another_order_than_the_round_before_keep_their_gpus() {
+    // The reader guesses each row's GPU from the row before (nvidia-smi keeps its order);
+    // a round in another order, or with a GPU new to the log, must not fool it.
+    let text = "\
+timestamp, index, uuid, utilization.gpu [%]
+2026/07/14 08:00:00.000, 0, GPU-a, 10 %
+2026/07/14 08:00:00.003, 1, GPU-b, 20 %
+2026/07/14 08:00:00.006, 2, GPU-c, 30 %
+2026/07/14 08:00:05.000, 2, GPU-c, 31 %
+2026/07/14 08:00:05.003, 0, GPU-a, 11 %
+2026/07/14 08:00:05.004, 3, GPU-d, 41 %
+2026/07/14 08:00:05.006, 1, GPU-b, 21 %
+2026/07/14 08:00:10.000, 0, GPU-a, 12 %
+2026/07/14 08:00:10.003, 1, GPU-b, 22 %
+2026/07/14 08:00:10.006, 2, GPU-c, 32 %
+2026/07/14 08:00:10.009, 3, GPU-d, 42 %
+";
+    let (snaps, stats, warnings) = read_all(text, None);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(stats.samples, 11);
+    let rounds: Vec<Vec<(&str, u32, Option<f64>)>> = snaps
+        .iter()
+        .map(|s| {
+            s.gpus
+                .iter()
+                .map(|g| (g.uuid.as_str(), g.index, g.utilization.gpu))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        rounds,
+        [
+            vec![
+                ("GPU-a", 0, Some(0.10)),
+                ("GPU-b", 1, Some(0.20)),
+                ("GPU-c", 2, Some(0.30))
+            ],
+            vec![
+                ("GPU-c", 2, Some(0.31)),
+                ("GPU-a", 0, Some(0.11)),
+                ("GPU-d", 3, Some(0.41)),
+                ("GPU-b", 1, Some(0.21))
+            ],
+            vec![
+                ("GPU-a", 0, Some(0.12)),
+                ("GPU-b", 1, Some(0.22)),
+                ("GPU-c", 2, Some(0.32)),
+                ("GPU-d", 3, Some(0.42))
+            ],
+        ]
+    );
+}

@@ -84,6 +84,9 @@ pub struct Rounds {
     pub current: Snapshot,
     /// Known-GPU positions of `current.gpus`, in row order.
     ids: Vec<usize>,
+    /// By known-GPU position: the GPU has a row in the current round (`ids` as a set, so
+    /// that judging a row does not grow with the GPU count).
+    in_current: Vec<bool>,
     /// The last round handed out: known-GPU positions in row order, and whether each
     /// answered.
     previous: Vec<(usize, bool)>,
@@ -132,7 +135,7 @@ impl Rounds {
         let jitter = TimeDelta::from_std(ROUND_JITTER).unwrap_or_default();
         let filling = !self.current.gpus.is_empty();
         let round = self.current.at;
-        let repeats = self.ids.contains(&gpu);
+        let repeats = self.in_current.get(gpu).copied().unwrap_or(false);
         // A round begun by an unreachable GPU (nvidia-smi wrote its message where its row
         // would be, first in the round) has no time of its own yet: the round's first
         // timed row belongs to it, however long after the round before it comes.
@@ -207,6 +210,20 @@ impl Rounds {
         }
         self.current.gpus.push(sample);
         self.ids.push(gpu);
+        if self.in_current.len() <= gpu {
+            self.in_current.resize(gpu + 1, false);
+        }
+        self.in_current[gpu] = true;
+    }
+
+    /// Empties the round's list of GPUs.
+    fn clear_ids(&mut self) {
+        for &gpu in &self.ids {
+            if let Some(present) = self.in_current.get_mut(gpu) {
+                *present = false;
+            }
+        }
+        self.ids.clear();
     }
 
     /// The time of the current round, or of the last one.
@@ -255,7 +272,7 @@ impl Rounds {
                 .zip(&self.current.gpus)
                 .map(|(gpu, sample)| (*gpu, sample.up)),
         );
-        self.ids.clear();
+        self.clear_ids();
         self.timed_in_current = 0;
         if let Some(gap) = self.shortest_gap.take() {
             self.cadence = Some(gap);
@@ -269,7 +286,7 @@ impl Rounds {
 
     /// Gives up the current round: its samples go back to `pool`; how many there were.
     pub fn discard(&mut self, pool: &mut Vec<GpuSample>) -> usize {
-        self.ids.clear();
+        self.clear_ids();
         self.timed_in_current = 0;
         let n = self.current.gpus.len();
         pool.append(&mut self.current.gpus);
