@@ -103,6 +103,10 @@ pub struct GpuState {
     pub recent_xids: VecDeque<(i64, u32)>,
     /// The GPU answered at some point and then stopped answering or vanished.
     pub lost: bool,
+    /// The risk features' running state and held evidence; absent from state saved
+    /// before it existed, and then learnt again.
+    #[serde(default)]
+    pub risk: risk::RiskState,
 }
 
 impl GpuState {
@@ -120,6 +124,7 @@ impl GpuState {
             cost: cost::CostState::default(),
             recent_xids: VecDeque::new(),
             lost: false,
+            risk: risk::RiskState::default(),
         }
     }
 }
@@ -443,7 +448,7 @@ impl Engine {
         }
         deltas.failed_calls = f64::from(sample.failed_calls);
         let events = sample.clock_events.unwrap_or_default();
-        state.windows.add(&Point {
+        let point = Point {
             at: now,
             seconds,
             utilization: sample.utilization.gpu,
@@ -454,7 +459,9 @@ impl Engine {
             power_brake: events.intersects(ClockEvents::HW_POWER_BRAKE_SLOWDOWN),
             collect_seconds: sample.up.then_some(sample.collect_seconds),
             deltas,
-        });
+        };
+        state.windows.add(&point);
+        state.risk.observe(&point, sample, &state.windows);
 
         let idle = idle::update(
             &mut state.idle,
@@ -496,34 +503,43 @@ impl Engine {
         }
     }
 
-    /// Risk needs every GPU's windows updated first: PCIe replays are compared with the
-    /// node's other GPUs.
-    /// Each GPU's windows are summarised once here and shared by its features, its
-    /// findings and the peers' comparison.
-    fn assess_risk(&self, now: i64, snapshot: &Snapshot, gpus: &mut [GpuFindings]) {
-        let summaries: Vec<Option<(&GpuState, Summaries)>> = gpus
+    /// Risk needs every GPU's windows updated first: features compare each GPU with the
+    /// node's median GPU. Each GPU's windows are summarised and its signals computed once
+    /// here, the node's median once per round; the held evidence is written back.
+    fn assess_risk(&mut self, now: i64, snapshot: &Snapshot, gpus: &mut [GpuFindings]) {
+        let states = &mut self.state.gpus;
+        let inputs: Vec<Option<(Summaries, risk::Signals)>> = gpus
             .iter()
             .map(|f| {
-                let state = self.state.gpus.get(&f.uuid)?;
-                Some((state, state.windows.summaries(now)))
+                let state = states.get(&f.uuid)?;
+                let windows = state.windows.summaries(now);
+                let sample = snapshot.gpu_by_uuid(&f.uuid);
+                let signals = risk::Signals::of(now, state, &windows, sample);
+                Some((windows, signals))
             })
             .collect();
-        let peers = risk::Peers::of(summaries.iter().flatten().map(|(_, s)| &s.day));
-        for (finding, summary) in gpus.iter_mut().zip(&summaries) {
-            let Some((state, windows)) = summary else {
+        let peers = risk::Peers::of(inputs.iter().flatten().map(|(_, s)| &s.shared));
+        let model = self.config.risk_model.by_feature();
+        for (finding, input) in gpus.iter_mut().zip(&inputs) {
+            let (Some((windows, signals)), Some(state)) = (input, states.get_mut(&finding.uuid))
+            else {
                 continue;
             };
             finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
+            let mut hold = std::mem::take(&mut state.risk.hold);
             finding.risk = risk::assess(
-                &self.config.risk_model,
+                &model,
                 &risk::RiskInput {
                     now,
                     state,
                     windows,
                     sample: snapshot.gpu_by_uuid(&finding.uuid),
+                    signals,
                     peers: &peers,
                 },
+                &mut hold,
             );
+            state.risk.hold = hold;
         }
     }
 }
