@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::features::FEATURES;
 
 /// Failure families the features belong to, each with how long its evidence holds.
+/// In [`FAMILIES`] order: a family's discriminant is its index there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     Memory,
@@ -61,7 +62,7 @@ impl Family {
     }
 
     fn index(self) -> usize {
-        FAMILIES.iter().position(|f| *f == self).unwrap_or(0)
+        self as usize
     }
 }
 
@@ -145,29 +146,19 @@ impl Hold {
     }
 }
 
-/// The family of feature `i` (FEATURES order), from its name's prefix.
+/// The family of each feature, in FEATURES order (a test checks it against the names).
+const FAMILY_OF: [Family; FEATURES.len()] = {
+    use Family::*;
+    [
+        Memory, Memory, Memory, Memory, Memory, Memory, Memory, Memory, // ECC, remaps, pages
+        Xid, Pcie, Pcie, Pcie, Pcie, NvLink, NvLink, Cooling, Cooling, Cooling, Cooling, Cooling,
+        Power, Power, Structural, Structural, Structural,
+    ]
+};
+
+/// The family of feature `i` (FEATURES order).
 pub fn family_of(i: usize) -> Family {
-    let name = FEATURES.get(i).map_or("", |(name, _)| name);
-    let prefixes: [(&str, Family); 14] = [
-        ("ecc_", Family::Memory),
-        ("remap", Family::Memory),
-        ("retired_", Family::Memory),
-        ("xid_", Family::Xid),
-        ("pcie_", Family::Pcie),
-        ("nvlink_", Family::NvLink),
-        ("memory_", Family::Cooling),
-        ("temperature_", Family::Cooling),
-        ("thermal_", Family::Cooling),
-        ("hw_slowdown", Family::Cooling),
-        ("power_", Family::Power),
-        ("failed_", Family::Structural),
-        ("collect_", Family::Structural),
-        ("", Family::Structural),
-    ];
-    prefixes
-        .iter()
-        .find(|(prefix, _)| name.starts_with(prefix))
-        .map_or(Family::Structural, |(_, f)| *f)
+    FAMILY_OF.get(i).copied().unwrap_or(Family::Structural)
 }
 
 #[cfg(test)]
@@ -180,11 +171,32 @@ mod tests {
 
     #[test]
     fn every_feature_has_the_family_its_name_says() {
-        assert_eq!(family_of(index("ecc_corrected_days")), Family::Memory);
-        assert_eq!(family_of(index("remap_pending")), Family::Memory);
-        assert_eq!(family_of(index("pcie_link_degraded")), Family::Pcie);
+        let prefixes = [
+            ("ecc_", Family::Memory),
+            ("remap", Family::Memory),
+            ("retired_", Family::Memory),
+            ("xid_", Family::Xid),
+            ("pcie_", Family::Pcie),
+            ("nvlink_", Family::NvLink),
+            ("memory_", Family::Cooling),
+            ("temperature_", Family::Cooling),
+            ("thermal_", Family::Cooling),
+            ("hw_slowdown", Family::Cooling),
+            ("power_", Family::Power),
+            ("failed_", Family::Structural),
+            ("collect_", Family::Structural),
+        ];
+        for (i, (name, _)) in FEATURES.iter().enumerate() {
+            let by_name = prefixes
+                .iter()
+                .find(|(p, _)| name.starts_with(p))
+                .map(|(_, f)| *f);
+            assert_eq!(Some(family_of(i)), by_name, "{name}");
+        }
+        for (i, family) in FAMILIES.iter().enumerate() {
+            assert_eq!(family.index(), i);
+        }
         assert_eq!(family_of(index("hw_slowdown_share")), Family::Cooling);
-        assert_eq!(family_of(index("collect_slowdown")), Family::Structural);
     }
 
     #[test]
