@@ -104,7 +104,9 @@ impl Hold {
         now: i64,
         raw: &[f64; FEATURES.len()],
     ) -> ([f64; FEATURES.len()], Vec<Evidence>) {
-        let elapsed = self.at.map_or(0.0, |at| (now - at).max(0) as f64);
+        let elapsed = self
+            .at
+            .map_or(0.0, |at| now.saturating_sub(at).max(0) as f64);
         self.at = Some(self.at.map_or(now, |at| at.max(now)));
         let mut by_family = [0.0; FAMILIES.len()];
         for (i, (held, &raw)) in self.held.iter_mut().zip(raw).enumerate() {
@@ -136,7 +138,7 @@ impl Hold {
                 evidence.push(Evidence {
                     family: family.label().to_string(),
                     since,
-                    lasted_seconds: now - since,
+                    lasted_seconds: now.saturating_sub(since),
                     contribution: total,
                 });
             }

@@ -168,7 +168,7 @@ impl RollingDays {
                     self.live = counts;
                     continue;
                 }
-                let day = ((start - b.start) / DAY) as usize;
+                let day = (start.saturating_sub(b.start) / DAY) as usize;
                 if day < DAYS {
                     for (sum, c) in self.closed[day].iter_mut().zip(counts) {
                         *sum += c;
@@ -224,7 +224,7 @@ impl Growth {
 
     /// Recent growth as of `now`.
     pub fn at_time(&self, now: i64) -> f64 {
-        let elapsed = (now - self.at).max(0) as f64;
+        let elapsed = now.saturating_sub(self.at).max(0) as f64;
         self.recent * (-elapsed / GROWTH_SECONDS).exp()
     }
 }
@@ -244,6 +244,10 @@ impl Baseline {
     fn learn(&mut self, x: f64, seconds: f64, drift_per_day: f64) {
         if seconds <= 0.0 || !x.is_finite() {
             return;
+        }
+        // A damaged state file could hold anything: such a baseline is learnt afresh.
+        if !(self.seconds >= 0.0 && self.value.is_finite()) {
+            *self = Baseline::default();
         }
         if self.seconds < WARM_UP_SECONDS {
             self.seconds += seconds;
@@ -365,6 +369,16 @@ mod tests {
         }
         let moved = b.get().unwrap_or_default();
         assert!((moved - -7.0).abs() < 1e-9, "{moved}");
+    }
+
+    #[test]
+    fn a_damaged_baseline_is_learnt_afresh() {
+        let mut b = Baseline {
+            value: 3.0,
+            seconds: -3600.0,
+        };
+        b.learn(5.0, 3600.0, 1.0);
+        assert_eq!((b.value, b.seconds), (5.0, 3600.0));
     }
 
     #[test]
