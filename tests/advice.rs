@@ -350,6 +350,7 @@ fn findings() -> Findings {
                 value: 42.0,
                 contribution: 2.5,
             }],
+            evidence: Vec::new(),
         },
         idle: Default::default(),
         thermal_slowdown: false,

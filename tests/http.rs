@@ -136,7 +136,7 @@ fn analysis_shows_risk_reasons_idle_and_ghosts_on_the_accelerated_simulator() {
     assert!(
         worn["risk"]["contributions"][0]["feature"]
             .as_str()
-            .is_some_and(|f| f.starts_with("ecc_")),
+            .is_some_and(|f| f.starts_with("ecc_") || f.starts_with("remap")),
         "{}",
         worn["risk"]
     );

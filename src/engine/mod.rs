@@ -11,6 +11,7 @@
 //! - [`cost`]: what busy and idle time cost, and GPU-seconds per owner;
 //! - [`capacity`]: scaling advice with hysteresis, and placement on this node.
 
+mod assess;
 pub mod capacity;
 pub mod cost;
 mod counters;
@@ -106,6 +107,10 @@ pub struct GpuState {
     pub recent_xids: VecDeque<(i64, u32)>,
     /// The GPU answered at some point and then stopped answering or vanished.
     pub lost: bool,
+    /// The risk features' running state and held evidence; absent from state saved
+    /// before it existed, and then learnt again.
+    #[serde(default)]
+    pub risk: risk::RiskState,
 }
 
 impl GpuState {
@@ -123,6 +128,7 @@ impl GpuState {
             cost: cost::CostState::default(),
             recent_xids: VecDeque::new(),
             lost: false,
+            risk: risk::RiskState::default(),
         }
     }
 }
@@ -469,7 +475,7 @@ impl Engine {
         }
         deltas.failed_calls = f64::from(sample.failed_calls);
         let events = sample.clock_events.unwrap_or_default();
-        state.windows.add(&Point {
+        let point = Point {
             at: now,
             seconds,
             utilization: sample.utilization.gpu,
@@ -480,7 +486,9 @@ impl Engine {
             power_brake: events.intersects(ClockEvents::HW_POWER_BRAKE_SLOWDOWN),
             collect_seconds: sample.up.then_some(sample.collect_seconds),
             deltas,
-        });
+        };
+        state.windows.add(&point);
+        state.risk.observe(&point, sample, &state.windows);
 
         let idle = idle::update(
             &mut state.idle,
@@ -519,55 +527,6 @@ impl Engine {
             uncorrectable_ecc_24h: 0.0,
             cost,
             readings: Readings::of(sample),
-        }
-    }
-
-    /// Risk needs every GPU's windows updated first: PCIe replays are compared with the
-    /// node's other GPUs.
-    /// Each GPU's windows are summarised once here (into `scratch.summaries`) and shared by
-    /// its features, its findings, the peers' comparison and the capacity advice.
-    /// `repeated`: a GPU is listed twice in the snapshot (its first sample is its sample).
-    fn assess_risk(
-        &self,
-        now: i64,
-        snapshot: &Snapshot,
-        gpus: &mut [GpuFindings],
-        scratch: &mut Scratch,
-        repeated: bool,
-    ) {
-        let states = &self.state.gpus;
-        scratch.summaries.clear();
-        scratch.summaries.extend(
-            scratch
-                .slots
-                .iter()
-                .map(|&slot| states.slot(slot).windows.summaries(now)),
-        );
-        let peers = risk::Peers::of(scratch.summaries.iter().map(|s| &s.day));
-        let listed = snapshot.gpus.len();
-        for (i, ((finding, &slot), windows)) in gpus
-            .iter_mut()
-            .zip(&scratch.slots)
-            .zip(&scratch.summaries)
-            .enumerate()
-        {
-            // Findings list the snapshot's GPUs first, in its order.
-            let sample = match (i < listed, repeated) {
-                (false, _) => None,
-                (true, false) => snapshot.gpus.get(i),
-                (true, true) => snapshot.gpu_by_uuid(&finding.uuid),
-            };
-            finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
-            finding.risk = risk::assess(
-                &self.config.risk_model,
-                &risk::RiskInput {
-                    now,
-                    state: states.slot(slot),
-                    windows,
-                    sample,
-                    peers: &peers,
-                },
-            );
         }
     }
 }

@@ -56,7 +56,14 @@ fn default_fleet_findings() {
         .top(3)
         .map(|c| c.feature.as_str())
         .collect::<Vec<_>>();
-    assert!(top.contains(&"ecc_corrected_per_day"), "{top:?}");
+    // Its reasons are memory wear's: errors and remaps.
+    assert!(
+        !top.is_empty()
+            && top
+                .iter()
+                .all(|f| f.starts_with("ecc_") || f.starts_with("remap")),
+        "{top:?}"
+    );
     // GPU 4 fell off the bus: lost, with its rule.
     assert!(last.gpus[4].lost);
     assert!(last.gpus[4].risk.score >= 0.9);

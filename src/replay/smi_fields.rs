@@ -70,6 +70,8 @@ pub enum Field {
     PcieGen,
     PcieGenGpu,
     PcieWidth,
+    PcieGenMax,
+    PcieWidthMax,
 }
 
 /// The clock-event reason columns, under either prefix nvidia-smi has used.
@@ -147,6 +149,10 @@ impl Field {
             "pcie.link.gen.current" => PcieGen,
             "pcie.link.gen.gpucurrent" => PcieGenGpu,
             "pcie.link.width.current" => PcieWidth,
+            // What the link can train to: the risk model compares the current values with
+            // these under load (a link that trained down).
+            "pcie.link.gen.max" => PcieGenMax,
+            "pcie.link.width.max" => PcieWidthMax,
             _ => {
                 let reason = name
                     .strip_prefix("clocks_event_reasons.")

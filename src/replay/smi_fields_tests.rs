@@ -154,3 +154,37 @@ fn offsets() {
     assert!(parse_offset("08:00").is_err());
     assert!(parse_offset("+25:00").is_err());
 }
+
+#[test]
+fn the_links_maximum_width_and_generation_are_read() {
+    use crate::model::Snapshot;
+    use crate::replay::smi_csv::{SmiCsvOptions, SmiCsvReader};
+    use crate::replay::{SnapshotReader, Warnings};
+    // Columns as `nvidia-smi --query-gpu` writes them; the link trained down to x8 Gen3.
+    let text = "\
+timestamp, uuid, utilization.gpu [%], pcie.link.gen.current, pcie.link.gen.max, pcie.link.width.current, pcie.link.width.max
+2026/07/14 08:12:38.696, GPU-aaaa, 100 %, 3, 5, 8, 16
+2026/07/14 08:12:43.696, GPU-aaaa, 100 %, 3, 5, 8, 16
+";
+    let mut reader = SmiCsvReader::new(
+        text.as_bytes(),
+        SmiCsvOptions {
+            fields: None,
+            timezone: parse_offset("UTC").unwrap(),
+        },
+    );
+    let mut warnings = Warnings::collecting();
+    let mut snapshot = Snapshot::default();
+    assert!(reader.next_into(&mut snapshot, &mut warnings).unwrap());
+    assert!(warnings.messages().is_empty(), "{:?}", warnings.messages());
+    let pcie = snapshot.gpus[0].pcie;
+    assert_eq!(
+        (
+            pcie.link_generation,
+            pcie.link_generation_max,
+            pcie.link_width,
+            pcie.link_width_max
+        ),
+        (Some(3), Some(5), Some(8), Some(16))
+    );
+}

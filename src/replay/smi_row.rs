@@ -293,6 +293,12 @@ pub fn read(
             Field::PcieWidth => {
                 sample.pcie.link_width = flags.take(number(Unit::None).and_then(small))
             }
+            Field::PcieGenMax => {
+                sample.pcie.link_generation_max = flags.take(number(Unit::None).and_then(small))
+            }
+            Field::PcieWidthMax => {
+                sample.pcie.link_width_max = flags.take(number(Unit::None).and_then(small))
+            }
         }
         lost |= flags.lost;
         if flags.invalid {

@@ -139,21 +139,28 @@ impl History {
                 let Some(state) = engine.state.gpus.get(&sample.uuid) else {
                     continue;
                 };
+                // The node's median GPU, once per snapshot, as the engine computes it.
                 let peers = peers.get_or_insert_with(|| {
-                    let days: Vec<_> = engine
+                    let shared: Vec<_> = engine
                         .state
                         .gpus
                         .values()
-                        .map(|g| g.windows.last_day(now))
+                        .map(|g| {
+                            let windows = g.windows.summaries(now);
+                            let sample = snapshot.gpu_by_uuid(&g.uuid);
+                            risk::Signals::of(now, g, &windows, sample).shared
+                        })
                         .collect();
-                    Peers::of(days.iter())
+                    Peers::of(shared.iter())
                 });
                 let windows = state.windows.summaries(now);
+                let signals = risk::Signals::of(now, state, &windows, Some(sample));
                 let x = risk::features(&RiskInput {
                     now,
                     state,
                     windows: &windows,
                     sample: Some(sample),
+                    signals: &signals,
                     peers,
                 });
                 last_row[i] = Some(now);

@@ -64,8 +64,9 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
             .map(|r| format!("rule {r}; "))
             .unwrap_or_default();
         format!(
-            "risk {:.2}: {rule}{}",
+            "risk {:.2}: {rule}{}{}",
             g.risk.score,
+            evidence(&g.risk.evidence),
             if top.is_empty() {
                 "no weighted feature".into()
             } else {
@@ -133,6 +134,26 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
         }
         Condition::ScaleOut | Condition::ScaleIn | Condition::CollectionFailing => None,
     }
+}
+
+/// The evidence behind a risk score and when it started: `memory errors (…) for 3 d 4 h
+/// since 2026-11-28 14:00 UTC; `, or nothing when no family's evidence holds.
+fn evidence(list: &[crate::engine::risk::Evidence]) -> String {
+    list.iter()
+        .map(|e| {
+            let since = chrono::DateTime::from_timestamp(e.since, 0).map_or_else(
+                || e.since.to_string(),
+                |t| t.format("%Y-%m-%d %H:%M UTC").to_string(),
+            );
+            let hours = e.lasted_seconds.max(0) / 3600;
+            let lasted = if hours >= 24 {
+                format!("{} d {} h", hours / 24, hours % 24)
+            } else {
+                format!("{hours} h {} min", e.lasted_seconds.max(0) % 3600 / 60)
+            };
+            format!("{} for {lasted} since {since}; ", e.family)
+        })
+        .collect()
 }
 
 /// The holders a scheduler gave a GPU to, for a description: `pod ml/train-0 (container

@@ -80,6 +80,15 @@ fn default_fleet_fires_the_default_rules_with_their_labels() {
         risk.iter()
             .all(|a| a.annotations["description"].contains("risk "))
     );
+    // The description names the evidence and when it started.
+    let worn = risk
+        .iter()
+        .find(|a| a.labels["gpu"] == "1")
+        .map(|a| &a.annotations["description"]);
+    assert!(
+        worn.is_some_and(|d| d.contains("memory errors (") && d.contains(" since 2026-04-")),
+        "{worn:?}"
+    );
     let muted = book.inhibited();
     let idle: Vec<&str> = firing(&book, "GpuAllocatedIdle")
         .into_iter()

@@ -1,85 +1,122 @@
-//! The risk model's features: what a GPU's windows say about its health, as numbers.
+//! The risk model's features: what a GPU's windows and running state say about its health,
+//! as numbers that mean the same on every GPU (docs/detection.md, "What is scored").
 //!
-//! Counts enter as `ln(1 + rate)`, so a weight reads as "log-odds per e-fold of the rate"
-//! and a burst of a thousand errors cannot outweigh everything else. Trends compare the
-//! last day with the GPU's own week before it (the baseline); level features catch what
-//! has been rising for longer than the baseline can show. Every feature is 0 on a healthy
-//! GPU with nothing to report, so a model's bias is the healthy score.
+//! Three normalisations replace absolute levels:
+//! - **persistence and acceleration**: how many of the last days showed a signal, whether
+//!   each day exceeded the one before, what the GPU did on most of the last three days —
+//!   so a one-off burst weighs little and a steady climb a lot;
+//! - **the GPU's own baseline**: a rate against its own previous days, the memory–GPU gap
+//!   against its own gap at similar utilization, power spread against its own; a warm-up
+//!   without history gives these features nothing rather than a guess;
+//! - **node peers**: what every GPU of the node shares (a room's cooling, a driver reload,
+//!   a platform's replay storm) is subtracted as the node's median ([`super::Peers`]).
+//!
+//! Counts enter as `ln(1 + x)`, so a weight reads as "log-odds per e-fold" and no burst
+//! outweighs everything else. Every feature is 0 on a healthy GPU with nothing to report,
+//! so a model's bias is the healthy score.
 
 use super::RiskInput;
+use super::peers::Shared;
+use super::state::{CORRECTED, DAYS, REPLAYS};
+use crate::engine::GpuState;
 use crate::engine::window::{DAY, Summaries};
+use crate::model::GpuSample;
 
 /// Every feature the model can weigh, with what it measures. The order is the order of
 /// [`features`]' output and of training columns.
-pub const FEATURES: [(&str, &str); 19] = [
+pub const FEATURES: [(&str, &str); 25] = [
     (
-        "ecc_corrected_per_day",
-        "ln(1 + corrected ECC errors in the last 24 h)",
+        "ecc_corrected_days",
+        "rolling days of the last 7 with corrected ECC errors, each counting up to 1 at 3 errors",
     ),
     (
-        "ecc_corrected_trend",
-        "ln(1 + last-day rate) − ln(1 + the week's baseline rate), when rising",
+        "ecc_corrected_rising",
+        "consecutive rolling days, newest back, each with more corrected errors than the day before",
+    ),
+    (
+        "ecc_corrected_sustained",
+        "ln(1 + the middle one of the last 3 rolling days' corrected ECC counts)",
     ),
     (
         "ecc_uncorrected_7d",
         "ln(1 + uncorrected ECC errors, last 7 days)",
     ),
     (
-        "remapped_rows",
-        "ln(1 + rows remapped, correctable and uncorrectable)",
+        "remapped_rows_new",
+        "ln(1 + rows remapped lately, an uncorrectable-error remap twice; e-fold 3 days)",
     ),
     ("remap_pending", "1 when a row remap waits for a GPU reset"),
+    (
+        "retired_pages_new",
+        "ln(1 + pages retired lately, a double-bit retirement twice; e-fold 3 days)",
+    ),
+    (
+        "retired_pages_pending",
+        "1 when a page retirement waits for a driver reload",
+    ),
     (
         "xid_hardware_7d",
         "ln(1 + hardware-fault XIDs, last 7 days)",
     ),
     (
-        "pcie_replays_per_hour",
-        "ln(1 + PCIe replays per hour over the last 24 h ÷ 10)",
+        "pcie_replays_vs_baseline",
+        "ln(1 + last day's replays ÷ 240) over the same for the median of the GPU's previous days, less the node's median",
     ),
     (
-        "pcie_replays_vs_baseline",
-        "the same for the last 24 h − for the week's baseline, when rising",
+        "pcie_replays_rising",
+        "consecutive rolling days each with 1.5× the replays of the day before (and 24 or more), less the node's median",
     ),
     (
         "pcie_replays_vs_peers",
-        "the same for the last 24 h − for the node's median GPU, when above",
+        "ln(1 + last day's replays ÷ 240), less the node's median",
+    ),
+    (
+        "pcie_link_degraded",
+        "share of recent loaded time (e-fold 2 h) with the link below its maximum width or generation (reported, or the best it showed under load)",
     ),
     (
         "nvlink_errors_per_hour",
-        "ln(1 + NVLink CRC, replay and recovery errors per hour over the last 24 h)",
+        "ln(1 + NVLink CRC, replay and recovery errors per hour over the last 24 h), less the node's median",
     ),
     (
         "nvlink_errors_vs_baseline",
         "ln(1 + NVLink errors per hour, last 24 h) − ln(1 + the week's baseline), when rising",
     ),
     (
+        "memory_gap_vs_baseline",
+        "(memory − GPU temperature gap above the GPU's own gap at similar utilization, less the node's median, − 5 °C) / 5, when above",
+    ),
+    (
         "memory_temperature_gap",
         "(memory − GPU temperature, last hour's mean, − 15 °C) / 5, when above",
     ),
     (
-        "temperature_level",
-        "(GPU temperature, last hour's mean, − 80 °C) / 5, when above",
+        "temperature_vs_peers",
+        "(GPU temperature beyond 80 °C, last hour's mean, beyond the node's median, − 3 °C) / 5, when above",
     ),
     (
         "thermal_slowdown_24h",
-        "ln(1 + percent of the last 24 h in thermal slowdown)",
+        "ln(1 + percent of the last 24 h in thermal slowdown beyond the node's median)",
+    ),
+    (
+        "hw_slowdown_share",
+        "ln(1 + percent of recent time (e-fold 6 h) in hardware slowdown without power brake or thermal reason, beyond the node's median)",
     ),
     (
         "power_brake_24h",
-        "ln(1 + percent of the last 24 h under the hardware power brake)",
+        "ln(1 + percent of the last 24 h under the hardware power brake beyond the node's median)",
     ),
     (
         "power_erratic",
-        "ln(power's standard deviation ÷ what utilization explains), last hour, when above",
+        "ln(1 + power's spread unexplained by utilization, over the GPU's own baseline or 2% of the limit, ÷ 2.5% of the limit)",
     ),
     (
         "failed_calls_per_collection",
-        "ln(1 + 10 × NVML calls failing per collection, last hour)",
+        "ln(1 + 10 × NVML calls failing per collection, last hour, beyond the node's median)",
     ),
     (
         "collect_seconds_level",
-        "ln(1 + mean collection time of this GPU, last hour ÷ 0.25 s)",
+        "ln(1 + mean collection time of this GPU, last hour, beyond the node's median ÷ 0.25 s)",
     ),
     (
         "collect_slowdown",
@@ -95,105 +132,189 @@ const SLOW_COLLECTION_SECONDS: f64 = 0.25;
 /// load on the host must not read as a failing GSP.
 const COLLECTION_FLOOR_SECONDS: f64 = 0.05;
 
-/// PCIe replays per hour that healthy links show now and then (one burst of a hundred in a
-/// day is 4 an hour); rates are compared on the scale of `ln(1 + rate / this)`.
-const ORDINARY_REPLAYS_PER_HOUR: f64 = 10.0;
+/// PCIe replays in a day that healthy links show now and then (one burst of a hundred in
+/// a day weighs little); day counts are compared on the scale of `ln(1 + count / this)`.
+const ORDINARY_REPLAYS_PER_DAY: f64 = 240.0;
 
-/// Power swing a GPU shows at steady load from sensor noise and clock boosts, as a share
-/// of its power limit.
-const STEADY_POWER_SWING: f64 = 0.03;
+/// Corrected errors in a day at which that day counts fully as a day with errors: an
+/// isolated error is a third of a day of evidence.
+const CORRECTED_FULL_DAY: f64 = 3.0;
+
+/// Power spread a GPU shows at steady load from sensor noise and clock boosts, as a share
+/// of its power limit; below this no baseline is needed.
+const STEADY_POWER_SPREAD: f64 = 0.02;
+
+/// Previous days a rate baseline needs before it is trusted.
+const BASELINE_DAYS: usize = 2;
+
+/// What one GPU shows on its own, before the node's median is taken away.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Signals {
+    pub ecc_days: f64,
+    pub ecc_rising: f64,
+    pub ecc_sustained: f64,
+    pub uncorrected: f64,
+    pub remaps: f64,
+    pub remap_pending: bool,
+    pub retired: f64,
+    pub retired_pending: bool,
+    pub xids: f64,
+    pub link_degraded: f64,
+    pub nvlink_rise: f64,
+    pub memory_gap: f64,
+    pub power_erratic: f64,
+    pub collect_slowdown: f64,
+    /// What the node's GPUs may share, peer-subtracted in [`features`].
+    pub shared: Shared,
+}
+
+impl Signals {
+    /// A GPU's signals at `now`, from its state, its windows summarised at `now`, and
+    /// this step's sample (None when the snapshot misses the GPU).
+    pub fn of(
+        now: i64,
+        state: &GpuState,
+        windows: &Summaries,
+        sample: Option<&GpuSample>,
+    ) -> Signals {
+        let (hour, day, base) = (&windows.hour, &windows.day, &windows.baseline);
+        let risk = &state.risk;
+        let per_hour = |count: f64, seconds: f64| {
+            // Counts of the last day are taken over the whole day, observed or not: a burst
+            // in a fresh agent's first minutes must not read as thousands a day.
+            if seconds > 0.0 {
+                count * 3600.0 / seconds.max(DAY as f64)
+            } else {
+                0.0
+            }
+        };
+        let share = |seconds: f64| {
+            if day.seconds > 0.0 {
+                (seconds / day.seconds.max(DAY as f64)).clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        };
+        let days = &risk.days;
+        let corrected = |d: usize| days.count(CORRECTED, d);
+        let replays = |d: usize| days.count(REPLAYS, d);
+        let replay_scale = |count: f64| (count / ORDINARY_REPLAYS_PER_DAY).ln_1p();
+
+        let ecc_days = (0..DAYS)
+            .map(|d| (corrected(d) / CORRECTED_FULL_DAY).min(1.0))
+            .sum();
+        let ecc_rising = (0..DAYS - 1)
+            .take_while(|&d| corrected(d) >= 1.0 && corrected(d) > corrected(d + 1))
+            .count() as f64;
+        let mut last_three = [corrected(0), corrected(1), corrected(2)];
+        last_three.sort_by(f64::total_cmp);
+        let replay_level = replay_scale(replays(0));
+        // The median of the previous days the GPU was watched: one noisy day does not
+        // move it, and a link that was always noisy is its own normal.
+        let mut previous = [0.0; DAYS];
+        let mut n = 0;
+        for d in days.observed_days() {
+            previous[n] = replays(d);
+            n += 1;
+        }
+        let replay_rise = if n >= BASELINE_DAYS {
+            let previous = &mut previous[..n];
+            previous.sort_by(f64::total_cmp);
+            let median = (previous[(n - 1) / 2] + previous[n / 2]) / 2.0;
+            (replay_level - replay_scale(median)).max(0.0)
+        } else {
+            0.0
+        };
+        let replay_rising = (0..DAYS - 1)
+            .take_while(|&d| replays(d) >= 24.0 && replays(d) >= 1.5 * replays(d + 1))
+            .count() as f64;
+
+        let rows = sample.and_then(|s| s.remapped_rows);
+        let pages = sample.and_then(|s| s.retired_pages);
+        let nvlink_hour = per_hour(day.deltas.nvlink_errors, day.seconds);
+        let nvlink_base = per_hour(base.deltas.nvlink_errors, base.seconds);
+        let collect_now = hour.collect_seconds.mean();
+        let collect_slowdown = match (collect_now, base.collect_seconds.mean()) {
+            (Some(now), Some(base)) if now > base.max(COLLECTION_FLOOR_SECONDS) => {
+                (now / base.max(COLLECTION_FLOOR_SECONDS)).ln()
+            }
+            _ => 0.0,
+        };
+        let power = &risk.power;
+        let power_floor = power
+            .baseline
+            .get()
+            .unwrap_or(STEADY_POWER_SPREAD)
+            .max(STEADY_POWER_SPREAD);
+        Signals {
+            ecc_days,
+            ecc_rising,
+            ecc_sustained: last_three[1].ln_1p(),
+            uncorrected: windows.week.deltas.ecc_uncorrected.ln_1p(),
+            remaps: risk.remaps.at_time(now).ln_1p(),
+            remap_pending: rows.is_some_and(|r| r.pending),
+            retired: risk.retired.at_time(now).ln_1p(),
+            retired_pending: pages.is_some_and(|p| p.pending),
+            xids: windows.week.deltas.xid_hardware.ln_1p(),
+            link_degraded: risk.link_degraded.clamp(0.0, 1.0),
+            nvlink_rise: (nvlink_hour.ln_1p() - nvlink_base.ln_1p()).max(0.0),
+            memory_gap: hour.memory_gap.mean().unwrap_or(0.0),
+            power_erratic: ((power.unexplained - power_floor) / 0.025).max(0.0).ln_1p(),
+            collect_slowdown,
+            shared: Shared {
+                replay_level,
+                replay_rise,
+                replay_rising,
+                nvlink_level: nvlink_hour.ln_1p(),
+                gap_deviation: risk.gap.deviation.unwrap_or(0.0),
+                temperature_excess: (hour.temperature.mean().unwrap_or(0.0) - 80.0).max(0.0),
+                thermal_share: share(day.thermal_slowdown_seconds),
+                hw_slowdown_share: risk.hw_slowdown.clamp(0.0, 1.0),
+                brake_share: share(day.power_brake_seconds),
+                failed_per_collection: if hour.samples > 0 {
+                    hour.deltas.failed_calls / f64::from(hour.samples)
+                } else {
+                    0.0
+                },
+                collect_seconds: collect_now.unwrap_or(0.0),
+            },
+        }
+    }
+}
 
 /// Feature values in [`FEATURES`] order.
 pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
-    let Summaries {
-        hour,
-        day,
-        week,
-        baseline: base,
-    } = input.windows;
-    // Counts of the last day are taken over the whole day, observed or not: a burst in
-    // the first minutes of a fresh agent must not read as a rate of thousands a day.
-    let per_hour = |count: f64, seconds: f64| {
-        if seconds > 0.0 {
-            count * 3600.0 / seconds.max(DAY as f64)
-        } else {
-            0.0
-        }
-    };
-    // Shares of the day likewise: two minutes under the power brake in a fresh agent's
-    // first two minutes are not a day spent there.
-    let share = |seconds: f64| {
-        if day.seconds > 0.0 {
-            (seconds / day.seconds.max(DAY as f64)).clamp(0.0, 1.0)
-        } else {
-            0.0
-        }
-    };
-    let rising = |recent: f64, baseline: f64| (recent.ln_1p() - baseline.ln_1p()).max(0.0);
-
-    let corrected_day = day.deltas.ecc_corrected;
-    let corrected_base = base.per_day(base.deltas.ecc_corrected);
-    let replays = |per_hour: f64| (per_hour / ORDINARY_REPLAYS_PER_HOUR).ln_1p();
-    let replays_hour = replays(per_hour(day.deltas.pcie_replays, day.seconds));
-    let replays_base = replays(per_hour(base.deltas.pcie_replays, base.seconds));
-    let nvlink_hour = per_hour(day.deltas.nvlink_errors, day.seconds);
-    let nvlink_base = per_hour(base.deltas.nvlink_errors, base.seconds);
-    let rows = input.sample.and_then(|s| s.remapped_rows);
-    let remapped = rows.map_or(0.0, |r| {
-        r.correctable.saturating_add(r.uncorrectable) as f64
-    });
-    let pending = rows.is_some_and(|r| r.pending);
-    let gap = hour.memory_gap.mean().unwrap_or(0.0);
-    let temp = hour.temperature.mean().unwrap_or(0.0);
-    let failed_per_collection = if hour.samples > 0 {
-        hour.deltas.failed_calls / f64::from(hour.samples)
-    } else {
-        0.0
-    };
-    let collect_now = hour.collect_seconds.mean();
-    let collect_base = base.collect_seconds.mean();
-    let collect_slowdown = match (collect_now, collect_base) {
-        (Some(now), Some(base)) if now > base.max(COLLECTION_FLOOR_SECONDS) => {
-            (now / base.max(COLLECTION_FLOOR_SECONDS)).ln()
-        }
-        _ => 0.0,
-    };
-    // Power should move with utilization; what it does beyond that, relative to the GPU's
-    // power limit (or the most it drew this week where the limit is unknown), is erratic.
-    let scale = input
-        .sample
-        .and_then(|s| s.power_limit_watts)
-        .or(week.power.max())
-        .unwrap_or(0.0);
-    let power_erratic = match (hour.power.std_dev(), hour.utilization.std_dev()) {
-        (Some(power), Some(util)) if scale > 0.0 && hour.power.n >= 3 => (power
-            / (scale * (util + STEADY_POWER_SWING)))
-            .ln()
-            .max(0.0),
-        _ => 0.0,
-    };
+    let s = input.signals;
+    // What this GPU shows beyond the node's median GPU; the whole value on a node without
+    // enough GPUs to have a median.
+    let own = input.peers.beyond(&s.shared);
+    let flag = |on: bool| if on { 1.0 } else { 0.0 };
+    let percent = |share: f64| (100.0 * share).ln_1p();
     [
-        corrected_day.ln_1p(),
-        rising(corrected_day, corrected_base),
-        week.deltas.ecc_uncorrected.ln_1p(),
-        remapped.ln_1p(),
-        if pending { 1.0 } else { 0.0 },
-        week.deltas.xid_hardware.ln_1p(),
-        replays_hour,
-        (replays_hour - replays_base).max(0.0),
-        input
-            .peers
-            .median_replays_per_hour
-            .map_or(0.0, |median| (replays_hour - replays(median)).max(0.0)),
-        nvlink_hour.ln_1p(),
-        rising(nvlink_hour, nvlink_base),
-        ((gap - 15.0) / 5.0).max(0.0),
-        ((temp - 80.0) / 5.0).max(0.0),
-        (100.0 * share(day.thermal_slowdown_seconds)).ln_1p(),
-        (100.0 * share(day.power_brake_seconds)).ln_1p(),
-        power_erratic,
-        (10.0 * failed_per_collection).ln_1p(),
-        (collect_now.unwrap_or(0.0) / SLOW_COLLECTION_SECONDS).ln_1p(),
-        collect_slowdown,
+        s.ecc_days,
+        s.ecc_rising,
+        s.ecc_sustained,
+        s.uncorrected,
+        s.remaps,
+        flag(s.remap_pending),
+        s.retired,
+        flag(s.retired_pending),
+        s.xids,
+        own.replay_rise,
+        own.replay_rising,
+        own.replay_level,
+        s.link_degraded,
+        own.nvlink_level,
+        s.nvlink_rise,
+        ((own.gap_deviation - 5.0) / 5.0).max(0.0),
+        ((s.memory_gap - 15.0) / 5.0).max(0.0),
+        ((own.temperature_excess - 3.0) / 5.0).max(0.0),
+        percent(own.thermal_share),
+        percent(own.hw_slowdown_share),
+        percent(own.brake_share),
+        s.power_erratic,
+        (10.0 * own.failed_per_collection).ln_1p(),
+        (own.collect_seconds / SLOW_COLLECTION_SECONDS).ln_1p(),
+        s.collect_slowdown,
     ]
 }

@@ -1,21 +1,31 @@
 //! Failure risk: features from a GPU's windows, a logistic model over them, and rules for
 //! states that are known to be bad.
 //!
-//! The score is `sigmoid(bias + Σ weight × feature)`; each term is a contribution an
-//! operator can read ("corrected ECC 48/day: +4.1"). Known-bad states — a failed row remap,
-//! an uncorrectable memory error with its XID, a GPU off the bus — are not predictions:
-//! they set the score to at least [`RULE_SCORE`] at once, named by the rule.
+//! The score is `sigmoid(bias + Σ held contribution)`: each term `weight × feature` is an
+//! operator-readable contribution ("ecc_corrected_days 4.3: +2.6"), held as a decaying
+//! maximum on its failure family's time scale ([`hold`]) so a warning does not flicker.
+//! Features compare each GPU with its own past and with its node's other GPUs
+//! ([`features`], [`peers`]), from running state kept per GPU ([`state`]). Known-bad
+//! states — a failed row remap, an uncorrectable memory error with its XID, a GPU off the
+//! bus — are not predictions: they set the score to at least [`RULE_SCORE`] at once, named
+//! by the rule.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::GpuState;
-use super::window::{Bucket, DAY, Summaries, WEEK};
+use super::window::{Summaries, WEEK};
 use crate::model::GpuSample;
 
 mod features;
-pub use features::{FEATURES, features};
+mod hold;
+mod peers;
+mod state;
+pub use features::{FEATURES, Signals, features};
+pub use hold::{Evidence, Family, Hold};
+pub use peers::{Peers, Shared};
+pub use state::RiskState;
 
 /// Score a known-bad rule sets at least.
 pub const RULE_SCORE: f64 = 0.95;
@@ -104,8 +114,11 @@ pub struct Assessment {
     /// The known-bad rule that set the score, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
-    /// Every non-zero term, largest first.
+    /// Every non-zero term, largest first; held terms at their held value.
     pub contributions: Vec<Contribution>,
+    /// The failure families whose evidence holds, strongest first, with when it started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<Evidence>,
 }
 
 impl Assessment {
@@ -118,33 +131,6 @@ impl Assessment {
     }
 }
 
-/// What the node's GPUs look like together, for features relative to peers.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Peers {
-    /// Median PCIe replays per hour over the last day across GPUs with data.
-    pub median_replays_per_hour: Option<f64>,
-}
-
-impl Peers {
-    /// From every GPU's last day.
-    pub fn of<'a>(days: impl Iterator<Item = &'a Bucket>) -> Peers {
-        let mut rates: Vec<f64> = days
-            .filter(|d| d.seconds > 0.0)
-            // Over the whole day, as the features count it.
-            .map(|d| d.deltas.pcie_replays * 3600.0 / d.seconds.max(DAY as f64))
-            .collect();
-        rates.sort_by(f64::total_cmp);
-        let median = match rates.len() {
-            0 => None,
-            n if n % 2 == 1 => Some(rates[n / 2]),
-            n => Some((rates[n / 2 - 1] + rates[n / 2]) / 2.0),
-        };
-        Peers {
-            median_replays_per_hour: median,
-        }
-    }
-}
-
 /// Everything a risk assessment reads.
 pub struct RiskInput<'a> {
     pub now: i64,
@@ -153,6 +139,9 @@ pub struct RiskInput<'a> {
     pub windows: &'a Summaries,
     /// This step's sample; None when the GPU is missing from the snapshot.
     pub sample: Option<&'a GpuSample>,
+    /// This GPU's signals ([`Signals::of`]), computed once per step.
+    pub signals: &'a Signals,
+    /// The node's median GPU, computed once per round from every GPU's signals.
     pub peers: &'a Peers,
 }
 
@@ -183,24 +172,53 @@ pub fn rule(input: &RiskInput<'_>) -> Option<&'static str> {
     None
 }
 
-/// Scores one GPU.
-pub fn assess(model: &RiskModel, input: &RiskInput<'_>) -> Assessment {
+/// A model's weights by feature, in [`FEATURES`] order: looked up once per round, not
+/// per GPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FeatureWeights {
+    pub bias: f64,
+    pub weights: [f64; FEATURES.len()],
+}
+
+impl RiskModel {
+    pub fn by_feature(&self) -> FeatureWeights {
+        let mut weights = [0.0; FEATURES.len()];
+        for w in &self.weights {
+            if let Some(i) = FEATURES.iter().position(|(name, _)| *name == w.feature) {
+                weights[i] += w.weight;
+            }
+        }
+        FeatureWeights {
+            bias: self.bias,
+            weights,
+        }
+    }
+}
+
+/// Scores one GPU, folding this step's evidence into `hold` (the GPU's
+/// [`RiskState::hold`]).
+pub fn assess(model: &FeatureWeights, input: &RiskInput<'_>, hold: &mut Hold) -> Assessment {
     let values = features(input);
-    let mut contributions: Vec<Contribution> = model
-        .weights
+    let weights = &model.weights;
+    let mut raw = [0.0; FEATURES.len()];
+    for ((r, w), v) in raw.iter_mut().zip(weights).zip(&values) {
+        *r = w * v;
+    }
+    let (held, evidence) = hold.apply(input.now, &raw);
+    let mut contributions: Vec<Contribution> = held
         .iter()
-        .filter_map(|w| {
-            let i = FEATURES.iter().position(|(name, _)| *name == w.feature)?;
-            let value = values[i];
-            (value != 0.0).then(|| Contribution {
-                feature: w.feature.clone(),
-                value,
-                contribution: w.weight * value,
-            })
+        .zip(weights)
+        .zip(&FEATURES)
+        .filter(|((held, _), _)| **held != 0.0)
+        .map(|((&held, &weight), (name, _))| Contribution {
+            feature: (*name).to_string(),
+            // The value the held contribution stands for.
+            value: if weight != 0.0 { held / weight } else { 0.0 },
+            contribution: held,
         })
         .collect();
     contributions.sort_by(|a, b| b.contribution.total_cmp(&a.contribution));
-    let logit = model.bias + contributions.iter().map(|c| c.contribution).sum::<f64>();
+    let logit = model.bias + held.iter().sum::<f64>();
     let mut score = 1.0 / (1.0 + (-logit).exp());
     let rule = rule(input);
     if rule.is_some() {
@@ -210,6 +228,7 @@ pub fn assess(model: &RiskModel, input: &RiskInput<'_>) -> Assessment {
         score,
         rule: rule.map(str::to_string),
         contributions,
+        evidence,
     }
 }
 

@@ -1,0 +1,75 @@
+//! The risk step of [`Engine::step`]: every GPU's windows and signals summarised once, the
+//! node's median once per round, each GPU assessed and its held evidence written back.
+
+use super::risk;
+use super::slots::Scratch;
+use super::{Engine, GpuFindings};
+use crate::model::Snapshot;
+
+impl Engine {
+    /// Risk needs every GPU's windows updated first: features compare each GPU with the
+    /// node's median GPU. Each GPU's windows are summarised (into `scratch.summaries`) and
+    /// its signals computed once here, shared by its features, its findings, the peers'
+    /// comparison and the capacity advice; the node's median is taken once per round; the
+    /// held evidence is written back.
+    /// `repeated`: a GPU is listed twice in the snapshot (its first sample is its sample).
+    pub(super) fn assess_risk(
+        &mut self,
+        now: i64,
+        snapshot: &Snapshot,
+        gpus: &mut [GpuFindings],
+        scratch: &mut Scratch,
+        repeated: bool,
+    ) {
+        let states = &mut self.state.gpus;
+        scratch.summaries.clear();
+        scratch.summaries.extend(
+            scratch
+                .slots
+                .iter()
+                .map(|&slot| states.slot(slot).windows.summaries(now)),
+        );
+        let listed = snapshot.gpus.len();
+        // Findings list the snapshot's GPUs first, in its order.
+        let sample_of = |i: usize, finding: &GpuFindings| match (i < listed, repeated) {
+            (false, _) => None,
+            (true, false) => snapshot.gpus.get(i),
+            (true, true) => snapshot.gpu_by_uuid(&finding.uuid),
+        };
+        let signals: Vec<risk::Signals> = gpus
+            .iter()
+            .zip(&scratch.slots)
+            .zip(&scratch.summaries)
+            .enumerate()
+            .map(|(i, ((finding, &slot), windows))| {
+                risk::Signals::of(now, states.slot(slot), windows, sample_of(i, finding))
+            })
+            .collect();
+        let peers = risk::Peers::of(signals.iter().map(|s| &s.shared));
+        let model = self.config.risk_model.by_feature();
+        for (i, (((finding, &slot), windows), signals)) in gpus
+            .iter_mut()
+            .zip(&scratch.slots)
+            .zip(&scratch.summaries)
+            .zip(&signals)
+            .enumerate()
+        {
+            finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
+            let mut hold = std::mem::take(&mut states.slot_mut(slot).risk.hold);
+            let sample = sample_of(i, finding);
+            finding.risk = risk::assess(
+                &model,
+                &risk::RiskInput {
+                    now,
+                    state: states.slot(slot),
+                    windows,
+                    sample,
+                    signals,
+                    peers: &peers,
+                },
+                &mut hold,
+            );
+            states.slot_mut(slot).risk.hold = hold;
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Evidence that holds: each feature's contribution to the score is an exponentially
+//! decaying maximum, so a warning holds while its evidence holds and fades on its family's
+//! time scale once the evidence stops, instead of flickering with every hour's noise.
+//!
+//! A family's evidence "starts" when its held contributions together reach
+//! [`EVIDENCE_STARTS`] log-odds and ends when they fall under [`EVIDENCE_ENDS`]; the
+//! alert's description names the families with evidence and when it started.
+
+use serde::{Deserialize, Serialize};
+
+use super::features::FEATURES;
+
+/// Failure families the features belong to, each with how long its evidence holds.
+/// In [`FAMILIES`] order: a family's discriminant is its index there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Memory,
+    Xid,
+    Pcie,
+    NvLink,
+    Cooling,
+    Power,
+    Structural,
+}
+
+pub const FAMILIES: [Family; 7] = [
+    Family::Memory,
+    Family::Xid,
+    Family::Pcie,
+    Family::NvLink,
+    Family::Cooling,
+    Family::Power,
+    Family::Structural,
+];
+
+impl Family {
+    /// What the evidence is, for the alert's description.
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::Memory => "memory errors (corrected ECC, remaps, retired pages)",
+            Family::Xid => "hardware XIDs",
+            Family::Pcie => "PCIe link (replays, link below its maximum)",
+            Family::NvLink => "NVLink errors",
+            Family::Cooling => "cooling (memory gap, temperature, slowdown)",
+            Family::Power => "power delivery (power brake, erratic draw)",
+            Family::Structural => "NVML calls (failing, slow)",
+        }
+    }
+
+    /// The e-fold time of held evidence, seconds (docs/detection.md states them): memory
+    /// wear builds over days and a one-off burst should be gone within a day or two;
+    /// link errors over hours to days; temperatures and power over hours; slow or failing
+    /// NVML calls matter while they happen.
+    pub fn hold_seconds(self) -> f64 {
+        const H: f64 = 3600.0;
+        match self {
+            Family::Memory => 24.0 * H,
+            Family::Xid | Family::Pcie | Family::NvLink => 12.0 * H,
+            Family::Cooling | Family::Power => 6.0 * H,
+            Family::Structural => 3.0 * H,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Held family contributions at which evidence starts and under which it ends, log-odds.
+/// A single day of a few corrected errors (0.6 + 0.5 with the shipped weights) is below
+/// the start: ordinary noise names no evidence.
+pub const EVIDENCE_STARTS: f64 = 1.5;
+pub const EVIDENCE_ENDS: f64 = 1.0;
+
+/// The held contributions of one GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Hold {
+    /// Unix seconds of the last assessment.
+    at: Option<i64>,
+    /// Held contribution per feature, in FEATURES order.
+    held: [f64; FEATURES.len()],
+    /// Unix seconds each family's evidence started, while it lasts.
+    since: [Option<i64>; FAMILIES.len()],
+}
+
+/// One family's evidence, for the alert's description.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub family: String,
+    /// Unix seconds the evidence started.
+    pub since: i64,
+    /// How long it has held, seconds.
+    pub lasted_seconds: i64,
+    /// Its held contributions together, log-odds.
+    pub contribution: f64,
+}
+
+impl Hold {
+    /// Folds this assessment's contributions (per feature, FEATURES order) in and returns
+    /// the held ones, with the families whose evidence holds, strongest first.
+    pub fn apply(
+        &mut self,
+        now: i64,
+        raw: &[f64; FEATURES.len()],
+    ) -> ([f64; FEATURES.len()], Vec<Evidence>) {
+        let elapsed = self
+            .at
+            .map_or(0.0, |at| now.saturating_sub(at).max(0) as f64);
+        self.at = Some(self.at.map_or(now, |at| at.max(now)));
+        let mut by_family = [0.0; FAMILIES.len()];
+        for (i, (held, &raw)) in self.held.iter_mut().zip(raw).enumerate() {
+            let family = family_of(i);
+            let decayed = *held * (-elapsed / family.hold_seconds()).exp();
+            // Only evidence for risk is held; a term that lowers the score (a fitted
+            // negative weight) counts as it is now.
+            *held = if raw > 0.0 {
+                raw.max(decayed)
+            } else if raw < 0.0 {
+                raw
+            } else {
+                decayed.max(0.0)
+            };
+            if !held.is_finite() {
+                *held = 0.0;
+            }
+            by_family[family.index()] += held.max(0.0);
+        }
+        let mut evidence = Vec::new();
+        for (f, family) in FAMILIES.iter().enumerate() {
+            let total = by_family[f];
+            self.since[f] = match self.since[f] {
+                Some(since) if total >= EVIDENCE_ENDS => Some(since),
+                None if total >= EVIDENCE_STARTS => Some(now),
+                _ => None,
+            };
+            if let Some(since) = self.since[f] {
+                evidence.push(Evidence {
+                    family: family.label().to_string(),
+                    since,
+                    lasted_seconds: now.saturating_sub(since),
+                    contribution: total,
+                });
+            }
+        }
+        evidence.sort_by(|a, b| b.contribution.total_cmp(&a.contribution));
+        (self.held, evidence)
+    }
+}
+
+/// The family of each feature, in FEATURES order (a test checks it against the names).
+const FAMILY_OF: [Family; FEATURES.len()] = {
+    use Family::*;
+    [
+        Memory, Memory, Memory, Memory, Memory, Memory, Memory, Memory, // ECC, remaps, pages
+        Xid, Pcie, Pcie, Pcie, Pcie, NvLink, NvLink, Cooling, Cooling, Cooling, Cooling, Cooling,
+        Power, Power, Structural, Structural, Structural,
+    ]
+};
+
+/// The family of feature `i` (FEATURES order).
+pub fn family_of(i: usize) -> Family {
+    FAMILY_OF.get(i).copied().unwrap_or(Family::Structural)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(name: &str) -> usize {
+        FEATURES.iter().position(|(n, _)| *n == name).unwrap_or(0)
+    }
+
+    #[test]
+    fn every_feature_has_the_family_its_name_says() {
+        let prefixes = [
+            ("ecc_", Family::Memory),
+            ("remap", Family::Memory),
+            ("retired_", Family::Memory),
+            ("xid_", Family::Xid),
+            ("pcie_", Family::Pcie),
+            ("nvlink_", Family::NvLink),
+            ("memory_", Family::Cooling),
+            ("temperature_", Family::Cooling),
+            ("thermal_", Family::Cooling),
+            ("hw_slowdown", Family::Cooling),
+            ("power_", Family::Power),
+            ("failed_", Family::Structural),
+            ("collect_", Family::Structural),
+        ];
+        for (i, (name, _)) in FEATURES.iter().enumerate() {
+            let by_name = prefixes
+                .iter()
+                .find(|(p, _)| name.starts_with(p))
+                .map(|(_, f)| *f);
+            assert_eq!(Some(family_of(i)), by_name, "{name}");
+        }
+        for (i, family) in FAMILIES.iter().enumerate() {
+            assert_eq!(family.index(), i);
+        }
+        assert_eq!(family_of(index("hw_slowdown_share")), Family::Cooling);
+    }
+
+    #[test]
+    fn evidence_holds_then_decays_on_its_family_time_scale() {
+        let mut hold = Hold::default();
+        let memory = index("ecc_corrected_days");
+        let mut raw = [0.0; FEATURES.len()];
+        raw[memory] = 4.0;
+        let (held, evidence) = hold.apply(1_000, &raw);
+        assert_eq!(held[memory], 4.0);
+        assert_eq!(evidence.len(), 1);
+        assert_eq!(evidence[0].since, 1_000);
+        raw[memory] = 0.0;
+        // One e-fold later (24 h for memory), the evidence is 4/e and still started at 1000.
+        let (held, evidence) = hold.apply(1_000 + 86_400, &raw);
+        assert!((held[memory] - 4.0 / std::f64::consts::E).abs() < 1e-9);
+        assert_eq!(evidence[0].since, 1_000);
+        // Another day and it has ended (4/e² < 1).
+        let (_, evidence) = hold.apply(1_000 + 2 * 86_400, &raw);
+        assert!(evidence.is_empty());
+        // Stronger raw evidence replaces the held value at once.
+        raw[memory] = 6.0;
+        let (held, evidence) = hold.apply(1_000 + 2 * 86_400 + 60, &raw);
+        assert_eq!(held[memory], 6.0);
+        assert_eq!(evidence[0].since, 1_000 + 2 * 86_400 + 60);
+    }
+}

@@ -1,0 +1,148 @@
+//! What the node's GPUs show together: the median of every signal the GPUs of one node can
+//! share, computed once per round and taken away from each GPU's own.
+//!
+//! A room or CDU running hot, a driver reload failing NVML calls everywhere, a platform
+//! whose links all replay: every GPU of the node reads the same, which says nothing about
+//! one of them. The median, not the mean, so that the one GPU that is failing does not
+//! lift its own reference. On a node with fewer than [`MIN_PEERS`] GPUs there is no median
+//! worth the name and each GPU keeps its whole value.
+
+/// GPUs a node needs before its median stands for "what every GPU shows".
+pub const MIN_PEERS: usize = 3;
+
+/// The signals a node's GPUs may share, in their units before any weighting.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Shared {
+    /// `ln(1 + replays in the last day ÷ 240)`.
+    pub replay_level: f64,
+    /// That over the GPU's own previous days.
+    pub replay_rise: f64,
+    /// Rolling days of accelerating replays.
+    pub replay_rising: f64,
+    /// `ln(1 + NVLink errors per hour)`.
+    pub nvlink_level: f64,
+    /// Memory–GPU gap over the GPU's own at similar utilization, °C.
+    pub gap_deviation: f64,
+    /// Hour-mean GPU temperature beyond 80 °C.
+    pub temperature_excess: f64,
+    /// Share of the day in thermal slowdown.
+    pub thermal_share: f64,
+    /// Share of recent time in generic hardware slowdown.
+    pub hw_slowdown_share: f64,
+    /// Share of the day under the power brake.
+    pub brake_share: f64,
+    pub failed_per_collection: f64,
+    /// Mean collection seconds, last hour.
+    pub collect_seconds: f64,
+}
+
+const FIELDS: usize = 11;
+
+impl Shared {
+    fn to_array(self) -> [f64; FIELDS] {
+        [
+            self.replay_level,
+            self.replay_rise,
+            self.replay_rising,
+            self.nvlink_level,
+            self.gap_deviation,
+            self.temperature_excess,
+            self.thermal_share,
+            self.hw_slowdown_share,
+            self.brake_share,
+            self.failed_per_collection,
+            self.collect_seconds,
+        ]
+    }
+
+    fn from_array(a: [f64; FIELDS]) -> Shared {
+        Shared {
+            replay_level: a[0],
+            replay_rise: a[1],
+            replay_rising: a[2],
+            nvlink_level: a[3],
+            gap_deviation: a[4],
+            temperature_excess: a[5],
+            thermal_share: a[6],
+            hw_slowdown_share: a[7],
+            brake_share: a[8],
+            failed_per_collection: a[9],
+            collect_seconds: a[10],
+        }
+    }
+}
+
+/// The node's median GPU, for features relative to peers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Peers {
+    /// None on a node with fewer than [`MIN_PEERS`] GPUs with data.
+    pub median: Option<Shared>,
+}
+
+impl Peers {
+    /// From every GPU's shared signals, once per round.
+    pub fn of<'a>(gpus: impl Iterator<Item = &'a Shared>) -> Peers {
+        let rows: Vec<[f64; FIELDS]> = gpus.map(|s| s.to_array()).collect();
+        let n = rows.len();
+        if n < MIN_PEERS {
+            return Peers::default();
+        }
+        let mut column = vec![0.0; n];
+        let mut median = [0.0; FIELDS];
+        for (f, m) in median.iter_mut().enumerate() {
+            for (c, row) in column.iter_mut().zip(&rows) {
+                *c = row[f];
+            }
+            column.sort_unstable_by(f64::total_cmp);
+            *m = (column[(n - 1) / 2] + column[n / 2]) / 2.0;
+        }
+        Peers {
+            median: Some(Shared::from_array(median)),
+        }
+    }
+
+    /// What `own` shows beyond the node's median, never below 0.
+    pub fn beyond(&self, own: &Shared) -> Shared {
+        let Some(median) = &self.median else {
+            return Shared::from_array(own.to_array().map(|v| v.max(0.0)));
+        };
+        let mut out = own.to_array();
+        for (o, m) in out.iter_mut().zip(median.to_array()) {
+            *o = (*o - m.max(0.0)).max(0.0);
+        }
+        Shared::from_array(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_temperature(excess: f64) -> Shared {
+        Shared {
+            temperature_excess: excess,
+            ..Shared::default()
+        }
+    }
+
+    #[test]
+    fn a_node_wide_reading_is_taken_away_and_one_gpu_stands_out() {
+        let node: Vec<Shared> = (4..12).map(|t| with_temperature(f64::from(t))).collect();
+        let peers = Peers::of(node.iter());
+        // 4..=11 °C over 80: median 7.5; the hottest is 3.5 beyond it.
+        assert_eq!(peers.beyond(&node[7]).temperature_excess, 3.5);
+        assert_eq!(peers.beyond(&node[0]).temperature_excess, 0.0);
+        let mut lone = vec![with_temperature(0.0); 7];
+        lone.push(with_temperature(11.0));
+        let peers = Peers::of(lone.iter());
+        assert_eq!(peers.beyond(&lone[7]).temperature_excess, 11.0);
+    }
+
+    #[test]
+    fn too_few_gpus_have_no_median() {
+        let two = [with_temperature(5.0), with_temperature(9.0)];
+        let peers = Peers::of(two.iter());
+        assert_eq!(peers.median, None);
+        assert_eq!(peers.beyond(&two[1]).temperature_excess, 9.0);
+    }
+}

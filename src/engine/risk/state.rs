@@ -1,0 +1,396 @@
+//! What the risk features remember about one GPU between samples: running state updated
+//! in O(1) per sample, so no feature scans history when it is read.
+//!
+//! - [`RollingDays`]: corrected ECC errors and PCIe replays per rolling day over the last
+//!   week, from the week window's 2-hour buckets, re-added only when a bucket closes;
+//! - [`Growth`]: rows remapped and pages retired recently, as counts that decay;
+//! - [`Baseline`]: the GPU's own normal level of a reading, learnt during a warm-up and then
+//!   allowed to drift only slowly, so a fault that builds over days stands out against it
+//!   instead of becoming the new normal;
+//! - the memory–GPU temperature gap against that baseline at similar utilization, power
+//!   spread that utilization does not explain against its own baseline, and the shares of
+//!   time in generic hardware slowdown and with a trained-down PCIe link under load.
+//!
+//! The state is persisted with the engine's (`--save-state`); state saved before it
+//! existed starts empty and the features warm up again.
+
+use serde::{Deserialize, Serialize};
+
+use super::hold::Hold;
+use crate::engine::window::{DAY, HOUR, Point, Windows};
+use crate::model::{ClockEvents, GpuSample};
+
+/// Rolling days remembered: the week window's span.
+pub const DAYS: usize = 7;
+/// Counts kept per rolling day: corrected ECC errors, PCIe replays.
+const COUNTS: usize = 2;
+pub const CORRECTED: usize = 0;
+pub const REPLAYS: usize = 1;
+
+/// Observed time a baseline needs before it is trusted.
+const WARM_UP_SECONDS: f64 = 12.0 * 3600.0;
+
+/// How fast a remap or page retirement stops counting as recent (e-fold time).
+const GROWTH_SECONDS: f64 = 3.0 * DAY as f64;
+
+/// Utilization at and above which a GPU is under load for the PCIe link check: below it a
+/// link may legitimately drop width or generation to save power.
+const LOADED_UTILIZATION: f64 = 0.5;
+
+/// Everything the risk features keep per GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RiskState {
+    pub days: RollingDays,
+    /// Rows remapped (an uncorrectable-error remap counts twice).
+    pub remaps: Growth,
+    /// Pages retired (pre-Ampere; a double-bit retirement counts twice).
+    pub retired: Growth,
+    pub gap: GapBaseline,
+    pub power: PowerSpread,
+    /// Share of recent time in hardware slowdown that neither the power brake nor a
+    /// thermal reason explains (e-fold 6 h).
+    pub hw_slowdown: f64,
+    /// Share of recent loaded time with the PCIe link below its maximum width or
+    /// generation (e-fold 2 h of loaded time).
+    pub link_degraded: f64,
+    /// The widest link and highest generation seen under load: the maximum where the
+    /// source does not report one (a Prometheus store, a CSV log without the max columns).
+    pub link_best: [Option<u32>; 2],
+    /// The score's held evidence.
+    pub hold: Hold,
+}
+
+impl RiskState {
+    /// Folds one sample in; `windows` already holds it.
+    pub fn observe(&mut self, p: &Point, sample: &GpuSample, windows: &Windows) {
+        self.days.observe(p, windows);
+        if !sample.up {
+            return;
+        }
+        let remaps = sample.remapped_rows.map(|r| {
+            r.correctable
+                .saturating_add(r.uncorrectable.saturating_mul(2))
+        });
+        self.remaps.update(remaps, p.at);
+        let retired = sample
+            .retired_pages
+            .map(|r| r.sbe.saturating_add(r.dbe.saturating_mul(2)));
+        self.retired.update(retired, p.at);
+        self.gap.observe(p);
+        self.power.observe(p, sample.power_limit_watts);
+        let events = sample.clock_events.unwrap_or_default();
+        let generic = events.intersects(ClockEvents::HW_SLOWDOWN)
+            && !events.intersects(ClockEvents::HW_POWER_BRAKE_SLOWDOWN)
+            && !events.thermal();
+        ewma(
+            &mut self.hw_slowdown,
+            flag(generic),
+            p.seconds,
+            6.0 * HOUR as f64,
+        );
+        let loaded = p.utilization.is_some_and(|u| u >= LOADED_UTILIZATION);
+        if loaded {
+            self.observe_link(sample, p.seconds);
+        }
+    }
+}
+
+impl RiskState {
+    /// The link's width and generation under load against their maximum: the reported
+    /// one, or the best this GPU has shown under load, whichever is higher.
+    fn observe_link(&mut self, sample: &GpuSample, seconds: f64) {
+        let pcie = &sample.pcie;
+        let mut below = None;
+        for (i, (now, max)) in [
+            (pcie.link_width, pcie.link_width_max),
+            (pcie.link_generation, pcie.link_generation_max),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let Some(now) = now else { continue };
+            let best = self.link_best[i].map_or(now, |b| b.max(now));
+            self.link_best[i] = Some(best);
+            let max = max.map_or(best, |m| m.max(best));
+            below = Some(below.unwrap_or(false) || now < max);
+        }
+        if let Some(below) = below {
+            ewma(
+                &mut self.link_degraded,
+                flag(below),
+                seconds,
+                2.0 * HOUR as f64,
+            );
+        }
+    }
+}
+
+fn flag(on: bool) -> f64 {
+    if on { 1.0 } else { 0.0 }
+}
+
+/// Moves `value` towards `x` as an exponentially weighted mean over time (e-fold `tau`).
+fn ewma(value: &mut f64, x: f64, seconds: f64, tau: f64) {
+    if seconds > 0.0 && x.is_finite() {
+        *value += (x - *value) * (1.0 - (-seconds / tau).exp());
+    }
+}
+
+/// Counts per rolling day of the last week: day 0 is the week window's newest 2-hour
+/// bucket and the eleven before it, day 1 the twelve before those, and so on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RollingDays {
+    /// Start of the newest bucket when `closed` was added up.
+    key: i64,
+    /// Counts of the closed buckets of each day.
+    closed: [[f64; COUNTS]; DAYS],
+    /// Observed seconds of the closed buckets of each day.
+    observed: [f64; DAYS],
+    /// Counts of the newest bucket, kept up as samples arrive.
+    live: [f64; COUNTS],
+}
+
+impl RollingDays {
+    fn observe(&mut self, p: &Point, windows: &Windows) {
+        let width = windows.week.width();
+        let start = p.at.div_euclid(width) * width;
+        if start > self.key {
+            // A bucket opened: add up the closed ones again (84 at most, once per 2 hours).
+            self.key = start;
+            self.closed = [[0.0; COUNTS]; DAYS];
+            self.observed = [0.0; DAYS];
+            self.live = [0.0; COUNTS];
+            for b in windows.week.buckets() {
+                let counts = [b.deltas.ecc_corrected, b.deltas.pcie_replays];
+                if b.start >= start {
+                    self.live = counts;
+                    continue;
+                }
+                let day = (start.saturating_sub(b.start) / DAY) as usize;
+                if day < DAYS {
+                    for (sum, c) in self.closed[day].iter_mut().zip(counts) {
+                        *sum += c;
+                    }
+                    self.observed[day] += b.seconds;
+                }
+            }
+        } else {
+            // The window folds a late sample into its newest bucket; so does this.
+            self.live[CORRECTED] += p.deltas.ecc_corrected;
+            self.live[REPLAYS] += p.deltas.pcie_replays;
+        }
+    }
+
+    /// The count of `signal` on rolling day `day` (0: the last 24 hours).
+    pub fn count(&self, signal: usize, day: usize) -> f64 {
+        let closed = self.closed.get(day).map_or(0.0, |d| d[signal]);
+        if day == 0 {
+            closed + self.live[signal]
+        } else {
+            closed
+        }
+    }
+
+    /// The days before the last one with at least half a day observed.
+    pub fn observed_days(&self) -> impl Iterator<Item = usize> + '_ {
+        (1..DAYS).filter(|&d| self.observed[d] >= DAY as f64 / 2.0)
+    }
+}
+
+/// A cumulative count's recent growth, decaying with e-fold time [`GROWTH_SECONDS`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Growth {
+    last: Option<u64>,
+    at: i64,
+    /// Recent growth, decayed to `at`.
+    recent: f64,
+}
+
+impl Growth {
+    fn update(&mut self, total: Option<u64>, now: i64) {
+        let Some(total) = total else { return };
+        self.recent = self.at_time(now);
+        self.at = self.at.max(now);
+        // The first reading is a reference, not growth: rows remapped before the agent
+        // started are history the operator has seen.
+        if let Some(last) = self.last.filter(|last| total > *last) {
+            self.recent += (total - last) as f64;
+        }
+        self.last = Some(total);
+    }
+
+    /// Recent growth as of `now`.
+    pub fn at_time(&self, now: i64) -> f64 {
+        let elapsed = now.saturating_sub(self.at).max(0) as f64;
+        self.recent * (-elapsed / GROWTH_SECONDS).exp()
+    }
+}
+
+/// A GPU's own normal level of a reading: the mean during a warm-up of
+/// [`WARM_UP_SECONDS`] observed, then a tracker that moves towards each reading by at
+/// most `drift` per day. The cap keeps a fault building over days from becoming the
+/// baseline; ordinary slow change (season, workload mix) is followed within days.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Baseline {
+    value: f64,
+    seconds: f64,
+}
+
+impl Baseline {
+    fn learn(&mut self, x: f64, seconds: f64, drift_per_day: f64) {
+        if seconds <= 0.0 || !x.is_finite() {
+            return;
+        }
+        // A damaged state file could hold anything: such a baseline is learnt afresh.
+        if !(self.seconds >= 0.0 && self.value.is_finite()) {
+            *self = Baseline::default();
+        }
+        if self.seconds < WARM_UP_SECONDS {
+            self.seconds += seconds;
+            self.value += (x - self.value) * seconds / self.seconds;
+        } else {
+            let step = drift_per_day * seconds / DAY as f64;
+            self.value += (x - self.value).clamp(-step, step);
+            self.seconds += seconds;
+        }
+    }
+
+    /// The baseline, once warm.
+    pub fn get(&self) -> Option<f64> {
+        (self.seconds >= WARM_UP_SECONDS).then_some(self.value)
+    }
+}
+
+/// Utilization bands the memory–GPU gap is learnt in: HBM and die heat differently with
+/// load, so the gap is compared only with the gap at similar load.
+const BANDS: usize = 4;
+
+/// The memory–GPU temperature gap against the GPU's own gap at similar utilization.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GapBaseline {
+    bands: [Baseline; BANDS],
+    /// The gap minus its band's baseline, averaged over about an hour; None until a band
+    /// is warm.
+    pub deviation: Option<f64>,
+}
+
+impl GapBaseline {
+    fn observe(&mut self, p: &Point) {
+        let (Some(util), Some(gpu), Some(memory)) =
+            (p.utilization, p.temperature, p.memory_temperature)
+        else {
+            return;
+        };
+        let gap = memory - gpu;
+        let band = ((util.clamp(0.0, 1.0) * BANDS as f64) as usize).min(BANDS - 1);
+        if let Some(base) = self.bands[band].get() {
+            let deviation = gap - base;
+            let mut smoothed = self.deviation.unwrap_or(deviation);
+            ewma(&mut smoothed, deviation, p.seconds, HOUR as f64);
+            self.deviation = Some(smoothed);
+        }
+        // At most 1 °C a day: a cooling fault that builds over a week stays visible.
+        self.bands[band].learn(gap, p.seconds, 1.0);
+    }
+}
+
+/// Power's spread beyond what utilization explains, as a share of the power limit, and
+/// the GPU's own baseline of it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PowerSpread {
+    /// Mean and mean square of power and utilization over about an hour.
+    moments: [f64; 4],
+    samples: u32,
+    /// The most power drawn, the scale where the limit is unknown.
+    peak: f64,
+    /// The last spread computed.
+    pub unexplained: f64,
+    pub baseline: Baseline,
+}
+
+/// Samples the spread needs before it means anything.
+const SPREAD_SAMPLES: u32 = 6;
+
+impl PowerSpread {
+    fn observe(&mut self, p: &Point, limit: Option<f64>) {
+        let (Some(power), Some(util)) = (p.power, p.utilization) else {
+            return;
+        };
+        if !power.is_finite() || !util.is_finite() || power.abs() > 1e6 {
+            return;
+        }
+        self.peak = self.peak.max(power);
+        let x = [power, power * power, util, util * util];
+        if self.samples == 0 {
+            self.moments = x;
+        } else {
+            for (m, x) in self.moments.iter_mut().zip(x) {
+                ewma(m, x, p.seconds, HOUR as f64);
+            }
+        }
+        self.samples = self.samples.saturating_add(1);
+        let scale = limit.filter(|l| *l > 0.0).unwrap_or(self.peak);
+        if self.samples < SPREAD_SAMPLES || scale <= 0.0 {
+            return;
+        }
+        let [p1, p2, u1, u2] = self.moments;
+        let power_sd = (p2 - p1 * p1).max(0.0).sqrt();
+        let util_sd = (u2 - u1 * u1).max(0.0).sqrt();
+        // Power follows utilization at most one limit per unit of utilization: swings of
+        // the draw up to that are the workload's, the rest is the board's.
+        self.unexplained = ((power_sd - scale * util_sd) / scale).max(0.0);
+        // At most 1% of the limit a day.
+        self.baseline.learn(self.unexplained, p.seconds, 0.01);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_baseline_warms_up_then_drifts_slowly() {
+        let mut b = Baseline::default();
+        for _ in 0..11 {
+            b.learn(-8.0, 3600.0, 1.0);
+        }
+        assert_eq!(b.get(), None, "not warm after 11 hours");
+        b.learn(-8.0, 3600.0, 1.0);
+        assert_eq!(b.get(), Some(-8.0));
+        // A day at +17 moves it by one degree, not 25.
+        for _ in 0..24 {
+            b.learn(17.0, 3600.0, 1.0);
+        }
+        let moved = b.get().unwrap_or_default();
+        assert!((moved - -7.0).abs() < 1e-9, "{moved}");
+    }
+
+    #[test]
+    fn a_damaged_baseline_is_learnt_afresh() {
+        let mut b = Baseline {
+            value: 3.0,
+            seconds: -3600.0,
+        };
+        b.learn(5.0, 3600.0, 1.0);
+        assert_eq!((b.value, b.seconds), (5.0, 3600.0));
+    }
+
+    #[test]
+    fn growth_counts_increases_only_and_decays() {
+        let mut g = Growth::default();
+        g.update(Some(5), 0);
+        assert_eq!(g.at_time(0), 0.0, "the first reading is a reference");
+        g.update(Some(7), 100);
+        assert_eq!(g.at_time(100), 2.0);
+        g.update(Some(3), 200);
+        assert!(g.at_time(200) < 2.0 && g.at_time(200) > 1.9);
+        let later = g.at_time(200 + 3 * DAY);
+        assert!((later - g.at_time(200) / std::f64::consts::E).abs() < 1e-9);
+    }
+}
