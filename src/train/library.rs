@@ -92,6 +92,10 @@ pub struct LibraryReport {
     pub healthy: Figures,
     /// One row per held-out variant value (`curve=exponential`, …).
     pub by_variant: Table,
+    /// The model in use before (the shipped one, set by hand, never fitted on the
+    /// library), judged on every GPU: by family, and every healthy GPU once.
+    pub shipped_by_family: Table,
+    pub shipped_healthy: Figures,
 }
 
 /// Runs the library: observes, fits and judges every fold, fits the final model.
@@ -111,7 +115,21 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         by_confounder: Table::default(),
         healthy: Figures::default(),
         by_variant: Table::default(),
+        shipped_by_family: Table::default(),
+        shipped_healthy: Figures::default(),
     };
+    let every: Vec<usize> = (0..observed.gpus.len()).collect();
+    for (g, outcome) in judge(library, options, &RiskModel::shipped(), &observed, &every) {
+        match &outcome {
+            Outcome::Failed { .. } => {
+                let family = observed.gpus[g].label.family.as_deref();
+                report
+                    .shipped_by_family
+                    .add(family.unwrap_or("unnamed"), &outcome);
+            }
+            Outcome::Healthy { .. } => report.shipped_healthy.add(&outcome),
+        }
+    }
     for axis in AXES {
         let mut values: Vec<String> = observed
             .gpus
@@ -172,7 +190,10 @@ impl LibraryReport {
              its GPU model):\n\n{}\n\
              Healthy GPUs by what they show, a GPU under each thing it shows (GPU-model \
              folds):\n\n{}\n\
-             By held-out variant (one fold per value):\n\n{}",
+             By held-out variant (one fold per value):\n\n{}\n\
+             The shipped model (set by hand, not fitted on the library) on every GPU, by \
+             failure family:\n\n{}\n\
+             and on every healthy GPU:\n\n{}",
             self.gpus,
             self.failing,
             self.rows,
@@ -183,6 +204,12 @@ impl LibraryReport {
             // A GPU is in one fold of each axis: a total over all folds would count it four
             // times.
             self.by_variant.markdown("held out", Columns::Both, None),
+            self.shipped_by_family.markdown(
+                "family",
+                Columns::Failures,
+                Some(&self.shipped_by_family.total())
+            ),
+            Table::default().markdown("healthy", Columns::Healthy, Some(&self.shipped_healthy)),
         )
     }
 }
@@ -328,6 +355,13 @@ fn fit_on(
         }
     }
     let mut fitted = fit::fit(&x, &y, options.alpha)?;
+    // Every feature is evidence of trouble, held by the engine as a decaying maximum of
+    // weight × value, which only stands for the feature's own held value when the weight
+    // is positive; a negative weight (a feature that happened to come with health in the
+    // training rows) would be an excuse, not evidence, and is dropped.
+    for w in &mut fitted.weights {
+        *w = w.max(0.0);
+    }
     fitted.bias = calibrate(&fitted, &healthy, options);
     Ok(fitted)
 }
