@@ -42,7 +42,8 @@ pub struct ReportArgs {
     /// Write here (replaced only once the report is complete) instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// Resolution of the subqueries: the store's scrape interval, or coarser for speed.
+    /// Resolution at which dcgm-exporter's held GPU-seconds are counted: the store's scrape
+    /// interval, or coarser for speed.
     #[arg(long, value_name = "D", default_value = "1m", value_parser = humantime::parse_duration)]
     pub step: Duration,
     /// Send each team's report (Markdown) to the receiver its `[[teams]] receiver` names,

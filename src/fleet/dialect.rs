@@ -85,7 +85,17 @@ impl Dialect {
         }
     }
 
-    /// Each GPU's power draw, watts.
+    /// Each GPU's mean utilization (0–1) over the `range` before the evaluation time, from
+    /// the raw samples: a range selector reads each sample once, where a subquery over
+    /// [`Dialect::utilization`] would evaluate the expression at every one of its steps.
+    pub fn utilization_over(self, range: &str) -> String {
+        match self {
+            Dialect::Native => format!("avg_over_time(gpu_utilization_ratio[{range}])"),
+            Dialect::Dcgm { .. } => format!("(avg_over_time(DCGM_FI_DEV_GPU_UTIL[{range}]) / 100)"),
+        }
+    }
+
+    /// Each GPU's power draw, watts (a plain selector: `avg_over_time` takes it).
     pub fn power(self) -> &'static str {
         match self {
             Dialect::Native => "gpu_power_watts",

@@ -128,11 +128,7 @@ pub(super) fn fleet_utilization(
 ) -> anyhow::Result<f64> {
     Ok(client
         .instant(
-            &format!(
-                "avg(avg_over_time({}[{window}s:{}s]))",
-                dialect.utilization(),
-                spec.step.as_secs().max(1)
-            ),
+            &format!("avg({})", dialect.utilization_over(&format!("{window}s"))),
             spec.to,
         )?
         .first()
@@ -151,9 +147,8 @@ pub(super) fn scale(
     let means: Vec<Option<f64>> = client
         .instant(
             &format!(
-                "avg by ({host}, gpu) (avg_over_time({}[{window}s:{}s]))",
-                dialect.utilization(),
-                spec.step.as_secs().max(1)
+                "avg by ({host}, gpu) ({})",
+                dialect.utilization_over(&format!("{window}s"))
             ),
             spec.to,
         )?
@@ -177,16 +172,16 @@ pub(super) fn energy(
     dialect: Dialect,
     spec: &ReportSpec,
     window: i64,
-    step: u64,
 ) -> anyhow::Result<Energy> {
     let (start, end) = NIGHT;
+    // Each step of the subqueries in `idle_in` stands for the hour before it: the hour
+    // that began an hour earlier is the one judged.
     let night = idle_in(
         client,
         dialect,
         spec,
         window,
-        step,
-        &format!("on() (hour() >= {start} < {end})"),
+        &format!("on() (hour(vector(time() - 3600)) >= {start} < {end})"),
     )?;
     // Saturday and Sunday, UTC (day_of_week: 0 is Sunday).
     let weekend = idle_in(
@@ -194,8 +189,7 @@ pub(super) fn energy(
         dialect,
         spec,
         window,
-        step,
-        "on() (day_of_week() == 6 or day_of_week() == 0)",
+        "on() (day_of_week(vector(time() - 3600)) == 6 or day_of_week(vector(time() - 3600)) == 0)",
     )?;
     let price = spec.cost.power_price_per_kwh;
     Ok(Energy {
@@ -213,21 +207,21 @@ pub(super) fn energy(
     })
 }
 
-/// Hosts whose mean utilization stays under `[capacity] idle_utilization` in the times
-/// `filter` selects, and the energy their GPUs drew then (kWh).
+/// Hosts whose mean utilization stays under `[capacity] idle_utilization` in the hours
+/// `filter` selects, and the energy their GPUs drew then (kWh). Hour by hour: each GPU's
+/// hourly means come from its raw samples, and the subquery steps an hour at a time.
 pub(super) fn idle_in(
     client: &Client,
     dialect: Dialect,
     spec: &ReportSpec,
     window: i64,
-    step: u64,
     filter: &str,
 ) -> anyhow::Result<(Vec<String>, f64)> {
     let host = dialect.host();
     let idle = client.instant(
         &format!(
-            "avg by ({host}) (avg_over_time((avg by ({host}) ({}) and {filter})[{window}s:{step}s])) < {}",
-            dialect.utilization(),
+            "avg by ({host}) (avg_over_time((avg by ({host}) ({}) and {filter})[{window}s:1h])) < {}",
+            dialect.utilization_over("1h"),
             spec.capacity.idle_utilization
         ),
         spec.to,
@@ -246,7 +240,7 @@ pub(super) fn idle_in(
     let kwh = client
         .instant(
             &format!(
-                "sum(sum_over_time((sum by ({host}) ({power}{{{host}=~\"{selector}\"}}) and {filter})[{window}s:{step}s])) * {step} / 3600 / 1000",
+                "sum(sum_over_time((sum by ({host}) (avg_over_time({power}{{{host}=~\"{selector}\"}}[1h])) and {filter})[{window}s:1h])) / 1000",
                 power = dialect.power()
             ),
             spec.to,
@@ -299,11 +293,7 @@ pub(super) fn heatmap(
 ) -> anyhow::Result<Vec<HeatCell>> {
     let hour = chrono::TimeDelta::hours(1);
     let series = client.range(
-        &format!(
-            "avg(avg_over_time({}[1h:{}s]))",
-            dialect.utilization(),
-            spec.step.as_secs().clamp(1, 3600)
-        ),
+        &format!("avg({})", dialect.utilization_over("1h")),
         spec.from + hour,
         spec.to,
         Duration::from_secs(3600),
@@ -348,9 +338,8 @@ pub(super) fn node_heatmap(
     let host = dialect.host();
     let series = client.range(
         &format!(
-            "avg by ({host}) (avg_over_time({}[{step}s:{}s]))",
-            dialect.utilization(),
-            spec.step.as_secs().clamp(1, step as u64)
+            "avg by ({host}) ({})",
+            dialect.utilization_over(&format!("{step}s"))
         ),
         first,
         spec.to,
@@ -492,15 +481,14 @@ pub(super) fn tco(
             .map(|s| s.value)
             .filter(|v| v.is_finite()))
     };
-    let step = spec.step.as_secs().max(1);
     let power = one(format!(
-        "avg(avg_over_time({}[{window}s:{step}s]))",
+        "avg(avg_over_time({}[{window}s]))",
         dialect.power()
     ))?;
-    // The fleet's work in GPU-hours: its summed utilization over the period.
+    // The fleet's work in GPU-hours: its summed utilization over the period, hour by hour.
     let busy_hours = one(format!(
-        "sum_over_time(sum({})[{window}s:{step}s]) * {step} / 3600",
-        dialect.utilization()
+        "sum_over_time(sum({})[{window}s:1h])",
+        dialect.utilization_over("1h")
     ))?
     .unwrap_or(0.0);
     let months = window as f64 / MONTH_SECONDS as f64;

@@ -173,8 +173,20 @@ impl Client {
             if attempt > 0 {
                 std::thread::sleep(Duration::from_millis(500 << attempt));
             }
+            let began = std::time::Instant::now();
             match self.once(&url, query, params) {
-                Ok(data) => return Ok(data),
+                Ok(data) => {
+                    // Where a report's time goes (bench/report.sh prints the slowest).
+                    tracing::debug!(
+                        api,
+                        query,
+                        seconds = began.elapsed().as_secs_f64(),
+                        series = data.series(),
+                        points = data.points(),
+                        "store answered"
+                    );
+                    return Ok(data);
+                }
                 Err(Failure::Final(error)) => return Err(error),
                 Err(Failure::Retry(error)) => last = Some(error),
             }
@@ -285,6 +297,23 @@ enum Data {
     Vector(Vec<VectorSeries>),
     Matrix(Vec<MatrixSeries>),
     Scalar((f64, String)),
+}
+
+impl Data {
+    fn series(&self) -> usize {
+        match self {
+            Data::Vector(series) => series.len(),
+            Data::Matrix(series) => series.len(),
+            Data::Scalar(_) => 1,
+        }
+    }
+
+    fn points(&self) -> usize {
+        match self {
+            Data::Matrix(series) => series.iter().map(|s| s.values.len()).sum(),
+            _ => self.series(),
+        }
+    }
 }
 
 #[derive(Deserialize)]

@@ -105,12 +105,14 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
     let gpus = count_gpus(client, dialect, spec, window)?;
 
     let host = dialect.host();
+    // Hour by hour: the power of the GPU-hours whose mean utilization was under the idle
+    // threshold (a per-minute subquery costs Prometheus sixty times the evaluations).
     let idle_power = client
         .instant(
             &format!(
-                "avg(avg_over_time(({power} and on({host}, gpu) ({util} < {t}))[{window}s:{step}s]))",
+                "avg(avg_over_time((avg_over_time({power}[1h]) and on({host}, gpu) ({util} < {t}))[{window}s:1h]))",
                 power = dialect.power(),
-                util = dialect.utilization(),
+                util = dialect.utilization_over("1h"),
                 t = spec.idle_threshold
             ),
             spec.to,
@@ -132,9 +134,14 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
         }
         Ok(rows)
     };
-    let current = usage(spec.to, false, false)?;
+    // The period's rows per GPU serve both the team totals and the idle holdings: the
+    // store reads the owner series once for the two.
+    let current = usage(spec.to, true, false)?;
     let previous = usage(spec.from, false, false)?;
-    let per_gpu = usage(spec.to, true, true)?;
+    let per_gpu: Vec<&Sample> = current
+        .iter()
+        .filter(|row| row.label("state") == "idle")
+        .collect();
 
     let mut teams: BTreeMap<String, TeamReport> = BTreeMap::new();
     for (rows, previous) in [(&current, false), (&previous, true)] {
@@ -153,7 +160,7 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
             }
         }
     }
-    for row in &per_gpu {
+    for row in per_gpu {
         let hours = row.value.max(0.0) / 3600.0;
         if hours <= 0.0 {
             continue;
@@ -204,7 +211,7 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
             scale: scale(client, dialect, spec, window)?,
             capacity: capacity(client, dialect, spec, gpus)?,
             tco: tco(client, dialect, spec, window, utilization)?,
-            energy: energy(client, dialect, spec, window, step)?,
+            energy: energy(client, dialect, spec, window)?,
             risk: match dialect {
                 Dialect::Native => risk(client, spec)?,
                 // dcgm-exporter's metrics carry no risk score; `replay --prometheus` runs

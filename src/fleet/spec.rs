@@ -21,6 +21,7 @@ pub struct ReportSpec {
     pub idle_threshold: f64,
     /// Framebuffer use (MiB) above which dcgm-exporter's GPUs count as held.
     pub memory_floor_mib: u64,
-    /// Resolution of the subqueries (the store's scrape interval is a good choice).
+    /// Resolution at which dcgm-exporter's held GPU-seconds are counted (the store's scrape
+    /// interval is a good choice); the other figures step an hour at a time.
     pub step: Duration,
 }
