@@ -17,7 +17,7 @@ use linfa_logistic::LogisticRegression;
 use ndarray::{Array1, Array2};
 
 use super::history::History;
-use crate::engine::risk::{FEATURES, RiskModel};
+use crate::engine::risk::{FEATURES, RiskModel, Weight};
 
 const N: usize = FEATURES.len();
 
@@ -35,6 +35,27 @@ impl Fitted {
     pub fn score(&self, x: &[f64; N]) -> f64 {
         let logit = self.bias + self.weights.iter().zip(x).map(|(w, v)| w * v).sum::<f64>();
         1.0 / (1.0 + (-logit).exp())
+    }
+
+    /// The model in the shipped model's format, every weight's reason naming `source`.
+    pub fn to_model(&self, source: &str) -> RiskModel {
+        RiskModel {
+            description: format!("Risk model {source}."),
+            bias: self.bias,
+            weights: FEATURES
+                .iter()
+                .zip(self.weights.iter().zip(&self.constant))
+                .map(|((name, _), (&weight, &constant))| Weight {
+                    feature: (*name).to_string(),
+                    weight,
+                    reason: if constant {
+                        format!("{source}; this feature never varied there, so nothing was learnt")
+                    } else {
+                        source.to_string()
+                    },
+                })
+                .collect(),
+        }
     }
 
     /// A stored model as a [`Fitted`], for measuring it the same way.

@@ -141,7 +141,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         for value in values {
             let held = |g: &GpuRef| g.label.variants.axis(axis).as_deref() == Some(&value);
             let fitted = fit_on(&observed, options, |g| !held(g))?;
-            let model = to_model(&fitted, &format!("fold without {axis}={value}"));
+            let model = fitted.to_model(&format!("fold without {axis}={value}"));
             let test: Vec<usize> = (0..observed.gpus.len())
                 .filter(|&g| held(&observed.gpus[g]))
                 .collect();
@@ -166,17 +166,14 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         }
     }
     let fitted = fit_on(&observed, options, |_| true)?;
-    report.model = to_model(
-        &fitted,
-        &format!(
-            "fitted by `gpu-sentinel train --scenarios {} --seed {} --days {}` on {} GPUs \
+    report.model = fitted.to_model(&format!(
+        "fitted by `gpu-sentinel train --scenarios {} --seed {} --days {}` on {} GPUs \
              ({failing} failing)",
-            options.nodes,
-            options.seed,
-            options.days,
-            observed.gpus.len()
-        ),
-    );
+        options.nodes,
+        options.seed,
+        options.days,
+        observed.gpus.len()
+    ));
     Ok(report)
 }
 
@@ -392,26 +389,6 @@ fn calibrate(fitted: &Fitted, healthy: &[&Row], options: &LibraryOptions) -> f64
     let threshold_logit = (options.threshold / (1.0 - options.threshold)).ln();
     let peak = peaks[allowed.min(peaks.len() - 1)];
     threshold_logit - peak - 1e-6
-}
-
-fn to_model(fitted: &Fitted, source: &str) -> RiskModel {
-    RiskModel {
-        description: format!("Risk model {source}."),
-        bias: fitted.bias,
-        weights: FEATURES
-            .iter()
-            .zip(fitted.weights.iter().zip(&fitted.constant))
-            .map(|((name, _), (&weight, &constant))| Weight {
-                feature: (*name).to_string(),
-                weight,
-                reason: if constant {
-                    format!("{source}; this feature never varied there, so nothing was learnt")
-                } else {
-                    source.to_string()
-                },
-            })
-            .collect(),
-    }
 }
 
 /// Runs the nodes holding a `test` GPU with `model` and says how each test GPU did.

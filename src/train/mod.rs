@@ -22,7 +22,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 
-use crate::engine::risk::{FEATURES, RiskModel, Weight};
+use crate::engine::risk::RiskModel;
 use fit::{Fitted, Metrics};
 use history::History;
 
@@ -202,23 +202,7 @@ fn to_model(
         humantime::format_duration(std::time::Duration::from_secs(options.horizon.max(0) as u64)),
         metrics.auc.map_or("n/a".into(), |a| format!("{a:.3}")),
     );
-    RiskModel {
-        description: format!("Risk model {source}."),
-        bias: fitted.bias,
-        weights: FEATURES
-            .iter()
-            .zip(fitted.weights.iter().zip(&fitted.constant))
-            .map(|((name, _), (&weight, &constant))| Weight {
-                feature: name.to_string(),
-                weight,
-                reason: if constant {
-                    format!("{source}; this feature never varied there, so nothing was learnt")
-                } else {
-                    source.clone()
-                },
-            })
-            .collect(),
-    }
+    fitted.to_model(&source)
 }
 
 impl std::fmt::Display for TrainReport {
