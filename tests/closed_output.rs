@@ -57,9 +57,22 @@ fn assert_ended_by_sigpipe(status: ExitStatus, what: &str) {
 #[test]
 fn replay_into_head_ends_quietly() {
     let (mut child, mut output) = spawn_merged(&["replay", "-"]);
-    let recording = std::fs::read(repo().join("tests/fixtures/smi/units.csv")).expect("fixture");
+    let fixture =
+        std::fs::read_to_string(repo().join("tests/fixtures/smi/units.csv")).expect("fixture");
+    // A column the model has no place for (accounting mode) makes the first line of output a
+    // warning, written while the recording is still being read.
+    let recording: String = fixture
+        .lines()
+        .enumerate()
+        .map(|(i, line)| match i {
+            0 => format!("{line}, accounting.mode\n"),
+            _ => format!("{line}, Disabled\n"),
+        })
+        .collect();
     let mut stdin = child.stdin.take().expect("stdin is piped");
-    stdin.write_all(&recording).expect("the recording is fed");
+    stdin
+        .write_all(recording.as_bytes())
+        .expect("the recording is fed");
     // The recording's first warning (an unused column) comes before the report.
     let mut first = String::new();
     output.read_line(&mut first).expect("one line of output");
