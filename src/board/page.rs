@@ -228,7 +228,7 @@ fn write_summary(out: &mut String, board: &Board<'_>, threshold: f64) {
         let why = risk
             .rule
             .as_deref()
-            .or_else(|| risk.top(1).next().map(|c| c.feature.as_str()));
+            .or_else(|| risk.top(1).next().map(|c| &*c.feature));
         if let Some(why) = why {
             let _ = write!(out, " · {}", escape(why));
         }

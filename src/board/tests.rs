@@ -163,7 +163,7 @@ fn the_ranking_lists_the_most_at_risk_gpu_first_with_its_reasons() {
         &page[page.find("<section class=\"summary\"").expect("a summary")..][..600]
     );
     let reason = &top.risk.top(1).next().expect("a reason").feature;
-    assert!(ranking.contains(reason.as_str()), "{ranking}");
+    assert!(ranking.contains(&**reason), "{ranking}");
 }
 
 #[test]

@@ -36,22 +36,24 @@ impl Engine {
             (true, false) => snapshot.gpus.get(i),
             (true, true) => snapshot.gpu_by_uuid(&finding.uuid),
         };
-        let signals: Vec<risk::Signals> = gpus
-            .iter()
-            .zip(&scratch.slots)
-            .zip(&scratch.summaries)
-            .enumerate()
-            .map(|(i, ((finding, &slot), windows))| {
-                risk::Signals::of(now, states.slot(slot), windows, sample_of(i, finding))
-            })
-            .collect();
-        let peers = risk::Peers::of(signals.iter().map(|s| &s.shared));
+        scratch.signals.clear();
+        scratch.signals.extend(
+            gpus.iter()
+                .zip(&scratch.slots)
+                .zip(&scratch.summaries)
+                .enumerate()
+                .map(|(i, ((finding, &slot), windows))| {
+                    risk::Signals::of(now, states.slot(slot), windows, sample_of(i, finding))
+                }),
+        );
+        let signals = &scratch.signals;
+        let peers = scratch.peers.median(signals.iter().map(|s| &s.shared));
         let model = self.config.risk_model.by_feature();
         for (i, (((finding, &slot), windows), signals)) in gpus
             .iter_mut()
             .zip(&scratch.slots)
             .zip(&scratch.summaries)
-            .zip(&signals)
+            .zip(signals)
             .enumerate()
         {
             finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::GpuState;
+use super::risk;
 use super::window::Summaries;
 use crate::model::Snapshot;
 
@@ -134,6 +135,10 @@ pub(super) struct Scratch {
     pub missing: Vec<usize>,
     /// Each finding's windows summarised at this step, in the findings' order.
     pub summaries: Vec<Summaries>,
+    /// Each finding's risk signals at this step, in the findings' order.
+    pub signals: Vec<risk::Signals>,
+    /// The node's signals by field, for its median ([`risk::Peers::of`]).
+    pub peers: risk::PeerScratch,
 }
 
 impl Scratch {

@@ -54,7 +54,7 @@ fn default_fleet_findings() {
     let top = last.gpus[1]
         .risk
         .top(3)
-        .map(|c| c.feature.as_str())
+        .map(|c| &*c.feature)
         .collect::<Vec<_>>();
     // Its reasons are memory wear's: errors and remaps.
     assert!(

@@ -34,7 +34,7 @@ pub(super) fn render_analysis(
         }
         let contributions = families.family(&RISK_CONTRIBUTION);
         for c in &g.risk.contributions {
-            contributions.push(&[&index, &g.uuid, &c.feature], c.contribution);
+            contributions.push(&[&index, &g.uuid, &*c.feature], c.contribution);
         }
         if let Some(rule) = &g.risk.rule {
             families

@@ -109,9 +109,16 @@ impl Hold {
             .map_or(0.0, |at| now.saturating_sub(at).max(0) as f64);
         self.at = Some(self.at.map_or(now, |at| at.max(now)));
         let mut by_family = [0.0; FAMILIES.len()];
+        // One decay factor per family, not per feature; a term at zero stays at zero
+        // without one (most terms of a healthy GPU are zero at most steps).
+        let decay = FAMILIES.map(|family| (-elapsed / family.hold_seconds()).exp());
         for (i, (held, &raw)) in self.held.iter_mut().zip(raw).enumerate() {
             let family = family_of(i);
-            let decayed = *held * (-elapsed / family.hold_seconds()).exp();
+            let decayed = if *held == 0.0 {
+                *held
+            } else {
+                *held * decay[family.index()]
+            };
             // Only evidence for risk is held; a term that lowers the score (a fitted
             // negative weight) counts as it is now.
             *held = if raw > 0.0 {

@@ -10,6 +10,7 @@
 //! bus — are not predictions: they set the score to at least [`RULE_SCORE`] at once, named
 //! by the rule.
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -24,7 +25,7 @@ mod peers;
 mod state;
 pub use features::{FEATURES, Signals, features};
 pub use hold::{Evidence, Family, Hold};
-pub use peers::{Peers, Shared};
+pub use peers::{PeerScratch, Peers, Shared};
 pub use state::RiskState;
 
 /// Score a known-bad rule sets at least.
@@ -100,7 +101,9 @@ impl RiskModel {
 /// One term of a score.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Contribution {
-    pub feature: String,
+    /// A name of [`FEATURES`]: borrowed when assessed, so that scoring a GPU allocates no
+    /// name; owned when read back from JSON.
+    pub feature: Cow<'static, str>,
     pub value: f64,
     /// `weight × value`, in log-odds.
     pub contribution: f64,
@@ -211,7 +214,7 @@ pub fn assess(model: &FeatureWeights, input: &RiskInput<'_>, hold: &mut Hold) ->
         .zip(&FEATURES)
         .filter(|((held, _), _)| **held != 0.0)
         .map(|((&held, &weight), (name, _))| Contribution {
-            feature: (*name).to_string(),
+            feature: Cow::Borrowed(*name),
             // The value the held contribution stands for.
             value: if weight != 0.0 { held / weight } else { 0.0 },
             contribution: held,

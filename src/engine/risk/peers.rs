@@ -72,6 +72,38 @@ impl Shared {
     }
 }
 
+/// The buffers [`Peers::of`] sorts each field in, kept from round to round so that a
+/// round allocates nothing once the node's GPUs are known.
+#[derive(Debug, Clone, Default)]
+pub struct PeerScratch {
+    /// Every GPU's fields, GPU after GPU.
+    rows: Vec<[f64; FIELDS]>,
+    /// One field of every GPU, sorted for its median.
+    column: Vec<f64>,
+}
+
+impl PeerScratch {
+    /// [`Peers::of`], in these buffers.
+    pub fn median<'a>(&mut self, gpus: impl Iterator<Item = &'a Shared>) -> Peers {
+        self.rows.clear();
+        self.rows.extend(gpus.map(|s| s.to_array()));
+        let n = self.rows.len();
+        if n < MIN_PEERS {
+            return Peers::default();
+        }
+        let mut median = [0.0; FIELDS];
+        for (f, m) in median.iter_mut().enumerate() {
+            self.column.clear();
+            self.column.extend(self.rows.iter().map(|row| row[f]));
+            self.column.sort_unstable_by(f64::total_cmp);
+            *m = (self.column[(n - 1) / 2] + self.column[n / 2]) / 2.0;
+        }
+        Peers {
+            median: Some(Shared::from_array(median)),
+        }
+    }
+}
+
 /// The node's median GPU, for features relative to peers.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Peers {
@@ -82,23 +114,7 @@ pub struct Peers {
 impl Peers {
     /// From every GPU's shared signals, once per round.
     pub fn of<'a>(gpus: impl Iterator<Item = &'a Shared>) -> Peers {
-        let rows: Vec<[f64; FIELDS]> = gpus.map(|s| s.to_array()).collect();
-        let n = rows.len();
-        if n < MIN_PEERS {
-            return Peers::default();
-        }
-        let mut column = vec![0.0; n];
-        let mut median = [0.0; FIELDS];
-        for (f, m) in median.iter_mut().enumerate() {
-            for (c, row) in column.iter_mut().zip(&rows) {
-                *c = row[f];
-            }
-            column.sort_unstable_by(f64::total_cmp);
-            *m = (column[(n - 1) / 2] + column[n / 2]) / 2.0;
-        }
-        Peers {
-            median: Some(Shared::from_array(median)),
-        }
+        PeerScratch::default().median(gpus)
     }
 
     /// What `own` shows beyond the node's median, never below 0.

@@ -216,7 +216,7 @@ fn a_climb_from_0_to_12_corrected_errors_a_day_over_six_days_warns_a_day_ahead_a
     assert!(dips.is_empty(), "the warning flickered: {dips:?}");
     let last = &all[end_step];
     assert_eq!(
-        last.risk.top(1).next().map(|c| c.feature.as_str()),
+        last.risk.top(1).next().map(|c| &*c.feature),
         Some("ecc_corrected_days"),
         "{:?}",
         last.risk
@@ -318,7 +318,7 @@ fn an_hbm_gap_25_degrees_over_its_own_baseline_warns_where_hbm_runs_cooler() {
     let last = failing.last().unwrap();
     assert!(last.risk.score >= 0.7, "{:?}", last.risk);
     assert_eq!(
-        last.risk.top(1).next().map(|c| c.feature.as_str()),
+        last.risk.top(1).next().map(|c| &*c.feature),
         Some("memory_gap_vs_baseline")
     );
     // The absolute gap (+17 °C) alone would barely count.
@@ -408,7 +408,7 @@ fn a_link_that_trains_down_under_load_warns_and_an_idle_downtrain_does_not() {
     let last = loaded.last().unwrap();
     assert!(last.risk.score >= 0.7, "{:?}", last.risk);
     assert_eq!(
-        last.risk.top(1).next().map(|c| c.feature.as_str()),
+        last.risk.top(1).next().map(|c| &*c.feature),
         Some("pcie_link_degraded")
     );
     // Where no maximum is reported (a Prometheus store, a CSV log without the columns),
@@ -470,7 +470,7 @@ fn erratic_power_at_steady_load_warns() {
     let last = all.last().unwrap();
     assert!(last.risk.score >= 0.7, "{:?}", last.risk);
     assert_eq!(
-        last.risk.top(1).next().map(|c| c.feature.as_str()),
+        last.risk.top(1).next().map(|c| &*c.feature),
         Some("power_erratic")
     );
 }
