@@ -17,7 +17,7 @@ use linfa_logistic::LogisticRegression;
 use ndarray::{Array1, Array2};
 
 use super::history::History;
-use crate::engine::risk::{FEATURES, RiskModel, Weight};
+use crate::engine::risk::{Assessment, FEATURES, RiskModel, Weight};
 
 const N: usize = FEATURES.len();
 
@@ -74,6 +74,35 @@ impl Fitted {
     }
 }
 
+/// A model that weighs every feature 1: under it each non-zero feature is a contribution
+/// with its value, so training reads the features the engine computed (held, against the
+/// node's median, from the GPU's running state) instead of computing them a second time.
+pub fn probe_model() -> RiskModel {
+    RiskModel {
+        description: "probe".into(),
+        bias: 0.0,
+        weights: FEATURES
+            .iter()
+            .map(|(name, _)| Weight {
+                feature: (*name).to_string(),
+                weight: 1.0,
+                reason: String::new(),
+            })
+            .collect(),
+    }
+}
+
+/// The feature vector an assessment under [`probe_model`] carries.
+pub fn features_of(assessment: &Assessment) -> [f64; N] {
+    let mut x = [0.0; N];
+    for c in &assessment.contributions {
+        if let Some(i) = FEATURES.iter().position(|(name, _)| *name == c.feature) {
+            x[i] = c.value;
+        }
+    }
+    x
+}
+
 /// Fits on rows `x` with labels `y` (true: fails within the horizon), L2 penalty `alpha`.
 pub fn fit(x: &[[f64; N]], y: &[bool], alpha: f64) -> anyhow::Result<Fitted> {
     let positives = y.iter().filter(|&&l| l).count();
@@ -121,9 +150,16 @@ pub fn fit(x: &[[f64; N]], y: &[bool], alpha: f64) -> anyhow::Result<Fitted> {
     let mut bias = sign * model.intercept();
     for (k, &j) in active.iter().enumerate() {
         let w = sign * model.params()[k];
+        constant[j] = false;
+        // Every feature is evidence of trouble, which the engine holds as a decaying
+        // maximum of weight × value: that stands for the feature's own held value only
+        // for a positive weight. A negative one (a feature that came with health in these
+        // rows) would be an excuse, not evidence; the feature is dropped, its term with it.
+        if w < 0.0 {
+            continue;
+        }
         weights[j] = w / sd[j];
         bias -= w * mean[j] / sd[j];
-        constant[j] = false;
     }
     anyhow::ensure!(
         bias.is_finite() && weights.iter().all(|w| w.is_finite()),

@@ -1,5 +1,6 @@
 //! Reading a labelled history: JSONL snapshots (as `record` writes them) and failure labels,
-//! streamed through the engine into one row of risk features per GPU per interval.
+//! streamed through the engine into one row of risk features per GPU per interval, read
+//! back from its findings (see [`super::fit::probe_model`]).
 //!
 //! A label line is `{"failure": {"uuid": "GPU-…", "at": "RFC3339", "family": "memory_wear"}}`.
 //! Labels may come anywhere in the file (a recorder writes one when the failure happens, after
@@ -12,7 +13,7 @@ use std::io::BufRead;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use crate::engine::risk::{self, FEATURES, Peers, RiskInput};
+use crate::engine::risk::FEATURES;
 use crate::engine::{Engine, EngineConfig};
 use crate::model::Snapshot;
 
@@ -86,7 +87,10 @@ impl History {
     /// Streams `reader` through a fresh engine, keeping one row per GPU per `row_every`
     /// seconds while it answers, and every failure label.
     pub fn read(mut reader: impl BufRead, row_every: i64) -> std::io::Result<History> {
-        let mut engine = Engine::new(EngineConfig::default());
+        let mut engine = Engine::new(EngineConfig {
+            risk_model: super::fit::probe_model(),
+            ..EngineConfig::default()
+        });
         let mut history = History::default();
         let mut by_uuid: BTreeMap<String, usize> = BTreeMap::new();
         let mut last_row: Vec<Option<i64>> = Vec::new();
@@ -123,10 +127,9 @@ impl History {
             };
             let now = snapshot.at.timestamp();
             history.snapshots += 1;
-            engine.step(&snapshot);
-            let mut peers: Option<Peers> = None;
-            for sample in snapshot.gpus.iter().filter(|s| s.up) {
-                let i = history.gpu(&mut by_uuid, &mut last_row, &sample.uuid);
+            let findings = engine.step(&snapshot);
+            for finding in findings.gpus.iter().filter(|f| f.up) {
+                let i = history.gpu(&mut by_uuid, &mut last_row, &finding.uuid);
                 let record = &mut history.gpus[i];
                 if !record.seen {
                     record.seen = true;
@@ -136,34 +139,8 @@ impl History {
                 if last_row[i].is_some_and(|last| now - last < row_every) {
                     continue;
                 }
-                let Some(state) = engine.state.gpus.get(&sample.uuid) else {
-                    continue;
-                };
-                // The node's median GPU, once per snapshot, as the engine computes it.
-                let peers = peers.get_or_insert_with(|| {
-                    let shared: Vec<_> = engine
-                        .state
-                        .gpus
-                        .values()
-                        .map(|g| {
-                            let windows = g.windows.summaries(now);
-                            let sample = snapshot.gpu_by_uuid(&g.uuid);
-                            risk::Signals::of(now, g, &windows, sample).shared
-                        })
-                        .collect();
-                    Peers::of(shared.iter())
-                });
-                let windows = state.windows.summaries(now);
-                let signals = risk::Signals::of(now, state, &windows, Some(sample));
-                let x = risk::features(&RiskInput {
-                    now,
-                    state,
-                    windows: &windows,
-                    sample: Some(sample),
-                    signals: &signals,
-                    peers,
-                });
                 last_row[i] = Some(now);
+                let x = super::fit::features_of(&finding.risk);
                 history.rows.push(Row { gpu: i, at: now, x });
             }
         }

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 
-use crate::engine::risk::{Assessment, FEATURES, RiskModel, Weight};
+use crate::engine::risk::{FEATURES, RiskModel};
 use crate::engine::{Engine, EngineConfig, Findings};
 use crate::scenario::{GpuLabel, Library, NodeScenario, TruthKind};
 use crate::source::simulate::Failure;
@@ -225,33 +225,6 @@ fn confounders(label: &GpuLabel) -> Vec<String> {
     }
 }
 
-/// A model that weighs every feature 1: its contributions are the feature values.
-fn probe_model() -> RiskModel {
-    RiskModel {
-        description: "probe".into(),
-        bias: 0.0,
-        weights: FEATURES
-            .iter()
-            .map(|(name, _)| Weight {
-                feature: (*name).to_string(),
-                weight: 1.0,
-                reason: String::new(),
-            })
-            .collect(),
-    }
-}
-
-/// The feature vector an assessment under [`probe_model`] carries.
-fn features_of(assessment: &Assessment) -> [f64; N] {
-    let mut x = [0.0; N];
-    for c in &assessment.contributions {
-        if let Some(i) = FEATURES.iter().position(|(name, _)| *name == c.feature) {
-            x[i] = c.value;
-        }
-    }
-    x
-}
-
 /// Steps `node` through the library's days with `model`, handing each step's time
 /// (seconds from the start), findings and failures to `each`.
 fn step_node(
@@ -277,7 +250,7 @@ fn step_node(
 
 /// Every GPU of the library and its rows of features, one engine pass.
 fn observe(library: &Library, options: &LibraryOptions) -> Observed {
-    let probe = probe_model();
+    let probe = fit::probe_model();
     let per_node = in_parallel(&library.nodes, |node| {
         let mut rows = Vec::new();
         let mut last = vec![f64::NEG_INFINITY; node.labels.len()];
@@ -286,7 +259,7 @@ fn observe(library: &Library, options: &LibraryOptions) -> Observed {
                 let i = f.index as usize;
                 if i < last.len() && t - last[i] >= options.row_every {
                     last[i] = t;
-                    rows.push((i, t, features_of(&f.risk)));
+                    rows.push((i, t, fit::features_of(&f.risk)));
                 }
             }
         });
@@ -352,13 +325,6 @@ fn fit_on(
         }
     }
     let mut fitted = fit::fit(&x, &y, options.alpha)?;
-    // Every feature is evidence of trouble, held by the engine as a decaying maximum of
-    // weight × value, which only stands for the feature's own held value when the weight
-    // is positive; a negative weight (a feature that happened to come with health in the
-    // training rows) would be an excuse, not evidence, and is dropped.
-    for w in &mut fitted.weights {
-        *w = w.max(0.0);
-    }
     fitted.bias = calibrate(&fitted, &healthy, options);
     Ok(fitted)
 }
