@@ -20,20 +20,15 @@ const DAY: f64 = 86_400.0;
 /// Seconds in an hour.
 const HOUR: f64 = 3_600.0;
 
-/// What really happened to a GPU, as the scenario that made it says.
-#[derive(Debug, Clone, PartialEq)]
+/// What really happened to a GPU, as the scenario that made it says (when it failed is
+/// what [`Tracker::fail`] was told).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Truth {
-    /// The GPU fails at `failure_at` (seconds on the run's clock) from `family`;
-    /// `predictable` is false for families without precursors (a bus drop), which are
-    /// reported as lost, never claimed as predicted.
-    Fails {
-        family: String,
-        failure_at: f64,
-        predictable: bool,
-    },
-    /// The GPU stays healthy; `confounder` names what it shows that could fool a model
-    /// (`"none"` for a plain healthy GPU).
-    Healthy { confounder: String },
+    /// The GPU fails; `predictable` is false for families without precursors (a bus drop),
+    /// which are reported as lost, never claimed as predicted.
+    Fails { predictable: bool },
+    /// The GPU stays healthy.
+    Healthy,
 }
 
 /// Follows one GPU's score, step by step.
@@ -95,7 +90,7 @@ impl Tracker {
     pub fn finish(&self, truth: &Truth) -> Outcome {
         let observed = self.first_step.map_or(0.0, |first| self.last_step - first);
         match truth {
-            Truth::Fails { predictable, .. } => Outcome::Failed {
+            Truth::Fails { predictable } => Outcome::Failed {
                 lead: if self.failed {
                     self.held_at_failure
                 } else {
@@ -104,7 +99,7 @@ impl Tracker {
                 predictable: *predictable,
                 reached: self.failed,
             },
-            Truth::Healthy { .. } => Outcome::Healthy {
+            Truth::Healthy => Outcome::Healthy {
                 false_warnings: self.onsets,
                 days: observed / DAY,
             },
@@ -311,13 +306,7 @@ pub enum Columns {
 mod tests {
     use super::*;
 
-    fn fails(at: f64) -> Truth {
-        Truth::Fails {
-            family: "memory_wear".into(),
-            failure_at: at,
-            predictable: true,
-        }
-    }
+    const FAILS: Truth = Truth::Fails { predictable: true };
 
     /// Feeds hourly scores from `scores` (hour i has score i) and fails after the last.
     fn run(scores: &[f64], fail: bool) -> Tracker {
@@ -341,7 +330,7 @@ mod tests {
                 *s = 0.9;
             }
         }
-        let outcome = run(&scores, true).finish(&fails(48.0 * HOUR));
+        let outcome = run(&scores, true).finish(&FAILS);
         assert_eq!(
             outcome,
             Outcome::Failed {
@@ -359,7 +348,7 @@ mod tests {
     fn a_warning_that_resolved_before_the_failure_is_no_lead() {
         let mut scores = vec![0.9; 40];
         scores[39] = 0.5;
-        let outcome = run(&scores, true).finish(&fails(40.0 * HOUR));
+        let outcome = run(&scores, true).finish(&FAILS);
         let mut f = Figures::default();
         f.add(&outcome);
         assert_eq!((f.failures, f.warned_12h), (1, 0));
@@ -371,9 +360,7 @@ mod tests {
         let scores: Vec<f64> = (0..48)
             .map(|h| if h % 4 == 0 { 0.8 } else { 0.2 })
             .collect();
-        let outcome = run(&scores, false).finish(&Truth::Healthy {
-            confounder: "noisy_link".into(),
-        });
+        let outcome = run(&scores, false).finish(&Truth::Healthy);
         let Outcome::Healthy {
             false_warnings,
             days,

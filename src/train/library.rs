@@ -406,14 +406,10 @@ fn judge(
 
 fn truth(label: &GpuLabel) -> Truth {
     match (label.kind, label.failure_s) {
-        (TruthKind::Failing, Some(at)) => Truth::Fails {
-            family: label.family.clone().unwrap_or_default(),
-            failure_at: at,
+        (TruthKind::Failing, Some(_)) => Truth::Fails {
             predictable: label.predictable,
         },
-        _ => Truth::Healthy {
-            confounder: confounders(label).join("+"),
-        },
+        _ => Truth::Healthy,
     }
 }
 
