@@ -10,7 +10,8 @@
 //! and hand the agent every secret in that environment.
 //!
 //! The controller can be slow or down: each lookup has a time limit, at most
-//! [`LOOKUPS_PER_COLLECTION`] run per collection, and after a failure no lookup runs for
+//! [`LOOKUPS_PER_COLLECTION`] start per collection and none once one call's time limit is
+//! spent in it, and after a failure no lookup runs for
 //! [`RETRY_AFTER`] (said once in the log; `gpu_sentinel_collector_success{collector=
 //! "slurm_accounts"}` is 0 meanwhile). A job the controller answered for without an
 //! account is remembered as such.
@@ -80,6 +81,11 @@ impl SlurmAccounts {
             .take(LOOKUPS_PER_COLLECTION)
             .collect();
         for job in unknown {
+            // The lookups run on the collection thread: together they get one call's time,
+            // and what is left waits for the next collection.
+            if began.elapsed() >= LOOKUP_TIMEOUT {
+                break;
+            }
             if self
                 .paused
                 .as_ref()
