@@ -70,6 +70,14 @@ fn replay_into_head_ends_quietly() {
         })
         .collect();
     let mut stdin = child.stdin.take().expect("stdin is piped");
+    // Should no warning come, the read below would wait for ever on a replay waiting for
+    // the end of its input: kill it after a minute, so that the read ends and the test
+    // fails instead of hanging.
+    let pid = child.id().to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    });
     stdin
         .write_all(recording.as_bytes())
         .expect("the recording is fed");
