@@ -17,7 +17,7 @@ use linfa_logistic::LogisticRegression;
 use ndarray::{Array1, Array2};
 
 use super::history::History;
-use crate::engine::risk::{Assessment, FEATURES, RiskModel, Weight};
+use crate::engine::risk::{FEATURES, RiskModel, Weight};
 
 const N: usize = FEATURES.len();
 
@@ -72,35 +72,6 @@ impl Fitted {
             constant: [false; N],
         }
     }
-}
-
-/// A model that weighs every feature 1: under it each non-zero feature is a contribution
-/// with its value, so training reads the features the engine computed (held, against the
-/// node's median, from the GPU's running state) instead of computing them a second time.
-pub fn probe_model() -> RiskModel {
-    RiskModel {
-        description: "probe".into(),
-        bias: 0.0,
-        weights: FEATURES
-            .iter()
-            .map(|(name, _)| Weight {
-                feature: (*name).to_string(),
-                weight: 1.0,
-                reason: String::new(),
-            })
-            .collect(),
-    }
-}
-
-/// The feature vector an assessment under [`probe_model`] carries.
-pub fn features_of(assessment: &Assessment) -> [f64; N] {
-    let mut x = [0.0; N];
-    for c in &assessment.contributions {
-        if let Some(i) = FEATURES.iter().position(|(name, _)| *name == c.feature) {
-            x[i] = c.value;
-        }
-    }
-    x
 }
 
 /// Fits on rows `x` with labels `y` (true: fails within the horizon), L2 penalty `alpha`.

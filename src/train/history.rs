@@ -1,6 +1,6 @@
 //! Reading a labelled history: JSONL snapshots (as `record` writes them) and failure labels,
 //! streamed through the engine into one row of risk features per GPU per interval, read
-//! back from its findings (see [`super::fit::probe_model`]).
+//! back from its findings (see [`super::probe::probe_model`]).
 //!
 //! A label line is `{"failure": {"uuid": "GPU-…", "at": "RFC3339", "family": "memory_wear"}}`.
 //! Labels may come anywhere in the file (a recorder writes one when the failure happens, after
@@ -88,7 +88,7 @@ impl History {
     /// seconds while it answers, and every failure label.
     pub fn read(mut reader: impl BufRead, row_every: i64) -> std::io::Result<History> {
         let mut engine = Engine::new(EngineConfig {
-            risk_model: super::fit::probe_model(),
+            risk_model: super::probe::probe_model(),
             ..EngineConfig::default()
         });
         let mut history = History::default();
@@ -140,7 +140,7 @@ impl History {
                     continue;
                 }
                 last_row[i] = Some(now);
-                let x = super::fit::features_of(&finding.risk);
+                let x = super::probe::features_of(&finding.risk);
                 history.rows.push(Row { gpu: i, at: now, x });
             }
         }

@@ -250,7 +250,7 @@ fn step_node(
 
 /// Every GPU of the library and its rows of features, one engine pass.
 fn observe(library: &Library, options: &LibraryOptions) -> Observed {
-    let probe = fit::probe_model();
+    let probe = super::probe::probe_model();
     let per_node = in_parallel(&library.nodes, |node| {
         let mut rows = Vec::new();
         let mut last = vec![f64::NEG_INFINITY; node.labels.len()];
@@ -259,7 +259,7 @@ fn observe(library: &Library, options: &LibraryOptions) -> Observed {
                 let i = f.index as usize;
                 if i < last.len() && t - last[i] >= options.row_every {
                     last[i] = t;
-                    rows.push((i, t, fit::features_of(&f.risk)));
+                    rows.push((i, t, super::probe::features_of(&f.risk)));
                 }
             }
         });

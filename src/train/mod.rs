@@ -12,6 +12,7 @@ pub mod evaluate;
 pub mod fit;
 pub mod history;
 pub mod library;
+pub mod probe;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
