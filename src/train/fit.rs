@@ -17,7 +17,7 @@ use linfa_logistic::LogisticRegression;
 use ndarray::{Array1, Array2};
 
 use super::history::History;
-use crate::engine::risk::{FEATURES, RiskModel, Weight};
+use crate::engine::risk::{FEATURES, RiskModel, Weight, combined};
 
 const N: usize = FEATURES.len();
 
@@ -31,9 +31,11 @@ pub struct Fitted {
 }
 
 impl Fitted {
-    /// The score of one row (rules aside: they need more than features).
+    /// The score of one row as the engine combines its terms (rules aside: they need more
+    /// than features).
     pub fn score(&self, x: &[f64; N]) -> f64 {
-        let logit = self.bias + self.weights.iter().zip(x).map(|(w, v)| w * v).sum::<f64>();
+        let terms: [f64; N] = std::array::from_fn(|j| self.weights[j] * x[j]);
+        let logit = self.bias + combined(&terms);
         1.0 / (1.0 + (-logit).exp())
     }
 

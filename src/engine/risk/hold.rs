@@ -61,7 +61,7 @@ impl Family {
         }
     }
 
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         self as usize
     }
 }
@@ -155,6 +155,29 @@ impl Hold {
     }
 }
 
+/// What the held evidence of families other than the strongest adds to the log-odds, per
+/// unit: evidence corroborates but does not stack. Weak readings of several unrelated
+/// families at once — a few corrected errors, a noisy link, an hour of slowdown — are what
+/// healthy GPUs show now and then; a failing GPU's evidence grows in its own family.
+pub const CORROBORATION: f64 = 0.5;
+
+/// The held contributions' share of the log-odds: the strongest family in full, the others
+/// at [`CORROBORATION`].
+pub fn combined(held: &[f64; FEATURES.len()]) -> f64 {
+    let mut by_family = [0.0; FAMILIES.len()];
+    for (i, h) in held.iter().enumerate() {
+        by_family[family_of(i).index()] += h;
+    }
+    combine_families(&by_family)
+}
+
+/// [`combined`] from per-family sums.
+pub fn combine_families(by_family: &[f64; FAMILIES.len()]) -> f64 {
+    let total: f64 = by_family.iter().sum();
+    let strongest = by_family.iter().copied().fold(0.0, f64::max);
+    strongest + CORROBORATION * (total - strongest)
+}
+
 /// The family of each feature, in FEATURES order (a test checks it against the names).
 const FAMILY_OF: [Family; FEATURES.len()] = {
     use Family::*;
@@ -231,5 +254,36 @@ mod tests {
         let (held, evidence) = hold.apply(1_000 + 2 * 86_400 + 60, &raw);
         assert_eq!(held[memory], 6.0);
         assert_eq!(evidence[0].since, 1_000 + 2 * 86_400 + 60);
+    }
+}
+
+#[cfg(test)]
+mod combined_tests {
+    use super::*;
+
+    #[test]
+    fn the_strongest_family_counts_in_full_and_the_others_at_half() {
+        let mut held = [0.0; FEATURES.len()];
+        let days = FEATURES
+            .iter()
+            .position(|(n, _)| *n == "ecc_corrected_days");
+        let rising = FEATURES
+            .iter()
+            .position(|(n, _)| *n == "ecc_corrected_rising");
+        let replays = FEATURES.iter().position(|(n, _)| n.starts_with("pcie_"));
+        let (Some(days), Some(rising), Some(replays)) = (days, rising, replays) else {
+            panic!("features renamed");
+        };
+        // Terms of one family add up in full.
+        held[days] = 2.0;
+        held[rising] = 1.0;
+        assert!((combined(&held) - 3.0).abs() < 1e-12);
+        // Another family's evidence corroborates at CORROBORATION.
+        held[replays] = 2.0;
+        assert!((combined(&held) - (3.0 + CORROBORATION * 2.0)).abs() < 1e-12);
+        // Whichever family is strongest counts in full.
+        held[replays] = 5.0;
+        assert!((combined(&held) - (5.0 + CORROBORATION * 3.0)).abs() < 1e-12);
+        assert_eq!(combined(&[0.0; FEATURES.len()]), 0.0);
     }
 }

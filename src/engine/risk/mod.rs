@@ -1,9 +1,11 @@
 //! Failure risk: features from a GPU's windows, a logistic model over them, and rules for
 //! states that are known to be bad.
 //!
-//! The score is `sigmoid(bias + Σ held contribution)`: each term `weight × feature` is an
-//! operator-readable contribution ("ecc_corrected_days 4.3: +2.6"), held as a decaying
-//! maximum on its failure family's time scale ([`hold`]) so a warning does not flicker.
+//! The score is `sigmoid(bias + strongest family + ½ × the other families)`: each term
+//! `weight × feature` is an operator-readable contribution ("ecc_corrected_days 4.3:
+//! +2.6"), held as a decaying maximum on its failure family's time scale ([`hold`]) so a
+//! warning does not flicker, and summed within its family; the strongest family counts in
+//! full, the others corroborate at half ([`hold::combined`]).
 //! Features compare each GPU with its own past and with its node's other GPUs
 //! ([`features`], [`peers`]), from running state kept per GPU ([`state`]). Known-bad
 //! states — a failed row remap, an uncorrectable memory error with its XID, a GPU off the
@@ -24,7 +26,9 @@ mod hold;
 mod peers;
 mod state;
 pub use features::{FEATURES, Signals, features};
-pub use hold::{Evidence, Family, Hold};
+pub use hold::{
+    CORROBORATION, Evidence, FAMILIES, Family, Hold, combine_families, combined, family_of,
+};
 pub use peers::{PeerScratch, Peers, Shared};
 pub use state::RiskState;
 
@@ -221,7 +225,7 @@ pub fn assess(model: &FeatureWeights, input: &RiskInput<'_>, hold: &mut Hold) ->
         })
         .collect();
     contributions.sort_by(|a, b| b.contribution.total_cmp(&a.contribution));
-    let logit = model.bias + held.iter().sum::<f64>();
+    let logit = model.bias + combined(&held);
     let mut score = 1.0 / (1.0 + (-logit).exp());
     let rule = rule(input);
     if rule.is_some() {
