@@ -17,14 +17,15 @@
 
 use super::RiskInput;
 use super::peers::Shared;
-use super::state::{CORRECTED, DAYS, REPLAYS};
+use super::state::{CORRECTED, DAYS, REPLAYS, RollingDays};
 use crate::engine::GpuState;
 use crate::engine::window::{DAY, Summaries};
 use crate::model::GpuSample;
 
 /// Every feature the model can weigh, with what it measures. The order is the order of
-/// [`features`]' output and of training columns.
-pub const FEATURES: [(&str, &str); 25] = [
+/// [`features`]' output, of training columns and of the held terms in saved state: new
+/// features are appended, never inserted, so state saved by an older agent loads.
+pub const FEATURES: [(&str, &str); 27] = [
     (
         "ecc_corrected_days",
         "rolling days of the last 7 with corrected ECC errors, each counting up to 1 at 3 errors",
@@ -60,7 +61,7 @@ pub const FEATURES: [(&str, &str); 25] = [
     ),
     (
         "pcie_replays_vs_baseline",
-        "ln(1 + last day's replays ÷ 240) over the same for the median of the GPU's previous days, less the node's median",
+        "ln(1 + last day's replays ÷ 240) over the same for the median of the GPU's previous days, less the node's median and what a node running hot explains",
     ),
     (
         "pcie_replays_rising",
@@ -96,7 +97,7 @@ pub const FEATURES: [(&str, &str); 25] = [
     ),
     (
         "thermal_slowdown_24h",
-        "ln(1 + percent of the last 24 h in thermal slowdown beyond the node's median)",
+        "ln(1 + percent of the last 24 h in thermal slowdown beyond the node's median), less what a node running hot explains",
     ),
     (
         "hw_slowdown_share",
@@ -121,6 +122,14 @@ pub const FEATURES: [(&str, &str); 25] = [
     (
         "collect_slowdown",
         "ln(collection time, last hour ÷ the week's baseline or 50 ms if more), when slower",
+    ),
+    (
+        "temperature_vs_baseline",
+        "(GPU temperature above the GPU's own at similar utilization, last hour, less the node's median, − 4 °C) / 4, when above",
+    ),
+    (
+        "thermal_slowdown_rise",
+        "ln(1 + percent of the last day's loaded time in thermal slowdown) over the same for the median of the GPU's previous days, less the node's median and what a node running hot explains",
     ),
 ];
 
@@ -229,6 +238,8 @@ impl Signals {
             .take_while(|&d| replays(d) >= 24.0 && replays(d) >= 1.5 * replays(d + 1))
             .count() as f64;
 
+        let thermal_rise = thermal_rise(days);
+
         let rows = sample.and_then(|s| s.remapped_rows);
         let pages = sample.and_then(|s| s.retired_pages);
         let nvlink_hour = per_hour(day.deltas.nvlink_errors, day.seconds);
@@ -268,7 +279,9 @@ impl Signals {
                 nvlink_level: nvlink_hour.ln_1p(),
                 gap_deviation: risk.gap.deviation.unwrap_or(0.0),
                 temperature_excess: (hour.temperature.mean().unwrap_or(0.0) - 80.0).max(0.0),
+                temperature_deviation: risk.temperature.deviation.unwrap_or(0.0),
                 thermal_share: share(day.thermal_slowdown_seconds),
+                thermal_rise,
                 hw_slowdown_share: risk.hw_slowdown.clamp(0.0, 1.0),
                 brake_share: share(day.power_brake_seconds),
                 failed_per_collection: if hour.samples > 0 {
@@ -282,12 +295,59 @@ impl Signals {
     }
 }
 
+/// Loaded seconds a rolling day needs before its thermal-slowdown share means anything:
+/// an idle day slows down for no one, and a GPU back at work after idle days is not
+/// compared with them.
+const LOADED_DAY_SECONDS: f64 = 2.0 * 3600.0;
+
+/// `ln(1 + percent of loaded time in thermal slowdown)` of the last day over the same for
+/// the median of the GPU's previous loaded days: a GPU that always ran into its thermal
+/// limit is its own normal, one whose cooling degrades slows down more day after day.
+fn thermal_rise(days: &RollingDays) -> f64 {
+    let share = |d: usize| {
+        let s = days.slowdown(d);
+        (s.loaded >= LOADED_DAY_SECONDS).then(|| (100.0 * (s.thermal / s.loaded).min(1.0)).ln_1p())
+    };
+    let Some(today) = share(0) else {
+        return 0.0;
+    };
+    let mut previous = [0.0; DAYS];
+    let mut n = 0;
+    for d in days.observed_days() {
+        if let Some(p) = share(d) {
+            previous[n] = p;
+            n += 1;
+        }
+    }
+    if n < BASELINE_DAYS {
+        return 0.0;
+    }
+    let previous = &mut previous[..n];
+    previous.sort_by(f64::total_cmp);
+    let median = (previous[(n - 1) / 2] + previous[n / 2]) / 2.0;
+    (today - median).max(0.0)
+}
+
+/// Degrees the node's median GPU runs above its own normal at the same power from which
+/// the node's heat starts to explain thermal slowdown, and over which it explains all.
+const NODE_HEAT_FROM: f64 = 2.0;
+const NODE_HEAT_SPAN: f64 = 4.0;
+
 /// Feature values in [`FEATURES`] order.
 pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
     let s = input.signals;
     // What this GPU shows beyond the node's median GPU; the whole value on a node without
     // enough GPUs to have a median.
     let own = input.peers.beyond(&s.shared);
+    // A node running hotter than its own normal at the same power (a room or CDU in
+    // trouble) explains its GPUs' thermal slowdown: the hottest of them, at the end of the
+    // airflow, slow down first with nothing wrong with them.
+    let node_heat = input
+        .peers
+        .median
+        .as_ref()
+        .map_or(0.0, |m| m.temperature_deviation);
+    let unexplained = 1.0 - ((node_heat - NODE_HEAT_FROM) / NODE_HEAT_SPAN).clamp(0.0, 1.0);
     let flag = |on: bool| if on { 1.0 } else { 0.0 };
     let percent = |share: f64| (100.0 * share).ln_1p();
     [
@@ -309,12 +369,14 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         ((own.gap_deviation - 5.0) / 5.0).max(0.0),
         ((s.memory_gap - 15.0) / 5.0).max(0.0),
         ((own.temperature_excess - 3.0) / 5.0).max(0.0),
-        percent(own.thermal_share),
+        unexplained * percent(own.thermal_share),
         percent(own.hw_slowdown_share),
         percent(own.brake_share),
         s.power_erratic,
         (10.0 * own.failed_per_collection).ln_1p(),
         (own.collect_seconds / SLOW_COLLECTION_SECONDS).ln_1p(),
         s.collect_slowdown,
+        ((own.temperature_deviation - 4.0) / 4.0).max(0.0),
+        unexplained * own.thermal_rise,
     ]
 }

@@ -79,9 +79,26 @@ pub struct Hold {
     /// Unix seconds of the last assessment.
     at: Option<i64>,
     /// Held contribution per feature, in FEATURES order.
+    #[serde(deserialize_with = "held_of_any_length")]
     held: [f64; FEATURES.len()],
     /// Unix seconds each family's evidence started, while it lasts.
     since: [Option<i64>; FAMILIES.len()],
+}
+
+/// Held terms as saved by any version: features are only appended to FEATURES, so a
+/// shorter list is an older agent's and the newer features start at zero (a longer one,
+/// a newer agent's, loses its tail).
+fn held_of_any_length<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<[f64; FEATURES.len()], D::Error> {
+    let saved = Vec::<f64>::deserialize(d)?;
+    let mut held = [0.0; FEATURES.len()];
+    for (h, s) in held.iter_mut().zip(saved) {
+        if s.is_finite() && s >= 0.0 {
+            *h = s;
+        }
+    }
+    Ok(held)
 }
 
 /// One family's evidence, for the alert's description.
@@ -184,7 +201,7 @@ const FAMILY_OF: [Family; FEATURES.len()] = {
     [
         Memory, Memory, Memory, Memory, Memory, Memory, Memory, Memory, // ECC, remaps, pages
         Xid, Pcie, Pcie, Pcie, Pcie, NvLink, NvLink, Cooling, Cooling, Cooling, Cooling, Cooling,
-        Power, Power, Structural, Structural, Structural,
+        Power, Power, Structural, Structural, Structural, Cooling, Cooling,
     ]
 };
 
@@ -285,5 +302,31 @@ mod combined_tests {
         held[replays] = 5.0;
         assert!((combined(&held) - (5.0 + CORROBORATION * 3.0)).abs() < 1e-12);
         assert_eq!(combined(&[0.0; FEATURES.len()]), 0.0);
+    }
+}
+
+#[cfg(test)]
+mod saved_tests {
+    use super::*;
+
+    #[test]
+    fn held_terms_saved_by_an_agent_with_fewer_features_load_with_the_new_ones_at_zero() {
+        let older = format!(
+            r#"{{"at": 100, "held": [{}], "since": [null, null, null, null, null, null, null]}}"#,
+            vec!["2.0"; FEATURES.len() - 2].join(", ")
+        );
+        let hold: Hold = match serde_json::from_str(&older) {
+            Ok(hold) => hold,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(hold.held[0], 2.0);
+        assert_eq!(hold.held[FEATURES.len() - 3], 2.0);
+        assert_eq!(hold.held[FEATURES.len() - 1], 0.0);
+        // Garbage in a saved term is no evidence.
+        let bad: Hold = match serde_json::from_str(r#"{"held": [-1.0, 3.0]}"#) {
+            Ok(hold) => hold,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!((bad.held[0], bad.held[1]), (0.0, 3.0));
     }
 }

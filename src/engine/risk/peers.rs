@@ -25,8 +25,12 @@ pub struct Shared {
     pub gap_deviation: f64,
     /// Hour-mean GPU temperature beyond 80 °C.
     pub temperature_excess: f64,
+    /// GPU temperature over the GPU's own at similar utilization, °C.
+    pub temperature_deviation: f64,
     /// Share of the day in thermal slowdown.
     pub thermal_share: f64,
+    /// That share over the GPU's own previous days, `ln(1 + percent)` apart.
+    pub thermal_rise: f64,
     /// Share of recent time in generic hardware slowdown.
     pub hw_slowdown_share: f64,
     /// Share of the day under the power brake.
@@ -36,7 +40,7 @@ pub struct Shared {
     pub collect_seconds: f64,
 }
 
-const FIELDS: usize = 11;
+const FIELDS: usize = 13;
 
 impl Shared {
     fn to_array(self) -> [f64; FIELDS] {
@@ -47,7 +51,9 @@ impl Shared {
             self.nvlink_level,
             self.gap_deviation,
             self.temperature_excess,
+            self.temperature_deviation,
             self.thermal_share,
+            self.thermal_rise,
             self.hw_slowdown_share,
             self.brake_share,
             self.failed_per_collection,
@@ -63,11 +69,13 @@ impl Shared {
             nvlink_level: a[3],
             gap_deviation: a[4],
             temperature_excess: a[5],
-            thermal_share: a[6],
-            hw_slowdown_share: a[7],
-            brake_share: a[8],
-            failed_per_collection: a[9],
-            collect_seconds: a[10],
+            temperature_deviation: a[6],
+            thermal_share: a[7],
+            thermal_rise: a[8],
+            hw_slowdown_share: a[9],
+            brake_share: a[10],
+            failed_per_collection: a[11],
+            collect_seconds: a[12],
         }
     }
 }

@@ -1,13 +1,15 @@
 //! What the risk features remember about one GPU between samples: running state updated
 //! in O(1) per sample, so no feature scans history when it is read.
 //!
-//! - [`RollingDays`]: corrected ECC errors and PCIe replays per rolling day over the last
-//!   week, from the week window's 2-hour buckets, re-added only when a bucket closes;
+//! - [`RollingDays`]: corrected ECC errors, PCIe replays, and loaded and thermal-slowdown
+//!   seconds per rolling day over the last week, from the week window's 2-hour buckets,
+//!   re-added only when a bucket closes;
 //! - [`Growth`]: rows remapped and pages retired recently, as counts that decay;
 //! - [`Baseline`]: the GPU's own normal level of a reading, learnt during a warm-up and then
 //!   allowed to drift only slowly, so a fault that builds over days stands out against it
 //!   instead of becoming the new normal;
-//! - the memory–GPU temperature gap against that baseline at similar utilization, power
+//! - the memory–GPU temperature gap and the GPU temperature against their baselines at
+//!   similar utilization ([`BandedBaseline`]), power
 //!   spread that utilization does not explain against its own baseline, and the shares of
 //!   time in generic hardware slowdown and with a trained-down PCIe link under load.
 //!
@@ -46,7 +48,11 @@ pub struct RiskState {
     pub remaps: Growth,
     /// Pages retired (pre-Ampere; a double-bit retirement counts twice).
     pub retired: Growth,
-    pub gap: GapBaseline,
+    /// Memory minus GPU temperature against the GPU's own at similar utilization.
+    pub gap: BandedBaseline,
+    /// GPU temperature against the GPU's own at similar utilization; absent from state
+    /// saved before it existed.
+    pub temperature: BandedBaseline,
     pub power: PowerSpread,
     /// Share of recent time in hardware slowdown that neither the power brake nor a
     /// thermal reason explains (e-fold 6 h).
@@ -77,8 +83,27 @@ impl RiskState {
             .retired_pages
             .map(|r| r.sbe.saturating_add(r.dbe.saturating_mul(2)));
         self.retired.update(retired, p.at);
-        self.gap.observe(p);
         self.power.observe(p, sample.power_limit_watts);
+        // Baselines move at most 1 °C a day: a cooling fault that builds over a week stays
+        // visible.
+        if let (Some(util), Some(gpu), Some(memory)) =
+            (p.utilization, p.temperature, p.memory_temperature)
+        {
+            self.gap
+                .observe(util, UTILIZATION_BANDS, memory - gpu, p.seconds, 1.0);
+        }
+        // The die's temperature at a given power is the cooling's thermal resistance: the
+        // same whatever job draws it, so it is compared at similar power, not utilization.
+        let scale = sample
+            .power_limit_watts
+            .filter(|l| *l > 0.0)
+            .unwrap_or(self.power.peak);
+        if let (Some(power), Some(gpu)) = (p.power, p.temperature)
+            && scale > 0.0
+        {
+            self.temperature
+                .observe(power / scale, POWER_BANDS, gpu, p.seconds, 1.0);
+        }
         let events = sample.clock_events.unwrap_or_default();
         let generic = events.intersects(ClockEvents::HW_SLOWDOWN)
             && !events.intersects(ClockEvents::HW_POWER_BRAKE_SLOWDOWN)
@@ -150,6 +175,18 @@ pub struct RollingDays {
     observed: [f64; DAYS],
     /// Counts of the newest bucket, kept up as samples arrive.
     live: [f64; COUNTS],
+    /// Loaded and thermal-slowdown seconds of the closed buckets of each day, and of the
+    /// newest bucket; absent from state saved before they existed.
+    slowdown_closed: [Slowdown; DAYS],
+    slowdown_live: Slowdown,
+}
+
+/// Seconds under load, and of those in thermal slowdown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Slowdown {
+    pub loaded: f64,
+    pub thermal: f64,
 }
 
 impl RollingDays {
@@ -162,10 +199,19 @@ impl RollingDays {
             self.closed = [[0.0; COUNTS]; DAYS];
             self.observed = [0.0; DAYS];
             self.live = [0.0; COUNTS];
+            self.slowdown_closed = [Slowdown::default(); DAYS];
+            self.slowdown_live = Slowdown::default();
             for b in windows.week.buckets() {
                 let counts = [b.deltas.ecc_corrected, b.deltas.pcie_replays];
+                // A bucket's loaded seconds from its mean utilization; its thermal
+                // seconds counted whatever the load (slowdown at idle is rare).
+                let slowdown = Slowdown {
+                    loaded: b.seconds * b.utilization.mean().unwrap_or(0.0).clamp(0.0, 1.0),
+                    thermal: b.thermal_slowdown_seconds,
+                };
                 if b.start >= start {
                     self.live = counts;
+                    self.slowdown_live = slowdown;
                     continue;
                 }
                 let day = (start.saturating_sub(b.start) / DAY) as usize;
@@ -174,12 +220,31 @@ impl RollingDays {
                         *sum += c;
                     }
                     self.observed[day] += b.seconds;
+                    self.slowdown_closed[day].loaded += slowdown.loaded;
+                    self.slowdown_closed[day].thermal += slowdown.thermal;
                 }
             }
         } else {
             // The window folds a late sample into its newest bucket; so does this.
             self.live[CORRECTED] += p.deltas.ecc_corrected;
             self.live[REPLAYS] += p.deltas.pcie_replays;
+            self.slowdown_live.loaded += p.seconds * p.utilization.unwrap_or(0.0).clamp(0.0, 1.0);
+            if p.thermal_slowdown {
+                self.slowdown_live.thermal += p.seconds;
+            }
+        }
+    }
+
+    /// Loaded and thermal-slowdown seconds of rolling day `day` (0: the last 24 hours).
+    pub fn slowdown(&self, day: usize) -> Slowdown {
+        let closed = self.slowdown_closed.get(day).copied().unwrap_or_default();
+        if day == 0 {
+            Slowdown {
+                loaded: closed.loaded + self.slowdown_live.loaded,
+                thermal: closed.thermal + self.slowdown_live.thermal,
+            }
+        } else {
+            closed
         }
     }
 
@@ -267,35 +332,53 @@ impl Baseline {
 
 /// Utilization bands the memory–GPU gap is learnt in: HBM and die heat differently with
 /// load, so the gap is compared only with the gap at similar load.
-const BANDS: usize = 4;
+const UTILIZATION_BANDS: usize = 4;
+/// Power bands (shares of the limit) the GPU temperature is learnt in: an eighth of a
+/// 700 W limit moves an H100's die by about 8 °C, so a band's spread stays within the
+/// feature's 4 °C allowance either side.
+const POWER_BANDS: usize = 8;
 
-/// The memory–GPU temperature gap against the GPU's own gap at similar utilization.
+/// A temperature reading (the memory–GPU gap, the GPU temperature) against the GPU's own
+/// at similar utilization.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct GapBaseline {
-    bands: [Baseline; BANDS],
-    /// The gap minus its band's baseline, averaged over about an hour; None until a band
-    /// is warm.
+pub struct BandedBaseline {
+    /// One baseline per band (a list, so state saved with another band count loads and
+    /// is learnt afresh).
+    bands: Vec<Baseline>,
+    /// The reading minus its band's baseline, averaged over about an hour; None until a
+    /// band is warm.
     pub deviation: Option<f64>,
 }
 
-impl GapBaseline {
-    fn observe(&mut self, p: &Point) {
-        let (Some(util), Some(gpu), Some(memory)) =
-            (p.utilization, p.temperature, p.memory_temperature)
-        else {
+impl BandedBaseline {
+    /// Folds in `reading` at `level` (0–1, of `bands` equal bands) over `seconds`; the
+    /// baseline may drift by `drift_per_day` once warm.
+    fn observe(
+        &mut self,
+        level: f64,
+        bands: usize,
+        reading: f64,
+        seconds: f64,
+        drift_per_day: f64,
+    ) {
+        if !level.is_finite() || !reading.is_finite() || bands == 0 {
             return;
-        };
-        let gap = memory - gpu;
-        let band = ((util.clamp(0.0, 1.0) * BANDS as f64) as usize).min(BANDS - 1);
+        }
+        if self.bands.len() != bands {
+            *self = BandedBaseline {
+                bands: vec![Baseline::default(); bands],
+                deviation: None,
+            };
+        }
+        let band = ((level.clamp(0.0, 1.0) * bands as f64) as usize).min(bands - 1);
         if let Some(base) = self.bands[band].get() {
-            let deviation = gap - base;
+            let deviation = reading - base;
             let mut smoothed = self.deviation.unwrap_or(deviation);
-            ewma(&mut smoothed, deviation, p.seconds, HOUR as f64);
+            ewma(&mut smoothed, deviation, seconds, HOUR as f64);
             self.deviation = Some(smoothed);
         }
-        // At most 1 °C a day: a cooling fault that builds over a week stays visible.
-        self.bands[band].learn(gap, p.seconds, 1.0);
+        self.bands[band].learn(reading, seconds, drift_per_day);
     }
 }
 
@@ -379,6 +462,28 @@ mod tests {
         };
         b.learn(5.0, 3600.0, 1.0);
         assert_eq!((b.value, b.seconds), (5.0, 3600.0));
+    }
+
+    #[test]
+    fn a_banded_baseline_compares_a_reading_with_its_own_at_the_same_level() {
+        let mut b = BandedBaseline::default();
+        // Half a day at 300 W of 700 (band 3) at 60 °C and at 600 W (band 6) at 75 °C.
+        for _ in 0..12 {
+            b.observe(300.0 / 700.0, POWER_BANDS, 60.0, 3600.0, 1.0);
+            b.observe(600.0 / 700.0, POWER_BANDS, 75.0, 3600.0, 1.0);
+        }
+        assert_eq!(b.deviation, None, "the last hour warmed them up");
+        b.observe(600.0 / 700.0, POWER_BANDS, 75.0, 3600.0, 1.0);
+        assert_eq!(b.deviation, Some(0.0), "hot at high power is its normal");
+        // 12 °C more at the low power, for hours: the deviation follows within the hour.
+        for _ in 0..6 {
+            b.observe(300.0 / 700.0, POWER_BANDS, 72.0, 3600.0, 1.0);
+        }
+        let deviation = b.deviation.unwrap_or_default();
+        assert!(deviation > 10.0 && deviation <= 12.0, "{deviation}");
+        // State saved with another band count is learnt afresh, not misread.
+        b.observe(0.5, UTILIZATION_BANDS, 5.0, 3600.0, 1.0);
+        assert_eq!((b.bands.len(), b.deviation), (UTILIZATION_BANDS, None));
     }
 
     #[test]
