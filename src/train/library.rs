@@ -25,10 +25,10 @@ use crate::scenario::{GpuLabel, Library, NodeScenario, TruthKind};
 use crate::source::simulate::Failure;
 
 use super::evaluate::{Columns, Figures, Outcome, Table, Tracker, Truth};
-use super::fit::{self, Fitted};
+use super::fit::Fitted;
+use super::search::{self, Rows, SearchOptions, Track};
 
 const N: usize = FEATURES.len();
-const DAY: f64 = 86_400.0;
 
 /// The variant axes held out, one fold per value.
 pub const AXES: [&str; 4] = ["sku", "curve", "workload", "rate_class"];
@@ -43,15 +43,10 @@ pub struct LibraryOptions {
     pub interval: f64,
     /// Seconds between the training rows kept per GPU.
     pub row_every: f64,
-    /// A row is positive when its GPU fails within this many seconds.
-    pub horizon: f64,
     /// Score at which a warning is raised.
     pub threshold: f64,
-    /// L2 penalty of the fit.
-    pub alpha: f64,
-    /// Largest share of healthy training GPU-days allowed a row at or above the
-    /// threshold, which sets the fitted model's bias (see [`calibrate`]).
-    pub false_day_share: f64,
+    /// False warnings the search allows per 1,000 healthy training GPU-days.
+    pub false_per_1000_days: f64,
 }
 
 /// One GPU of the library.
@@ -287,74 +282,58 @@ fn observe(library: &Library, options: &LibraryOptions) -> Observed {
     observed
 }
 
-/// The label of a row: true when its GPU fails within the horizon after it, its precursors
-/// begun. None where the row teaches nothing: at or after the failure, inside the horizon of
-/// a failure without precursors, or inside the horizon before the precursors begin.
-fn label(gpu: &GpuRef, row: &Row, horizon: f64) -> Option<bool> {
-    let Some(failure) = gpu.label.failure_s else {
-        return Some(false);
-    };
-    if row.t >= failure {
-        return None;
-    }
-    if failure - row.t > horizon {
-        return Some(false);
-    }
-    let begun = gpu.label.precursor_start_s.is_some_and(|s| row.t >= s);
-    (gpu.label.predictable && begun).then_some(true)
-}
-
-/// Fits on the rows of the GPUs `train` keeps, then sets the bias (see [`calibrate`]).
+/// Fits on the rows of the GPUs `train` keeps by direct search ([`search`]): the weights
+/// that warn the most of their failures a day ahead, held, within the false-warning budget
+/// on their healthy GPUs, from the shipped weights and at the shipped bias.
 fn fit_on(
     observed: &Observed,
     options: &LibraryOptions,
     train: impl Fn(&GpuRef) -> bool,
 ) -> anyhow::Result<Fitted> {
-    let (mut x, mut y, mut healthy) = (Vec::new(), Vec::new(), Vec::new());
-    for row in &observed.rows {
-        let gpu = &observed.gpus[row.gpu];
+    let mut tracks: Vec<Option<Track>> = vec![None; observed.gpus.len()];
+    for (g, gpu) in observed.gpus.iter().enumerate() {
         if !train(gpu) {
             continue;
         }
-        if let Some(l) = label(gpu, row, options.horizon) {
-            x.push(row.x);
-            y.push(l);
+        let failure = match (gpu.label.kind, gpu.label.failure_s) {
+            (TruthKind::Failing, Some(at)) if gpu.label.predictable => Some(at),
+            // A failure without precursors teaches nothing either way.
+            (TruthKind::Failing, _) => continue,
+            _ => None,
+        };
+        tracks[g] = Some(Track {
+            rows: Vec::new(),
+            failure,
+        });
+    }
+    let (mut times, mut features) = (Vec::new(), Vec::new());
+    for row in &observed.rows {
+        if let Some(track) = &mut tracks[row.gpu] {
+            track.rows.push(times.len());
+            times.push(row.t);
+            features.push(row.x);
         }
-        if gpu.label.kind != TruthKind::Failing {
-            healthy.push(row);
-        }
     }
-    let mut fitted = fit::fit(&x, &y, options.alpha)?;
-    fitted.bias = calibrate(&fitted, &healthy, options);
-    Ok(fitted)
-}
-
-/// The bias that warns as early as the healthy training GPUs allow: the largest one (the
-/// most sensitive model) under which at most `false_day_share` of their GPU-days hold a
-/// row at or above the threshold. A logistic fit is calibrated to how rare failures are in
-/// the rows, which says nothing about where an operator wants the warning; the healthy
-/// GPUs' days say how often a bias would page someone for nothing.
-fn calibrate(fitted: &Fitted, healthy: &[&Row], options: &LibraryOptions) -> f64 {
-    // The highest logit (without bias) of each healthy GPU-day.
-    let mut days: BTreeMap<(usize, i64), f64> = BTreeMap::new();
-    for row in healthy {
-        let logit: f64 = fitted.weights.iter().zip(&row.x).map(|(w, v)| w * v).sum();
-        let day = days
-            .entry((row.gpu, (row.t / DAY) as i64))
-            .or_insert(f64::NEG_INFINITY);
-        *day = day.max(logit);
-    }
-    let mut peaks: Vec<f64> = days.into_values().collect();
-    if peaks.is_empty() {
-        return fitted.bias;
-    }
-    peaks.sort_by(|a, b| b.total_cmp(a));
-    let allowed = (peaks.len() as f64 * options.false_day_share).floor() as usize;
-    // Warned when bias + logit ≥ ln(t / (1 − t)); keep the (allowed+1)-th highest day just
-    // under it.
-    let threshold_logit = (options.threshold / (1.0 - options.threshold)).ln();
-    let peak = peaks[allowed.min(peaks.len() - 1)];
-    threshold_logit - peak - 1e-6
+    let tracks: Vec<Track> = tracks.into_iter().flatten().collect();
+    anyhow::ensure!(
+        tracks.iter().any(|t| t.failure.is_some()) && tracks.iter().any(|t| t.failure.is_none()),
+        "the training GPUs need both failures with precursors and healthy GPUs"
+    );
+    let shipped = Fitted::of_model(&RiskModel::shipped());
+    Ok(search::search(
+        &Rows {
+            times: &times,
+            features: &features,
+        },
+        &tracks,
+        &shipped.weights,
+        &SearchOptions {
+            bias: shipped.bias,
+            threshold: options.threshold,
+            row_every: options.row_every,
+            false_per_1000_days: options.false_per_1000_days,
+        },
+    ))
 }
 
 /// Runs the nodes holding a `test` GPU with `model` and says how each test GPU did.
@@ -438,105 +417,4 @@ fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> 
         }
     });
     results.into_iter().flatten().collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scenario::Variants;
-    use crate::source::simulate::Sku;
-
-    fn gpu(
-        kind: TruthKind,
-        precursor: Option<f64>,
-        failure: Option<f64>,
-        predictable: bool,
-    ) -> GpuRef {
-        GpuRef {
-            node: 0,
-            index: 0,
-            label: GpuLabel {
-                kind,
-                family: None,
-                confounders: Vec::new(),
-                variants: Variants {
-                    sku: Sku::H100,
-                    workload: "training".into(),
-                    curve: None,
-                    rate_class: None,
-                    link_mode: None,
-                },
-                precursor_start_s: precursor,
-                failure_s: failure,
-                predictable,
-                lost_at_failure: false,
-            },
-        }
-    }
-
-    fn row(t_days: f64) -> Row {
-        Row {
-            gpu: 0,
-            t: t_days * DAY,
-            x: [0.0; N],
-        }
-    }
-
-    #[test]
-    fn rows_are_positive_only_inside_the_horizon_once_precursors_began() {
-        let horizon = 3.0 * DAY;
-        let failing = gpu(TruthKind::Failing, Some(8.0 * DAY), Some(10.0 * DAY), true);
-        assert_eq!(label(&failing, &row(5.0), horizon), Some(false));
-        // Inside the horizon, before the precursors: nothing to learn either way.
-        assert_eq!(label(&failing, &row(7.5), horizon), None);
-        assert_eq!(label(&failing, &row(9.0), horizon), Some(true));
-        assert_eq!(label(&failing, &row(10.0), horizon), None);
-        let drop = gpu(TruthKind::Failing, None, Some(10.0 * DAY), false);
-        assert_eq!(label(&drop, &row(9.0), horizon), None);
-        assert_eq!(label(&drop, &row(2.0), horizon), Some(false));
-        let healthy = gpu(TruthKind::Healthy, None, None, false);
-        assert_eq!(label(&healthy, &row(9.0), horizon), Some(false));
-    }
-
-    #[test]
-    fn the_bias_keeps_all_but_the_allowed_healthy_days_under_the_threshold() {
-        let mut weights = [0.0; N];
-        weights[0] = 1.0;
-        let fitted = Fitted {
-            bias: -10.0,
-            weights,
-            constant: [false; N],
-        };
-        // 1,000 healthy GPU-days, one row each, the day's feature value rising 0.001 a day.
-        let rows: Vec<Row> = (0..1000)
-            .map(|d| {
-                let mut x = [0.0; N];
-                x[0] = f64::from(d) / 1000.0;
-                Row {
-                    gpu: 0,
-                    t: f64::from(d) * DAY,
-                    x,
-                }
-            })
-            .collect();
-        let healthy: Vec<&Row> = rows.iter().collect();
-        let options = LibraryOptions {
-            seed: 1,
-            nodes: 1,
-            days: 1.0,
-            interval: 600.0,
-            row_every: 3600.0,
-            horizon: 3.0 * DAY,
-            threshold: 0.7,
-            alpha: 1.0,
-            false_day_share: 0.005,
-        };
-        let bias = calibrate(&fitted, &healthy, &options);
-        let warned = |r: &Row| {
-            let score = 1.0 / (1.0 + (-(bias + r.x[0])).exp());
-            score >= 0.7
-        };
-        // Five days of 1,000 may warn; the sixth highest may not.
-        assert_eq!(rows.iter().filter(|r| warned(r)).count(), 5);
-    }
 }

@@ -13,6 +13,7 @@ pub mod fit;
 pub mod history;
 pub mod library;
 pub mod probe;
+pub mod search;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
