@@ -59,7 +59,7 @@ impl Engine {
             finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
             let mut hold = std::mem::take(&mut states.slot_mut(slot).risk.hold);
             let sample = sample_of(i, finding);
-            finding.risk = risk::assess(
+            risk::assess_with(
                 &model,
                 &risk::RiskInput {
                     now,
@@ -70,6 +70,7 @@ impl Engine {
                     peers: &peers,
                 },
                 &mut hold,
+                &mut finding.risk,
             );
             states.slot_mut(slot).risk.hold = hold;
         }
