@@ -27,11 +27,11 @@ total=$(awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}' "$work/annota
 echo "$shape, $rows rows: $total instructions, $((total / rows)) per row"
 # Inclusive instructions per row of the replay's parts (the first symbol matching each).
 echo "parts (inclusive instructions per row):"
-for part in 'SnapshotReader.*next_into' 'smi_row::read' 'csv_core::reader::Reader::read_record' \
-  'Engine::step$' 'Engine::step_gpu' 'Engine::assess_risk' 'risk::assess$' 'Hold::apply' \
-  'Signals::of' 'RiskState::observe' 'Peers.*median|PeerScratch.*median' 'Windows::summaries' \
-  'Windows::add' 'ReportBuilder::observe' 'ReplayRules.*step|Alerting.*step|alerts.*step'; do
-  line=$(grep -E "$part" "$work/inclusive" | grep -v '^ *0 ' | head -1 || true)
+for part in 'SnapshotReader>::next_into' 'smi_row::read' 'csv_core::reader::Reader::read_record' \
+  'Engine::step' 'Engine::assess_risk' 'window::Windows::summaries' 'window::Windows::add' \
+  'risk::assess_with' 'risk::assess' 'Hold::apply' 'Signals::of' 'RiskState::observe' \
+  'PeerScratch::median' 'ReportBuilder::observe' 'ReplayRules>::step'; do
+  line=$(grep -F "$part [" "$work/inclusive" | head -1 || true)
   [ -n "$line" ] || continue
   count=$(awk '{gsub(",", "", $1); print $1}' <<<"$line")
   name=$(sed -E 's/^ *[0-9,]+ \([^)]*\) *//' <<<"$line" | cut -c1-90)

@@ -27,12 +27,16 @@ fn feed(rows: &[(f64, usize, bool, bool)]) -> (Vec<Verdict>, Vec<Vec<usize>>, Ro
         let verdict = rounds.judge(t(at), gpu, timed);
         verdicts.push(verdict);
         match verdict {
-            Verdict::Join => rounds.join(t(at), gpu, line as u64 + 2, timed, sample(up)),
+            Verdict::Join => {
+                *rounds.staged() = sample(up);
+                rounds.join(t(at), gpu, line as u64 + 2, timed);
+            }
             Verdict::NextRound => {
                 out.push(rounds.ids.clone());
                 let mut into = Snapshot::default();
                 rounds.take(&mut into);
-                rounds.join(t(at), gpu, line as u64 + 2, timed, sample(up));
+                *rounds.staged() = sample(up);
+                rounds.join(t(at), gpu, line as u64 + 2, timed);
             }
             _ => {}
         }
