@@ -349,22 +349,27 @@ impl Engine {
         let mut gpus = std::mem::take(&mut self.spare);
         let mut used = 0;
         for (position, sample) in snapshot.gpus.iter().enumerate() {
-            let processes: Vec<&ProcessSample> = snapshot
-                .processes
-                .iter()
-                .filter(|p| p.is_on(sample))
-                .collect();
-            let allocations: Vec<&Allocation> = snapshot
-                .allocations
-                .iter()
-                .filter(|a| a.is_on(sample))
-                .collect();
-            let xids: Vec<u32> = snapshot
-                .events
-                .iter()
-                .filter(|e| e.is_on(sample))
-                .map(|e| e.xid)
-                .collect();
+            // A recording of nvidia-smi logs has no processes, allocations or XIDs: those
+            // lists are then empty without a pass over the snapshot's.
+            let processes: Vec<&ProcessSample> = match snapshot.processes.is_empty() {
+                true => Vec::new(),
+                false => (snapshot.processes.iter())
+                    .filter(|p| p.is_on(sample))
+                    .collect(),
+            };
+            let allocations: Vec<&Allocation> = match snapshot.allocations.is_empty() {
+                true => Vec::new(),
+                false => (snapshot.allocations.iter())
+                    .filter(|a| a.is_on(sample))
+                    .collect(),
+            };
+            let xids: Vec<u32> = match snapshot.events.is_empty() {
+                true => Vec::new(),
+                false => (snapshot.events.iter())
+                    .filter(|e| e.is_on(sample))
+                    .map(|e| e.xid)
+                    .collect(),
+            };
             let slot = self
                 .state
                 .gpus

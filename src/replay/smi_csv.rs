@@ -42,6 +42,8 @@ const MAX_GPUS: usize = 1024;
 #[derive(Debug, Clone)]
 struct KnownGpu {
     uuid: String,
+    /// `uuid` is a GPU UUID ([`looks_like_uuid`]): a row naming it needs no check.
+    checked_uuid: bool,
     index: u32,
     pci_bus_id: String,
 }
@@ -69,7 +71,11 @@ impl KnownGpus {
         use std::fmt::Write as _;
         match identity {
             Some(Field::Uuid) => {
-                if !looks_like_uuid(&sample.uuid) {
+                // Most rows name the GPU expected next, whose UUID was checked when it was
+                // first seen.
+                let checked = (self.list.get(self.guess))
+                    .is_some_and(|k| k.checked_uuid && k.uuid == sample.uuid);
+                if !checked && !looks_like_uuid(&sample.uuid) {
                     warnings.at_line(
                         line,
                         format_args!("uuid {:?} is not a GPU UUID; row skipped", sample.uuid),
@@ -122,6 +128,8 @@ impl KnownGpus {
             None => {
                 self.list.push(KnownGpu {
                     uuid: sample.uuid.clone(),
+                    // Checked above when the UUID is the identity.
+                    checked_uuid: identity == Some(Field::Uuid),
                     index: sample.index,
                     pci_bus_id: sample.pci_bus_id.clone(),
                 });
