@@ -265,6 +265,29 @@ mod tests {
         assert_eq!(held[memory], 6.0);
         assert_eq!(evidence[0].since, 1_000 + 2 * 86_400 + 60);
     }
+
+    #[test]
+    fn each_family_decays_on_its_own_time_scale_whatever_the_others_hold() {
+        let mut hold = Hold::default();
+        let mut evidence = Vec::new();
+        let memory = index("ecc_corrected_days");
+        let cooling = index("temperature_vs_peers");
+        let mut raw = [0.0; FEATURES.len()];
+        raw[memory] = 2.0;
+        raw[cooling] = 3.0;
+        hold.apply(0, &raw, &mut evidence);
+        assert_eq!(evidence.len(), 2, "{evidence:?}");
+        // Twelve hours on, nothing new: memory (e-fold 24 h) and cooling (6 h) decay each
+        // by its own factor; terms at zero stay at zero.
+        let held = hold.apply(12 * 3600, &[0.0; FEATURES.len()], &mut evidence);
+        assert!((held[memory] - 2.0 * (-0.5f64).exp()).abs() < 1e-12);
+        assert!((held[cooling] - 3.0 * (-2.0f64).exp()).abs() < 1e-12);
+        let others = (0..FEATURES.len()).filter(|i| ![memory, cooling].contains(i));
+        assert!(others.map(|i| held[i]).all(|h| h == 0.0));
+        // The evidence list is refilled, not appended to: cooling's has ended (0.41 < 1).
+        assert_eq!(evidence.len(), 1, "{evidence:?}");
+        assert_eq!(evidence[0].family, Family::Memory.label());
+    }
 }
 
 #[cfg(test)]
