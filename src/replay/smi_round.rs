@@ -182,10 +182,17 @@ impl Rounds {
     /// The sample the next row is read into: the first spare after the round's samples.
     /// It joins the round with [`Rounds::join`]; otherwise the next row overwrites it.
     pub fn staged(&mut self) -> &mut GpuSample {
-        if self.current.gpus.len() <= self.filled {
-            self.current.gpus.push(GpuSample::default());
+        let gpus = &mut self.current.gpus;
+        if gpus.len() <= self.filled {
+            // Room for a round like the last one and the row that begins the next, exactly:
+            // doubling would give a round of 64 GPUs room for 128 samples for its one extra.
+            let wanted = self.previous.len() + 1;
+            if gpus.len() == gpus.capacity() && wanted > gpus.len() {
+                gpus.reserve_exact(wanted - gpus.len());
+            }
+            gpus.push(GpuSample::default());
         }
-        &mut self.current.gpus[self.filled]
+        &mut gpus[self.filled]
     }
 
     /// The samples of the round being filled.
@@ -301,6 +308,7 @@ impl Rounds {
             match spares.first_mut() {
                 Some(first) => {
                     let spare = std::mem::replace(first, staged);
+                    spares.reserve_exact(1);
                     spares.push(spare);
                 }
                 None => spares.push(staged),
