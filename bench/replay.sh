@@ -3,6 +3,9 @@
 # shapes of nvidia-smi log, and the engine's memory over a week of 8 GPUs.
 #
 #   bench/replay.sh [ROWS] [RUNS]      # default: 1,000,000 rows a shape, best of 3 runs each
+#   BEFORE=path/to/gpu-sentinel bench/replay.sh …   # and another build (say main's) beside
+#                                                    # this one, in the same alternation
+#   BIN=path/to/gpu-sentinel bench/replay.sh …      # that build instead of building this tree
 #
 # The logs are what `nvidia-smi --query-gpu=<fields> --format=csv -l 5` writes
 # (bench/gen_smi_csv.py): `wide`, 8 GPUs and 29 fields (1,000,000 rows span 7.2 days), and
@@ -14,11 +17,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rows=${1:-1000000}
 runs=${2:-3}
-cargo build --release --quiet --bin gpu-sentinel
-bin=target/release/gpu-sentinel
+bin=${BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --release --quiet --bin gpu-sentinel
+  bin=target/release/gpu-sentinel
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 shapes="wide narrow"
+before=${BEFORE:-}
+if [ -n "$before" ]; then
+  [ -x "$before" ] || { echo "BEFORE=$before is not an executable" >&2; exit 1; }
+  # A copy, so that a rebuild while the benchmark runs cannot swap it.
+  cp "$before" "$work/before"
+  before=$work/before
+fi
 
 for shape in $shapes; do
   python3 bench/gen_smi_csv.py "$rows" "$shape" >"$work/$shape.csv"
@@ -43,6 +56,11 @@ for _ in $(seq "$runs"); do
     time_run "replay-$shape" "$bin" replay "$work/$shape.csv" --json --save-state "$work/state-$shape.json"
     cp "$work/out" "$work/report-$shape.json"
     time_run "pinned-$shape" taskset -c 0 "$bin" replay "$work/$shape.csv" --json
+    if [ -n "$before" ]; then
+      time_run "before-$shape" "$before" replay "$work/$shape.csv" --json
+      cp "$work/out" "$work/before-report-$shape.json"
+      time_run "before-pinned-$shape" taskset -c 0 "$before" replay "$work/$shape.csv" --json
+    fi
   done
 done
 time_run quarter "$bin" replay "$work/quarter.csv" --json
@@ -65,6 +83,20 @@ for shape in $shapes; do
   awk -v p="$py_wall" -v r="$pin_wall" 'BEGIN { printf "ratio (python wall / replay on one CPU): %.2fx\n", p / r }'
   awk -v w="$rs_wall" -v c="$rs_user" -v p="$pin_wall" -v n="$samples" 'BEGIN {
     printf "per GPU-sample: %.3f us wall, %.3f us CPU, %.3f us on one CPU\n", w * 1e6 / n, c * 1e6 / n, p * 1e6 / n }'
+  if [ -n "$before" ]; then
+    read -r _ b_wall b_user b_rss <<<"$(best "before-$shape")"
+    read -r _ bp_wall bp_user _ <<<"$(best "before-pinned-$shape")"
+    echo "BEFORE replay --json, best of $runs: ${b_wall}s wall, ${b_user}s user, max RSS $((b_rss / 1024)) MiB; pinned to one CPU: ${bp_wall}s wall"
+    awk -v p="$py_wall" -v r="$b_wall" -v q="$bp_wall" 'BEGIN {
+      printf "BEFORE ratio (python wall / replay wall): %.2fx; on one CPU: %.2fx\n", p / r, p / q }'
+    awk -v b="$b_wall" -v r="$rs_wall" -v bc="$b_user" -v rc="$rs_user" 'BEGIN {
+      printf "this build against BEFORE: %.2fx faster (wall), %.2fx less CPU\n", b / r, bc / rc }'
+    if cmp -s "$report" "$work/before-report-$shape.json"; then
+      echo "replay --json: the same bytes as BEFORE's"
+    else
+      echo "replay --json: DIFFERS from BEFORE's"
+    fi
+  fi
   echo "$shape $rs_wall $rs_user $pin_wall $samples" >>"$work/per-sample"
 done
 awk '{ wall[$1] = $2 / $5; cpu[$1] = $3 / $5; pin[$1] = $4 / $5 }

@@ -22,13 +22,13 @@ impl Engine {
         repeated: bool,
     ) {
         let states = &mut self.state.gpus;
-        scratch.summaries.clear();
-        scratch.summaries.extend(
-            scratch
-                .slots
-                .iter()
-                .map(|&slot| states.slot(slot).windows.summaries(now)),
-        );
+        // Written over the summaries of the step before, in place.
+        scratch
+            .summaries
+            .resize_with(scratch.slots.len(), Default::default);
+        for (summaries, &slot) in scratch.summaries.iter_mut().zip(&scratch.slots) {
+            states.slot(slot).windows.summaries_into(now, summaries);
+        }
         let listed = snapshot.gpus.len();
         // Findings list the snapshot's GPUs first, in its order.
         let sample_of = |i: usize, finding: &GpuFindings| match (i < listed, repeated) {
@@ -59,7 +59,7 @@ impl Engine {
             finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
             let mut hold = std::mem::take(&mut states.slot_mut(slot).risk.hold);
             let sample = sample_of(i, finding);
-            finding.risk = risk::assess(
+            risk::assess_with(
                 &model,
                 &risk::RiskInput {
                     now,
@@ -70,6 +70,7 @@ impl Engine {
                     peers: &peers,
                 },
                 &mut hold,
+                &mut finding.risk,
             );
             states.slot_mut(slot).risk.hold = hold;
         }

@@ -180,7 +180,7 @@ pub struct Findings {
 }
 
 /// What one step found about one GPU.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GpuFindings {
     pub index: u32,
     pub uuid: String,
@@ -255,25 +255,24 @@ pub fn kinds_in(mask: u32) -> Vec<&'static str> {
 }
 
 impl GpuFindings {
-    /// Findings for a GPU the engine knows but the snapshot does not list.
-    fn missing(state: &GpuState, now: i64) -> GpuFindings {
-        GpuFindings {
-            index: state.index,
-            uuid: state.uuid.clone(),
-            name: state.name.clone(),
-            up: false,
-            lost: state.lost,
-            risk: risk::Assessment::default(),
-            idle: idle::IdleFindings::default(),
-            thermal_slowdown: false,
-            new_hardware_xids: Vec::new(),
-            hardware_xids_24h: recent_distinct(&state.recent_xids, now),
-            row_remap_failure: false,
-            // Set with the risk, from the step's one summary of the windows.
-            uncorrectable_ecc_24h: 0.0,
-            cost: state.cost.view(),
-            readings: Readings::default(),
-        }
+    /// Findings for a GPU the engine knows but the snapshot does not list, written over
+    /// `self` (a finding of an earlier step, whose allocations are reused).
+    fn set_missing(&mut self, state: &GpuState, now: i64) {
+        self.index = state.index;
+        self.uuid.clone_from(&state.uuid);
+        self.name.clone_from(&state.name);
+        self.up = false;
+        self.lost = state.lost;
+        // Set with the risk, from the step's one summary of the windows.
+        self.risk.score = 0.0;
+        self.uncorrectable_ecc_24h = 0.0;
+        self.idle = idle::IdleFindings::default();
+        self.thermal_slowdown = false;
+        self.new_hardware_xids.clear();
+        recent_distinct(&state.recent_xids, now, &mut self.hardware_xids_24h);
+        self.row_remap_failure = false;
+        self.cost = state.cost.view();
+        self.readings = Readings::default();
     }
 
     /// The findings that hold as a bit mask over [`FINDING_KINDS`] (bit i: kind i).
@@ -309,6 +308,9 @@ pub struct Engine {
     pub state: EngineState,
     /// Buffers a step reuses, so that a step allocates nothing per GPU for them.
     scratch: Scratch,
+    /// Findings handed back by [`Engine::recycle`]: the next step writes over them, reusing
+    /// their strings and lists.
+    spare: Vec<GpuFindings>,
 }
 
 impl Engine {
@@ -323,6 +325,16 @@ impl Engine {
             config,
             state,
             scratch: Scratch::default(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Hands back the findings of a step once they are read, so that the next step reuses
+    /// their allocations (a replay steps millions of times; the live agent need not call
+    /// this). Findings come out the same either way.
+    pub fn recycle(&mut self, findings: Findings) {
+        if findings.gpus.capacity() >= self.spare.capacity() {
+            self.spare = findings.gpus;
         }
     }
 
@@ -333,37 +345,52 @@ impl Engine {
         let max_gap = self.state.max_gap();
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.slots.clear();
-        let mut gpus = Vec::with_capacity(snapshot.gpus.len());
+        // Findings are written over those of an earlier step ([`Engine::recycle`]).
+        let mut gpus = std::mem::take(&mut self.spare);
+        let mut used = 0;
         for (position, sample) in snapshot.gpus.iter().enumerate() {
-            let processes: Vec<&ProcessSample> = snapshot
-                .processes
-                .iter()
-                .filter(|p| p.is_on(sample))
-                .collect();
-            let allocations: Vec<&Allocation> = snapshot
-                .allocations
-                .iter()
-                .filter(|a| a.is_on(sample))
-                .collect();
-            let xids: Vec<u32> = snapshot
-                .events
-                .iter()
-                .filter(|e| e.is_on(sample))
-                .map(|e| e.xid)
-                .collect();
+            // A recording of nvidia-smi logs has no processes, allocations or XIDs: those
+            // lists are then empty without a pass over the snapshot's.
+            let processes: Vec<&ProcessSample> = match snapshot.processes.is_empty() {
+                true => Vec::new(),
+                false => (snapshot.processes.iter())
+                    .filter(|p| p.is_on(sample))
+                    .collect(),
+            };
+            let allocations: Vec<&Allocation> = match snapshot.allocations.is_empty() {
+                true => Vec::new(),
+                false => (snapshot.allocations.iter())
+                    .filter(|a| a.is_on(sample))
+                    .collect(),
+            };
+            let xids: Vec<u32> = match snapshot.events.is_empty() {
+                true => Vec::new(),
+                false => (snapshot.events.iter())
+                    .filter(|e| e.is_on(sample))
+                    .map(|e| e.xid)
+                    .collect(),
+            };
             let slot = self
                 .state
                 .gpus
                 .slot_of(position, &sample.uuid, || GpuState::new(sample, now));
             scratch.slots.push(slot);
-            let mut findings =
-                self.step_gpu(slot, now, max_gap, sample, &processes, &allocations, &xids);
+            let findings = next_finding(&mut gpus, &mut used);
+            self.step_gpu(
+                findings,
+                slot,
+                now,
+                max_gap,
+                sample,
+                &processes,
+                &allocations,
+                &xids,
+            );
             findings.idle.outside_scheduler = idle::outside_scheduler(
                 &processes,
                 &allocations,
                 !snapshot.scheduled_by.is_empty(),
             );
-            gpus.push(findings);
         }
         let mut repeated = scratch.mark_seen(self.state.gpus.len());
         // A GPU missing for a week (replaced, or an RMA) is forgotten: it should not stay
@@ -384,9 +411,10 @@ impl Engine {
             if state.last_up.is_some() && now - state.last_seen > VANISHED_AFTER_SECONDS {
                 state.lost = true;
             }
-            gpus.push(GpuFindings::missing(state, now));
+            next_finding(&mut gpus, &mut used).set_missing(state, now);
             scratch.slots.push(slot);
         }
+        gpus.truncate(used);
         self.assess_risk(now, snapshot, &mut gpus, &mut scratch, repeated);
         let span = self.config.capacity.window.as_secs() as i64;
         let utilization: Vec<Option<f64>> = gpus
@@ -421,9 +449,12 @@ impl Engine {
         }
     }
 
+    /// Folds one GPU's sample into its state and writes what holds into `out` (all but the
+    /// risk and what comes from the windows' summaries, which [`Engine::assess_risk`] sets).
     #[allow(clippy::too_many_arguments)]
     fn step_gpu(
         &mut self,
+        out: &mut GpuFindings,
         slot: usize,
         now: i64,
         max_gap: f64,
@@ -431,7 +462,7 @@ impl Engine {
         processes: &[&ProcessSample],
         allocations: &[&Allocation],
         xids: &[u32],
-    ) -> GpuFindings {
+    ) {
         let state = self.state.gpus.slot_mut(slot);
         // Time is attributed only between close samples: across a longer gap (the agent was
         // down, the log has a hole) nothing is known, and a clock stepping back adds nothing.
@@ -462,11 +493,11 @@ impl Engine {
         } else {
             Deltas::default()
         };
-        let mut new_hardware_xids = Vec::new();
+        out.new_hardware_xids.clear();
         for &xid in xids {
             if crate::xid::is_hardware_fault(xid) {
                 deltas.xid_hardware += 1.0;
-                new_hardware_xids.push(xid);
+                out.new_hardware_xids.push(xid);
                 state.recent_xids.push_back((now, xid));
                 while state.recent_xids.len() > RECENT_XIDS {
                     state.recent_xids.pop_front();
@@ -511,36 +542,41 @@ impl Engine {
             busy,
             &self.config.cost,
         );
-        let hardware_xids_24h = recent_distinct(&state.recent_xids, now);
-        GpuFindings {
-            index: sample.index,
-            uuid: sample.uuid.clone(),
-            name: state.name.clone(),
-            up: sample.up,
-            lost: state.lost,
-            risk: risk::Assessment::default(),
-            idle,
-            thermal_slowdown: events.thermal(),
-            new_hardware_xids,
-            hardware_xids_24h,
-            row_remap_failure: sample.remapped_rows.is_some_and(|r| r.failure),
-            uncorrectable_ecc_24h: 0.0,
-            cost,
-            readings: Readings::of(sample),
-        }
+        recent_distinct(&state.recent_xids, now, &mut out.hardware_xids_24h);
+        out.index = sample.index;
+        out.uuid.clone_from(&sample.uuid);
+        out.name.clone_from(&state.name);
+        out.up = sample.up;
+        out.lost = state.lost;
+        out.idle = idle;
+        out.thermal_slowdown = events.thermal();
+        out.row_remap_failure = sample.remapped_rows.is_some_and(|r| r.failure);
+        out.uncorrectable_ecc_24h = 0.0;
+        out.cost = cost;
+        out.readings = Readings::of(sample);
     }
 }
 
-/// Distinct hardware XIDs of the last day, ascending.
-fn recent_distinct(recent: &VecDeque<(i64, u32)>, now: i64) -> Vec<u32> {
-    let mut xids: Vec<u32> = recent
-        .iter()
-        .filter(|(at, _)| now - at < window::DAY)
-        .map(|&(_, xid)| xid)
-        .collect();
-    xids.sort_unstable();
-    xids.dedup();
-    xids
+/// The next finding of a step: one of an earlier step to write over, or a new one.
+fn next_finding<'a>(gpus: &'a mut Vec<GpuFindings>, used: &mut usize) -> &'a mut GpuFindings {
+    if *used == gpus.len() {
+        gpus.push(GpuFindings::default());
+    }
+    *used += 1;
+    &mut gpus[*used - 1]
+}
+
+/// Distinct hardware XIDs of the last day, ascending, into `out`.
+fn recent_distinct(recent: &VecDeque<(i64, u32)>, now: i64, out: &mut Vec<u32>) {
+    out.clear();
+    out.extend(
+        recent
+            .iter()
+            .filter(|(at, _)| now - at < window::DAY)
+            .map(|&(_, xid)| xid),
+    );
+    out.sort_unstable();
+    out.dedup();
 }
 
 #[cfg(test)]

@@ -202,3 +202,31 @@ fn gpus_are_followed_by_uuid_whatever_their_order_until_forgotten() {
     let b = engine.state.gpus.get("GPU-b").unwrap();
     assert_eq!(b.windows.week.buckets().map(|b| b.samples).sum::<u32>(), 1);
 }
+
+#[test]
+fn recycled_findings_come_out_as_fresh_ones() {
+    // The default fleet (failures, XIDs, evidence and rules) and then a snapshot that lists
+    // fewer GPUs, in another order: an engine writing over handed-back findings finds
+    // exactly what one allocating new findings finds.
+    let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+    let mut fresh = Engine::new(EngineConfig::default());
+    let mut recycling = Engine::new(EngineConfig::default());
+    let mut differing = 0;
+    for step in 0..(8 * 60) {
+        fleet.advance(60.0);
+        let mut snapshot = fleet.snapshot();
+        if step % 50 == 49 {
+            snapshot.gpus.reverse();
+            snapshot.gpus.truncate(snapshot.gpus.len() / 2);
+        }
+        let expected = fresh.step(&snapshot);
+        let found = recycling.step(&snapshot);
+        differing += usize::from(found != expected);
+        recycling.recycle(found);
+    }
+    assert_eq!(differing, 0);
+    assert!(
+        !recycling.spare.is_empty(),
+        "the last findings are kept for reuse"
+    );
+}

@@ -286,21 +286,36 @@ impl Ring {
     /// Everything from the buckets that start within `span` seconds before `now`: the
     /// newest bucket, then the merge of the closed ones before it.
     pub fn summary(&self, now: i64, span: i64) -> Bucket {
+        let mut out = Bucket::default();
+        self.summary_into(now, span, &mut out);
+        out
+    }
+
+    /// [`Ring::summary`] written over `out`, so that a step's summaries are made where they
+    /// are kept rather than copied there.
+    pub fn summary_into(&self, now: i64, span: i64, out: &mut Bucket) {
         let since = now - span;
-        let mut out = Bucket {
-            start: since,
-            ..Bucket::default()
-        };
         let first = self
             .buckets
             .partition_point(|b| b.start + self.width <= since);
-        if let Some((newest, closed)) = self.split_newest(first, self.buckets.len()) {
-            out.merge(newest);
-            if let Some(closed) = closed {
-                self.merge_closed(closed, &mut out);
+        match self.split_newest(first, self.buckets.len()) {
+            Some((newest, closed)) => {
+                // Merging into an empty bucket copies: every count and sum a bucket holds
+                // starts at +0.0 and only adds non-negative whole seconds and counts, so
+                // `0.0 + x` is `x` to the bit, and an empty statistic takes the other's.
+                out.clone_from(newest);
+                out.start = since;
+                if let Some(closed) = closed {
+                    self.merge_closed(closed, out);
+                }
+            }
+            None => {
+                *out = Bucket {
+                    start: since,
+                    ..Bucket::default()
+                }
             }
         }
-        out
     }
 
     /// The newest bucket of `from..to` if it is the ring's newest, and the closed run
@@ -418,12 +433,17 @@ impl Windows {
 
     /// The last hour, day and week, and the baseline, at `now`.
     pub fn summaries(&self, now: i64) -> Summaries {
-        Summaries {
-            hour: self.last_hour(now),
-            day: self.last_day(now),
-            week: self.last_week(now),
-            baseline: self.baseline(now),
-        }
+        let mut out = Summaries::default();
+        self.summaries_into(now, &mut out);
+        out
+    }
+
+    /// [`Windows::summaries`] written over `out` (a step keeps one per GPU, round to round).
+    pub fn summaries_into(&self, now: i64, out: &mut Summaries) {
+        self.hour.summary_into(now, HOUR, &mut out.hour);
+        self.day.summary_into(now, DAY, &mut out.day);
+        self.week.summary_into(now, WEEK, &mut out.week);
+        out.baseline = self.baseline(now);
     }
 
     /// The last `span` seconds, from the finest ring that covers them.

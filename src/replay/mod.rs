@@ -255,6 +255,7 @@ pub fn replay(
                 let findings = engine.step(snapshot);
                 report.observe(snapshot, &findings);
                 rules.step(&findings, report.alerts_mut());
+                engine.recycle(findings);
             }
             // Back whole: the reader refills these snapshots, reusing their buffers. It may
             // have finished and gone; then nobody needs the batch back.

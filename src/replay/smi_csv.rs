@@ -9,8 +9,9 @@
 //! model's range checks ([`crate::model::sanitize`]) before it joins a round.
 //!
 //! The reader is built for long logs: the `csv` crate's [`ByteRecord`] is reused for every
-//! row, GPU samples are recycled between rounds, and cells are read as bytes, so a row
-//! costs no allocation once the first rounds have warmed the buffers.
+//! row, GPU samples are recycled between rounds and each row is read into the place it
+//! keeps in its round (no sample is moved), and cells are read as bytes, so a row costs no
+//! allocation once the first rounds have warmed the buffers.
 
 use std::io::Read;
 
@@ -41,8 +42,101 @@ const MAX_GPUS: usize = 1024;
 #[derive(Debug, Clone)]
 struct KnownGpu {
     uuid: String,
+    /// `uuid` is a GPU UUID ([`looks_like_uuid`]): a row naming it needs no check.
+    checked_uuid: bool,
     index: u32,
     pci_bus_id: String,
+}
+
+/// The GPUs seen in the log, in the order first seen (positions never change).
+#[derive(Debug, Default)]
+struct KnownGpus {
+    list: Vec<KnownGpu>,
+    /// Where in `list` the next row's GPU most likely is: after the last row's, as
+    /// nvidia-smi writes every round in the same order.
+    guess: usize,
+}
+
+impl KnownGpus {
+    /// Fills in a UUID when the log has none, and warns when a GPU changes index. The
+    /// GPU's position among the known ones; `None` (with a warning) when the row's GPU
+    /// cannot be believed: a UUID that is not one, or one GPU more than a host can have.
+    fn follow(
+        &mut self,
+        identity: Option<Field>,
+        sample: &mut GpuSample,
+        line: u64,
+        warnings: &mut Warnings,
+    ) -> Option<usize> {
+        use std::fmt::Write as _;
+        match identity {
+            Some(Field::Uuid) => {
+                // Most rows name the GPU expected next, whose UUID was checked when it was
+                // first seen.
+                let checked = (self.list.get(self.guess))
+                    .is_some_and(|k| k.checked_uuid && k.uuid == sample.uuid);
+                if !checked && !looks_like_uuid(&sample.uuid) {
+                    warnings.at_line(
+                        line,
+                        format_args!("uuid {:?} is not a GPU UUID; row skipped", sample.uuid),
+                    );
+                    return None;
+                }
+            }
+            Some(Field::PciBusId) => {
+                sample.uuid.clear();
+                let _ = write!(sample.uuid, "pci-{}", sample.pci_bus_id);
+            }
+            _ => {
+                sample.uuid.clear();
+                let _ = write!(sample.uuid, "gpu-{}", sample.index);
+            }
+        }
+        let count = self.list.len();
+        let found = match self.list.get(self.guess) {
+            Some(k) if k.uuid == sample.uuid => Some(self.guess),
+            _ => self.list.iter().position(|k| k.uuid == sample.uuid),
+        };
+        self.guess = found.map_or(0, |at| at + 1);
+        match found {
+            Some(at) => {
+                let known = &mut self.list[at];
+                if known.index != sample.index {
+                    warnings.at_line(
+                        line,
+                        format_args!(
+                            "{} changed index from {} to {}; following it by its UUID",
+                            sample.uuid, known.index, sample.index
+                        ),
+                    );
+                    known.index = sample.index;
+                }
+                Some(at)
+            }
+            None if count >= MAX_GPUS => {
+                warnings.at_line(
+                    line,
+                    format_args!(
+                        "{} would be GPU number {} of this log; rows of new GPUs past \
+                         {MAX_GPUS} are skipped",
+                        sample.uuid,
+                        MAX_GPUS + 1
+                    ),
+                );
+                None
+            }
+            None => {
+                self.list.push(KnownGpu {
+                    uuid: sample.uuid.clone(),
+                    // Checked above when the UUID is the identity.
+                    checked_uuid: identity == Some(Field::Uuid),
+                    index: sample.index,
+                    pci_bus_id: sample.pci_bus_id.clone(),
+                });
+                Some(count)
+            }
+        }
+    }
 }
 
 /// Remembers the last byte the CSV parser read, to tell a log cut mid-line from one that
@@ -72,16 +166,12 @@ pub struct SmiCsvReader<R: Read> {
     identity: Option<Field>,
     timestamps: TimestampParser,
     host: HostInfo,
-    /// Rows grouped into rounds.
+    /// Rows grouped into rounds; a row is read into the round's staged sample.
     rounds: Rounds,
-    /// Samples to reuse, so that their strings keep their capacity.
-    pool: Vec<GpuSample>,
-    /// The first row of the next round, read while finding the end of the current one.
+    /// The first row of the next round, read while finding the end of the current one (its
+    /// sample stays staged).
     carry: Option<GpuRow>,
-    known: Vec<KnownGpu>,
-    /// Where in `known` the next row's GPU most likely is: after the last row's, as
-    /// nvidia-smi writes every round in the same order.
-    guess: usize,
+    known: KnownGpus,
     /// The last record was too short to be a row (a line cut off).
     last_record_short: bool,
     /// The end of the log was reached and settled ([`SmiCsvReader::finish`]).
@@ -89,11 +179,11 @@ pub struct SmiCsvReader<R: Read> {
     stats: ReadStats,
 }
 
-/// A row read as one GPU's sample.
+/// A row read as one GPU's sample (the rounds' staged sample, [`Rounds::staged`]).
+#[derive(Debug, Clone, Copy)]
 struct GpuRow {
     at: DateTime<Utc>,
-    sample: GpuSample,
-    /// Position of its GPU in [`SmiCsvReader::known`].
+    /// Position of its GPU in [`KnownGpus::list`].
     gpu: usize,
     line: u64,
     /// Stamped by the row itself (not a GPU nvidia-smi could not reach, which borrows the
@@ -122,10 +212,8 @@ impl<R: Read> SmiCsvReader<R> {
             identity: None,
             host: HostInfo::default(),
             rounds: Rounds::default(),
-            pool: Vec::new(),
             carry: None,
-            known: Vec::new(),
-            guess: 0,
+            known: KnownGpus::default(),
             last_record_short: false,
             ended: false,
             stats: ReadStats::default(),
@@ -257,110 +345,28 @@ impl<R: Read> SmiCsvReader<R> {
             );
             return None;
         }
-        let mut sample = self.pool.pop().unwrap_or_default();
-        recycle(&mut sample);
+        let sample = self.rounds.staged();
+        recycle(sample);
         let row = smi_row::read(
             &self.record,
             &self.columns,
             &mut self.timestamps,
             &mut self.host,
-            &mut sample,
+            sample,
             line,
             warnings,
-        );
-        let Some(row) = row else {
-            self.pool.push(sample);
-            return None;
-        };
+        )?;
         if !row.has_identity && self.identity.is_some() {
             warnings.at_line(line, "the GPU's identity cell is empty; row skipped");
-            self.pool.push(sample);
             return None;
         }
-        let Some(gpu) = self.follow_identity(&mut sample, line, warnings) else {
-            self.pool.push(sample);
-            return None;
-        };
+        let gpu = self.known.follow(self.identity, sample, line, warnings)?;
         Some(GpuRow {
             at: row.at,
-            sample,
             gpu,
             line,
             timed: true,
         })
-    }
-
-    /// Fills in a UUID when the log has none, and warns when a GPU changes index. The
-    /// GPU's position among the known ones; `None` (with a warning) when the row's GPU
-    /// cannot be believed: a UUID that is not one, or one GPU more than a host can have.
-    fn follow_identity(
-        &mut self,
-        sample: &mut GpuSample,
-        line: u64,
-        warnings: &mut Warnings,
-    ) -> Option<usize> {
-        use std::fmt::Write as _;
-        match self.identity {
-            Some(Field::Uuid) => {
-                if !looks_like_uuid(&sample.uuid) {
-                    warnings.at_line(
-                        line,
-                        format_args!("uuid {:?} is not a GPU UUID; row skipped", sample.uuid),
-                    );
-                    return None;
-                }
-            }
-            Some(Field::PciBusId) => {
-                sample.uuid.clear();
-                let _ = write!(sample.uuid, "pci-{}", sample.pci_bus_id);
-            }
-            _ => {
-                sample.uuid.clear();
-                let _ = write!(sample.uuid, "gpu-{}", sample.index);
-            }
-        }
-        let count = self.known.len();
-        let found = match self.known.get(self.guess) {
-            Some(k) if k.uuid == sample.uuid => Some(self.guess),
-            _ => self.known.iter().position(|k| k.uuid == sample.uuid),
-        };
-        self.guess = found.map_or(0, |at| at + 1);
-        match found {
-            Some(at) => {
-                let known = &mut self.known[at];
-                if known.index != sample.index {
-                    warnings.at_line(
-                        line,
-                        format_args!(
-                            "{} changed index from {} to {}; following it by its UUID",
-                            sample.uuid, known.index, sample.index
-                        ),
-                    );
-                    known.index = sample.index;
-                }
-                Some(at)
-            }
-            None if count >= MAX_GPUS => {
-                warnings.at_line(
-                    line,
-                    format_args!(
-                        "{} would be GPU number {} of this log; rows of new GPUs past \
-                         {MAX_GPUS} are skipped",
-                        sample.uuid,
-                        MAX_GPUS + 1
-                    ),
-                );
-                None
-            }
-            None => {
-                self.known.push(KnownGpu {
-                    uuid: sample.uuid.clone(),
-                    index: sample.index,
-                    pci_bus_id: sample.pci_bus_id.clone(),
-                });
-                Some(count)
-            }
-        }
     }
 
     /// A GPU nvidia-smi reported it could not reach: a sample with `up = false` for the GPU
@@ -368,13 +374,13 @@ impl<R: Read> SmiCsvReader<R> {
     fn lost_gpu_row(&mut self, message: &str, line: u64) -> Option<GpuRow> {
         let at = self.rounds.last_round_at()?;
         let message = message.to_ascii_uppercase();
-        let gpu = self.known.iter().position(|k| {
+        let gpu = self.known.list.iter().position(|k| {
             let bus = bus_suffix(&k.pci_bus_id);
             !bus.is_empty() && message.contains(&format!(":{bus}"))
         })?;
-        let known = &self.known[gpu];
-        let mut sample = self.pool.pop().unwrap_or_default();
-        recycle(&mut sample);
+        let known = &self.known.list[gpu];
+        let sample = self.rounds.staged();
+        recycle(sample);
         sample.uuid.clone_from(&known.uuid);
         sample.index = known.index;
         sample.pci_bus_id.clone_from(&known.pci_bus_id);
@@ -382,7 +388,6 @@ impl<R: Read> SmiCsvReader<R> {
         sample.up = false;
         Some(GpuRow {
             at,
-            sample,
             gpu,
             line,
             timed: false,
@@ -441,18 +446,18 @@ impl<R: Read> SmiCsvReader<R> {
     /// Files a row by the round rule; false when it went to the next round (carried).
     fn file_row(&mut self, row: GpuRow, warnings: &mut Warnings) -> bool {
         let describe = |row: &GpuRow| row.at.format("%Y-%m-%d %H:%M:%S%.3f");
+        // A row that does not join stays staged, and the next row is read over it.
         match self.rounds.judge(row.at, row.gpu, row.timed) {
             Verdict::Duplicate { of_line } => {
                 warnings.at_line(
                     row.line,
                     format_args!(
                         "duplicate of line {of_line} ({} at {}); row skipped",
-                        row.sample.uuid,
+                        self.rounds.staged().uuid,
                         describe(&row)
                     ),
                 );
                 self.stats.duplicates += 1;
-                self.pool.push(row.sample);
             }
             Verdict::Stale { of_line, last } => {
                 warnings.at_line(
@@ -461,11 +466,10 @@ impl<R: Read> SmiCsvReader<R> {
                         "timestamp {} is before {}'s row at {} on line {of_line} (out of \
                          order); row skipped",
                         describe(&row),
-                        row.sample.uuid,
+                        self.rounds.staged().uuid,
                         last.format("%Y-%m-%d %H:%M:%S%.3f")
                     ),
                 );
-                self.pool.push(row.sample);
             }
             Verdict::OutOfOrder { round } => {
                 warnings.at_line(
@@ -476,7 +480,6 @@ impl<R: Read> SmiCsvReader<R> {
                         round.format("%Y-%m-%d %H:%M:%S%.3f")
                     ),
                 );
-                self.pool.push(row.sample);
             }
             Verdict::NextRound => {
                 self.carry = Some(row);
@@ -487,13 +490,12 @@ impl<R: Read> SmiCsvReader<R> {
         true
     }
 
-    /// Adds a row to the current round, its values range-checked first.
-    fn join(&mut self, mut row: GpuRow) {
-        let rejected = row.sample.sanitize();
+    /// Adds a row (the staged sample) to the current round, its values range-checked first.
+    fn join(&mut self, row: GpuRow) {
+        let rejected = self.rounds.staged().sanitize();
         self.stats.rejected.note(&rejected, row.line);
         self.stats.samples += 1;
-        self.rounds
-            .join(row.at, row.gpu, row.line, row.timed, row.sample);
+        self.rounds.join(row.at, row.gpu, row.line, row.timed);
     }
 
     /// At the end of the log: warns about a last row without its newline, and settles a
@@ -517,8 +519,8 @@ impl<R: Read> SmiCsvReader<R> {
             return true;
         };
         let at = self.rounds.current.at.format("%Y-%m-%d %H:%M:%S%.3f");
-        if self.rounds.current.gpus.iter().all(|g| g.up) {
-            let dropped = self.rounds.discard(&mut self.pool);
+        if self.rounds.samples().iter().all(|g| g.up) {
+            let dropped = self.rounds.discard();
             self.stats.samples = self.stats.samples.saturating_sub(dropped as u64);
             warnings.general(format_args!(
                 "the log ends part-way through the round at {at} ({present} of {expected} \
@@ -538,10 +540,9 @@ impl<R: Read> SmiCsvReader<R> {
 
 impl<R: Read + Send> SnapshotReader for SmiCsvReader<R> {
     fn next_into(&mut self, into: &mut Snapshot, warnings: &mut Warnings) -> anyhow::Result<bool> {
-        // The samples of the snapshot being refilled are reused. Reversed, so that `pop`
-        // hands the k-th row of this round the k-th sample of that one: usually the same
-        // GPU, whose identity strings then need no copy.
-        self.pool.extend(into.gpus.drain(..).rev());
+        // The samples of the snapshot being refilled are reused ([`Rounds::take`] made them
+        // the spares of this round): the k-th row of this round is read into the k-th sample
+        // of an earlier one, usually the same GPU, whose identity strings then need no copy.
         if let Some(row) = self.carry.take() {
             self.join(row);
         }

@@ -80,8 +80,11 @@ pub struct Cut {
 /// known GPUs, which never reorders.
 #[derive(Debug, Default)]
 pub struct Rounds {
-    /// The round being filled.
+    /// The round being filled: its samples are `current.gpus[..filled]`. The samples after
+    /// them are spares (of rounds handed out before) that rows are read into ([`Rounds::staged`]),
+    /// so that a row is parsed where it stays and no sample, a large struct, is moved.
     pub current: Snapshot,
+    filled: usize,
     /// Known-GPU positions of `current.gpus`, in row order.
     ids: Vec<usize>,
     /// By known-GPU position: the GPU has a row in the current round (`ids` as a set, so
@@ -133,7 +136,7 @@ impl Rounds {
     /// [`Rounds::judge`] by the current round alone.
     fn by_round(&self, at: DateTime<Utc>, gpu: usize, timed: bool) -> Verdict {
         let jitter = TimeDelta::from_std(ROUND_JITTER).unwrap_or_default();
-        let filling = !self.current.gpus.is_empty();
+        let filling = self.filled > 0;
         let round = self.current.at;
         let repeats = self.in_current.get(gpu).copied().unwrap_or(false);
         // A round begun by an unreachable GPU (nvidia-smi wrote its message where its row
@@ -176,16 +179,31 @@ impl Rounds {
         }
     }
 
-    /// Adds a row the verdict let join (a round that is empty starts at its time).
-    pub fn join(
-        &mut self,
-        at: DateTime<Utc>,
-        gpu: usize,
-        line: u64,
-        timed: bool,
-        sample: GpuSample,
-    ) {
-        if self.current.gpus.is_empty() {
+    /// The sample the next row is read into: the first spare after the round's samples.
+    /// It joins the round with [`Rounds::join`]; otherwise the next row overwrites it.
+    pub fn staged(&mut self) -> &mut GpuSample {
+        let gpus = &mut self.current.gpus;
+        if gpus.len() <= self.filled {
+            // Room for a round like the last one and the row that begins the next, exactly:
+            // doubling would give a round of 64 GPUs room for 128 samples for its one extra.
+            let wanted = self.previous.len() + 1;
+            if gpus.len() == gpus.capacity() && wanted > gpus.len() {
+                gpus.reserve_exact(wanted - gpus.len());
+            }
+            gpus.push(GpuSample::default());
+        }
+        &mut gpus[self.filled]
+    }
+
+    /// The samples of the round being filled.
+    pub fn samples(&self) -> &[GpuSample] {
+        &self.current.gpus[..self.filled]
+    }
+
+    /// Adds the row read into [`Rounds::staged`] to the round, as the verdict let it join
+    /// (a round that is empty starts at its time).
+    pub fn join(&mut self, at: DateTime<Utc>, gpu: usize, line: u64, timed: bool) {
+        if self.filled == 0 {
             self.current.at = at;
             self.last_round_at = Some(at);
         }
@@ -208,7 +226,8 @@ impl Rounds {
             }
             self.last_row[gpu] = Some((at, line));
         }
-        self.current.gpus.push(sample);
+        self.staged();
+        self.filled += 1;
         self.ids.push(gpu);
         if self.in_current.len() <= gpu {
             self.in_current.resize(gpu + 1, false);
@@ -232,7 +251,7 @@ impl Rounds {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.current.gpus.is_empty()
+        self.filled == 0
     }
 
     /// Whether the current round, the last of the log, was cut short (see the module
@@ -262,8 +281,9 @@ impl Rounds {
         })
     }
 
-    /// Hands the current round out through `into` (whose old samples the caller has
-    /// taken) and starts an empty one.
+    /// Hands the current round out through `into` and starts an empty one, whose spare
+    /// samples are `into`'s old ones (a row read already for the next round stays the
+    /// first).
     pub fn take(&mut self, into: &mut Snapshot) {
         self.previous.clear();
         self.previous.extend(
@@ -277,20 +297,31 @@ impl Rounds {
         if let Some(gap) = self.shortest_gap.take() {
             self.cadence = Some(gap);
         }
+        let filled = std::mem::take(&mut self.filled);
         std::mem::swap(&mut self.current, into);
-        // `current` now holds `into`'s old content, emptied of samples by the caller.
-        self.current.gpus.clear();
+        // `current` now holds `into`'s old content, whose samples are spares.
         self.current.processes.clear();
         self.current.events.clear();
+        let spares = &mut self.current.gpus;
+        let mut extra = into.gpus.drain(filled.min(into.gpus.len())..);
+        if let Some(staged) = extra.next() {
+            match spares.first_mut() {
+                Some(first) => {
+                    let spare = std::mem::replace(first, staged);
+                    spares.reserve_exact(1);
+                    spares.push(spare);
+                }
+                None => spares.push(staged),
+            }
+        }
+        spares.extend(extra);
     }
 
-    /// Gives up the current round: its samples go back to `pool`; how many there were.
-    pub fn discard(&mut self, pool: &mut Vec<GpuSample>) -> usize {
+    /// Gives up the current round (its samples become spares); how many there were.
+    pub fn discard(&mut self) -> usize {
         self.clear_ids();
         self.timed_in_current = 0;
-        let n = self.current.gpus.len();
-        pool.append(&mut self.current.gpus);
-        n
+        std::mem::take(&mut self.filled)
     }
 }
 

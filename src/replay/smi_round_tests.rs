@@ -27,12 +27,16 @@ fn feed(rows: &[(f64, usize, bool, bool)]) -> (Vec<Verdict>, Vec<Vec<usize>>, Ro
         let verdict = rounds.judge(t(at), gpu, timed);
         verdicts.push(verdict);
         match verdict {
-            Verdict::Join => rounds.join(t(at), gpu, line as u64 + 2, timed, sample(up)),
+            Verdict::Join => {
+                *rounds.staged() = sample(up);
+                rounds.join(t(at), gpu, line as u64 + 2, timed);
+            }
             Verdict::NextRound => {
                 out.push(rounds.ids.clone());
                 let mut into = Snapshot::default();
                 rounds.take(&mut into);
-                rounds.join(t(at), gpu, line as u64 + 2, timed, sample(up));
+                *rounds.staged() = sample(up);
+                rounds.join(t(at), gpu, line as u64 + 2, timed);
             }
             _ => {}
         }
@@ -226,4 +230,46 @@ fn rounds_of_unreachable_gpus_alone_keep_the_last_known_time() {
     assert_eq!(verdicts, [Join, NextRound, NextRound]);
     assert_eq!(rounds.len(), 2);
     assert_eq!(left.current.at, t(0.0));
+}
+
+#[test]
+fn a_row_read_for_the_next_round_keeps_its_sample_across_the_hand_out() {
+    // As the reader does: each row is read into the staged sample before it is judged; the
+    // row that begins the next round stays staged while the round is handed out.
+    let mut rounds = Rounds::default();
+    let mut into = Snapshot::default();
+    let rows = [
+        (0.0, 0, 40.0),
+        (0.003, 1, 41.0),
+        (5.0, 0, 50.0),
+        (5.003, 1, 51.0),
+    ];
+    let mut handed = Vec::new();
+    for (line, &(at, gpu, temperature)) in rows.iter().enumerate() {
+        *rounds.staged() = GpuSample {
+            index: gpu as u32,
+            temperature_celsius: Some(temperature),
+            ..sample(true)
+        };
+        if rounds.judge(t(at), gpu, true) == Verdict::NextRound {
+            rounds.take(&mut into);
+            handed.push(
+                into.gpus
+                    .iter()
+                    .map(|g| g.temperature_celsius)
+                    .collect::<Vec<_>>(),
+            );
+        }
+        rounds.join(t(at), gpu, line as u64 + 2, true);
+    }
+    assert_eq!(handed, [vec![Some(40.0), Some(41.0)]]);
+    let left: Vec<Option<f64>> = rounds
+        .samples()
+        .iter()
+        .map(|g| g.temperature_celsius)
+        .collect();
+    assert_eq!(left, [Some(50.0), Some(51.0)]);
+    // A row that does not join is read over; giving up the round keeps its samples as spares.
+    assert_eq!(rounds.discard(), 2);
+    assert!(rounds.samples().is_empty() && rounds.is_empty());
 }

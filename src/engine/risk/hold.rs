@@ -6,6 +6,8 @@
 //! [`EVIDENCE_STARTS`] log-odds and ends when they fall under [`EVIDENCE_ENDS`]; the
 //! alert's description names the families with evidence and when it started.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::features::FEATURES;
@@ -104,7 +106,9 @@ fn held_of_any_length<'de, D: serde::Deserializer<'de>>(
 /// One family's evidence, for the alert's description.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
-    pub family: String,
+    /// The family's [`Family::label`]: borrowed when assessed, so that holding evidence
+    /// allocates no name; owned when read back from JSON.
+    pub family: Cow<'static, str>,
     /// Unix seconds the evidence started.
     pub since: i64,
     /// How long it has held, seconds.
@@ -115,26 +119,31 @@ pub struct Evidence {
 
 impl Hold {
     /// Folds this assessment's contributions (per feature, FEATURES order) in and returns
-    /// the held ones, with the families whose evidence holds, strongest first.
+    /// the held ones; `evidence` is refilled with the families whose evidence holds,
+    /// strongest first (a list kept from step to step, so that holding allocates nothing).
     pub fn apply(
         &mut self,
         now: i64,
         raw: &[f64; FEATURES.len()],
-    ) -> ([f64; FEATURES.len()], Vec<Evidence>) {
+        evidence: &mut Vec<Evidence>,
+    ) -> [f64; FEATURES.len()] {
         let elapsed = self
             .at
             .map_or(0.0, |at| now.saturating_sub(at).max(0) as f64);
         self.at = Some(self.at.map_or(now, |at| at.max(now)));
         let mut by_family = [0.0; FAMILIES.len()];
-        // One decay factor per family, not per feature; a term at zero stays at zero
-        // without one (most terms of a healthy GPU are zero at most steps).
-        let decay = FAMILIES.map(|family| (-elapsed / family.hold_seconds()).exp());
+        // One decay factor per family, not per feature, and only for a family with a term
+        // to decay: most terms of a healthy GPU are zero at most steps, and a term at zero
+        // stays at zero without one.
+        let mut decay: [Option<f64>; FAMILIES.len()] = [None; FAMILIES.len()];
         for (i, (held, &raw)) in self.held.iter_mut().zip(raw).enumerate() {
             let family = family_of(i);
             let decayed = if *held == 0.0 {
                 *held
             } else {
-                *held * decay[family.index()]
+                let factor = *decay[family.index()]
+                    .get_or_insert_with(|| (-elapsed / family.hold_seconds()).exp());
+                *held * factor
             };
             // Only evidence for risk is held; a term that lowers the score (a fitted
             // negative weight) counts as it is now.
@@ -150,7 +159,7 @@ impl Hold {
             }
             by_family[family.index()] += held.max(0.0);
         }
-        let mut evidence = Vec::new();
+        evidence.clear();
         for (f, family) in FAMILIES.iter().enumerate() {
             let total = by_family[f];
             self.since[f] = match self.since[f] {
@@ -160,7 +169,7 @@ impl Hold {
             };
             if let Some(since) = self.since[f] {
                 evidence.push(Evidence {
-                    family: family.label().to_string(),
+                    family: Cow::Borrowed(family.label()),
                     since,
                     lasted_seconds: now.saturating_sub(since),
                     contribution: total,
@@ -168,7 +177,7 @@ impl Hold {
             }
         }
         evidence.sort_by(|a, b| b.contribution.total_cmp(&a.contribution));
-        (self.held, evidence)
+        self.held
     }
 }
 
@@ -251,26 +260,50 @@ mod tests {
     #[test]
     fn evidence_holds_then_decays_on_its_family_time_scale() {
         let mut hold = Hold::default();
+        let mut evidence = Vec::new();
         let memory = index("ecc_corrected_days");
         let mut raw = [0.0; FEATURES.len()];
         raw[memory] = 4.0;
-        let (held, evidence) = hold.apply(1_000, &raw);
+        let held = hold.apply(1_000, &raw, &mut evidence);
         assert_eq!(held[memory], 4.0);
         assert_eq!(evidence.len(), 1);
         assert_eq!(evidence[0].since, 1_000);
         raw[memory] = 0.0;
         // One e-fold later (24 h for memory), the evidence is 4/e and still started at 1000.
-        let (held, evidence) = hold.apply(1_000 + 86_400, &raw);
+        let held = hold.apply(1_000 + 86_400, &raw, &mut evidence);
         assert!((held[memory] - 4.0 / std::f64::consts::E).abs() < 1e-9);
         assert_eq!(evidence[0].since, 1_000);
         // Another day and it has ended (4/e² < 1).
-        let (_, evidence) = hold.apply(1_000 + 2 * 86_400, &raw);
+        hold.apply(1_000 + 2 * 86_400, &raw, &mut evidence);
         assert!(evidence.is_empty());
         // Stronger raw evidence replaces the held value at once.
         raw[memory] = 6.0;
-        let (held, evidence) = hold.apply(1_000 + 2 * 86_400 + 60, &raw);
+        let held = hold.apply(1_000 + 2 * 86_400 + 60, &raw, &mut evidence);
         assert_eq!(held[memory], 6.0);
         assert_eq!(evidence[0].since, 1_000 + 2 * 86_400 + 60);
+    }
+
+    #[test]
+    fn each_family_decays_on_its_own_time_scale_whatever_the_others_hold() {
+        let mut hold = Hold::default();
+        let mut evidence = Vec::new();
+        let memory = index("ecc_corrected_days");
+        let cooling = index("temperature_vs_peers");
+        let mut raw = [0.0; FEATURES.len()];
+        raw[memory] = 2.0;
+        raw[cooling] = 3.0;
+        hold.apply(0, &raw, &mut evidence);
+        assert_eq!(evidence.len(), 2, "{evidence:?}");
+        // Twelve hours on, nothing new: memory (e-fold 24 h) and cooling (6 h) decay each
+        // by its own factor; terms at zero stay at zero.
+        let held = hold.apply(12 * 3600, &[0.0; FEATURES.len()], &mut evidence);
+        assert!((held[memory] - 2.0 * (-0.5f64).exp()).abs() < 1e-12);
+        assert!((held[cooling] - 3.0 * (-2.0f64).exp()).abs() < 1e-12);
+        let others = (0..FEATURES.len()).filter(|i| ![memory, cooling].contains(i));
+        assert!(others.map(|i| held[i]).all(|h| h == 0.0));
+        // The evidence list is refilled, not appended to: cooling's has ended (0.41 < 1).
+        assert_eq!(evidence.len(), 1, "{evidence:?}");
+        assert_eq!(evidence[0].family, Family::Memory.label());
     }
 }
 

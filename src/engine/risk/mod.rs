@@ -205,37 +205,51 @@ impl RiskModel {
 /// Scores one GPU, folding this step's evidence into `hold` (the GPU's
 /// [`RiskState::hold`]).
 pub fn assess(model: &FeatureWeights, input: &RiskInput<'_>, hold: &mut Hold) -> Assessment {
+    let mut assessment = Assessment::default();
+    assess_with(model, input, hold, &mut assessment);
+    assessment
+}
+
+/// [`assess`] into `into`, whose lists are refilled: a replay scores every GPU at every
+/// round, and reusing the lists of the round before spares an allocation per GPU-sample.
+pub fn assess_with(
+    model: &FeatureWeights,
+    input: &RiskInput<'_>,
+    hold: &mut Hold,
+    into: &mut Assessment,
+) {
     let values = features(input);
     let weights = &model.weights;
     let mut raw = [0.0; FEATURES.len()];
     for ((r, w), v) in raw.iter_mut().zip(weights).zip(&values) {
         *r = w * v;
     }
-    let (held, evidence) = hold.apply(input.now, &raw);
-    let mut contributions: Vec<Contribution> = held
-        .iter()
-        .zip(weights)
-        .zip(&FEATURES)
-        .filter(|((held, _), _)| **held != 0.0)
-        .map(|((&held, &weight), (name, _))| Contribution {
-            feature: Cow::Borrowed(*name),
-            // The value the held contribution stands for.
-            value: if weight != 0.0 { held / weight } else { 0.0 },
-            contribution: held,
-        })
-        .collect();
-    contributions.sort_by(|a, b| b.contribution.total_cmp(&a.contribution));
+    let held = hold.apply(input.now, &raw, &mut into.evidence);
+    into.contributions.clear();
+    into.contributions.extend(
+        held.iter()
+            .zip(weights)
+            .zip(&FEATURES)
+            .filter(|((held, _), _)| **held != 0.0)
+            .map(|((&held, &weight), (name, _))| Contribution {
+                feature: Cow::Borrowed(*name),
+                // The value the held contribution stands for.
+                value: if weight != 0.0 { held / weight } else { 0.0 },
+                contribution: held,
+            }),
+    );
+    into.contributions
+        .sort_by(|a, b| b.contribution.total_cmp(&a.contribution));
     let logit = model.bias + combined(&held);
     let mut score = 1.0 / (1.0 + (-logit).exp());
     let rule = rule(input);
     if rule.is_some() {
         score = score.max(RULE_SCORE);
     }
-    Assessment {
-        score,
-        rule: rule.map(str::to_string),
-        contributions,
-        evidence,
+    into.score = score;
+    match (rule, &mut into.rule) {
+        (Some(rule), Some(was)) if was == rule => {}
+        (rule, was) => *was = rule.map(str::to_string),
     }
 }
 
