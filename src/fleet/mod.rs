@@ -13,6 +13,7 @@
 pub mod dialect;
 mod figures;
 pub mod history;
+pub mod hourly;
 pub mod prom;
 pub mod render;
 pub mod report;
