@@ -110,6 +110,18 @@ impl Dialect {
         }
     }
 
+    /// `expression` (per series) as one row per GPU. gpu-sentinel writes one series per GPU,
+    /// so its rows go as they are (grouping them would cost the store a fifth more CPU on
+    /// the hourly rows, BENCHMARKS.md); dcgm-exporter's series of one GPU change labels
+    /// with the pod on it, so the store averages them. The client averages any GPU that
+    /// still has several ([`super::hourly::Hourly::from_series`]).
+    pub fn per_gpu(self, expression: &str) -> String {
+        match self {
+            Dialect::Native => expression.to_string(),
+            Dialect::Dcgm { .. } => format!("avg by (Hostname, gpu) ({expression})"),
+        }
+    }
+
     /// The family of the utilization samples, for messages.
     pub fn utilization_metric(self) -> &'static str {
         match self {

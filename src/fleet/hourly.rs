@@ -93,7 +93,7 @@ impl Hourly {
             .max(1);
         let host = dialect.host();
         let range = format!("{}s", slice.num_seconds());
-        let query = |selected: String| format!("avg by ({host}, gpu) ({selected})");
+        let query = |selected: String| dialect.per_gpu(&selected);
         let (utilization, power) = std::thread::scope(|scope| {
             let utilization = scope.spawn(|| {
                 fetch_slices(
@@ -125,7 +125,9 @@ impl Hourly {
         ))
     }
 
-    /// The rows of the two answers, matched by host and GPU.
+    /// The rows of the two answers, matched by host and GPU; where a GPU has several
+    /// series (a replaced card under the same index, dcgm-exporter's series per pod), each
+    /// slice is the mean of theirs.
     pub fn from_series(
         first: DateTime<Utc>,
         slice: TimeDelta,
@@ -134,31 +136,38 @@ impl Hourly {
         utilization: Vec<Series>,
         power: Vec<Series>,
     ) -> Hourly {
-        let mut gpus: BTreeMap<(String, String), GpuHours> = BTreeMap::new();
+        type Sums = Vec<(f64, u32)>;
+        let mut sums: BTreeMap<(String, String), (Sums, Sums)> = BTreeMap::new();
         let key = |s: &Series| {
             let label = |name: &str| s.labels.get(name).cloned().unwrap_or_default();
             (label(host), label("gpu"))
         };
         for s in &utilization {
-            let (host, gpu) = key(s);
-            let row = gpus
-                .entry((host.clone(), gpu.clone()))
-                .or_insert_with(|| GpuHours {
-                    host,
-                    gpu,
-                    utilization: vec![None; slices],
-                    power: vec![None; slices],
-                });
-            place(&mut row.utilization, &s.points, first, slice);
+            let row = sums
+                .entry(key(s))
+                .or_insert_with(|| (vec![(0.0, 0); slices], vec![(0.0, 0); slices]));
+            add(&mut row.0, &s.points, first, slice);
         }
         for s in &power {
             // Power of a GPU without utilization is no GPU the report counts.
-            if let Some(row) = gpus.get_mut(&key(s)) {
-                place(&mut row.power, &s.points, first, slice);
+            if let Some(row) = sums.get_mut(&key(s)) {
+                add(&mut row.1, &s.points, first, slice);
             }
         }
-        let gpus: Vec<GpuHours> = gpus
-            .into_values()
+        let means = |cells: Sums| -> Vec<Option<f64>> {
+            cells
+                .into_iter()
+                .map(|(sum, n)| (n > 0).then(|| sum / f64::from(n)))
+                .collect()
+        };
+        let gpus: Vec<GpuHours> = sums
+            .into_iter()
+            .map(|((host, gpu), (utilization, power))| GpuHours {
+                host,
+                gpu,
+                utilization: means(utilization),
+                power: means(power),
+            })
             .filter(|g| g.utilization.iter().any(Option::is_some))
             .collect();
         Hourly {
@@ -354,10 +363,10 @@ fn fetch_slices(
     Ok(all)
 }
 
-/// Puts each point in its slice, rounding to the nearest: the store answers whole seconds,
-/// the period's ends carry fractions.
-fn place(
-    cells: &mut [Option<f64>],
+/// Adds each finite point to its slice's sum and count, rounding to the nearest slice:
+/// the store answers whole seconds, the period's ends carry fractions.
+fn add(
+    cells: &mut [(f64, u32)],
     points: &[(DateTime<Utc>, f64)],
     first: DateTime<Utc>,
     slice: TimeDelta,
@@ -366,9 +375,11 @@ fn place(
     for (at, value) in points {
         let slot = ((*at - first).num_milliseconds() as f64 / millis).round();
         if slot >= 0.0
-            && let Some(cell) = cells.get_mut(slot as usize)
+            && value.is_finite()
+            && let Some((sum, n)) = cells.get_mut(slot as usize)
         {
-            *cell = Some(*value).filter(|v| v.is_finite());
+            *sum += value;
+            *n += 1;
         }
     }
 }

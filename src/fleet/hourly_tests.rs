@@ -46,6 +46,14 @@ fn answers_become_one_row_per_gpu_with_points_in_their_hours() {
             "0",
             &[("2026-11-28T02:00:00Z", 0.5), ("2026-11-28T04:00:00Z", 0.7)],
         ),
+        // A second series of the same GPU (its card replaced): the hour is their mean.
+        Series {
+            labels: [("instance", "b"), ("gpu", "0"), ("uuid", "GPU-y")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: vec![(at("2026-11-28T04:00:00Z"), 0.3)],
+        },
         series("a", "1", &[("2026-11-28T03:00:00Z", f64::NAN)]),
         series(
             "a",
@@ -74,7 +82,7 @@ fn answers_become_one_row_per_gpu_with_points_in_their_hours() {
                 &[None, None, None, Some(0.1)],
                 &[None, None, None, Some(100.0)]
             ),
-            gpu("b", "0", &[Some(0.5), None, Some(0.7), None], &[None; 4]),
+            gpu("b", "0", &[Some(0.5), None, Some(0.5), None], &[None; 4]),
         ],
         "hosts in order; a GPU whose only point is NaN, a point after the period and power without utilization are dropped"
     );
