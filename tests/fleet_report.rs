@@ -267,10 +267,14 @@ fn report_figures_match_the_recording() {
         .as_array()
         .expect("node heatmap");
     assert_eq!(hosts.len(), 3);
+    // Under 84 hours the host heatmap is drawn hour by hour, from the same hourly rows as
+    // the fleet heatmap.
+    assert_eq!(fleet["node_heatmap"]["step_seconds"], 3600);
     assert!(
-        hosts
-            .iter()
-            .all(|h| h["utilization"].as_array().is_some_and(|u| u.len() > 80))
+        hosts.iter().all(|h| h["utilization"]
+            .as_array()
+            .is_some_and(|u| u.len() == 47 && u.iter().all(|v| v.as_f64().is_some()))),
+        "{hosts:?}"
     );
 
     // The fleet review reads the same store: the failing host's GPUs lead, with reasons.
@@ -652,6 +656,69 @@ fn a_wrong_url_an_empty_store_and_refused_credentials_are_named() {
     assert!(
         stderr.contains("gpu_info") && stderr.contains(&store.base),
         "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The store's index lists the families (the label-values API answers per block, so a
+/// name can be listed for a period that holds none of its samples), but every query comes
+/// back empty: the report names the metric without samples and the URL, as for an empty
+/// store, and leaves no file.
+#[test]
+fn a_family_listed_without_samples_in_the_period_is_named() {
+    let store = HttpServer::answering(|request| match request.path() {
+        "/api/v1/label/__name__/values" => Answer::json(
+            200,
+            r#"{"status":"success","data":["gpu_owner_seconds_total","gpu_utilization_ratio"]}"#,
+        ),
+        "/api/v1/query_range" => Answer::json(
+            200,
+            r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
+        ),
+        _ => Answer::json(
+            200,
+            r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#,
+        ),
+    });
+    let dir = scratch("listed");
+    let out_file = dir.join("report.json");
+    let out = gpu_sentinel(&[
+        "report",
+        "--prometheus",
+        &store.url(""),
+        "--last",
+        "7d",
+        "--format",
+        "json",
+        "--out",
+        out_file.to_str().expect("utf-8 path"),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no samples of gpu_utilization_ratio") && stderr.contains(&store.url("")),
+        "{stderr}"
+    );
+    assert!(!out_file.exists(), "no report file after a failure");
+    let requests = store.requests();
+    let asked = requests
+        .iter()
+        .find(|r| r.path() == "/api/v1/label/__name__/values")
+        .expect("the dialect is told from the label-values API");
+    assert_eq!(asked.method, "GET");
+    let matcher = asked
+        .query("match[]")
+        .or_else(|| asked.query("match%5B%5D"))
+        .unwrap_or_default();
+    assert!(
+        matcher.contains("gpu_utilization_ratio"),
+        "{}",
+        asked.target
+    );
+    assert!(
+        asked.query("start").is_some() && asked.query("end").is_some(),
+        "asked for the period only: {}",
+        asked.target
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

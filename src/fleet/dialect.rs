@@ -14,6 +14,9 @@ use super::prom::{Client, Sample};
 /// The metric every gpu-sentinel figure needs.
 pub const OWNER_METRIC: &str = "gpu_owner_seconds_total";
 
+/// The names [`Dialect::detect`] asks the store's index about.
+const DETECTED: &str = "{__name__=~\"gpu_utilization_ratio|gpu_owner_seconds_total|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED\"}";
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Dialect {
     /// gpu-sentinel's families: GPU-seconds per owner come from `gpu_owner_seconds_total`.
@@ -25,38 +28,50 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    /// Which dialect the store holds in the window ending at `at`; gpu-sentinel's wins
-    /// when both are there.
+    /// Which dialect the store holds between `from` and `to`; gpu-sentinel's wins when
+    /// both are there. One label-values call: the store looks the names up in its index
+    /// instead of reading a week of samples. A name listed here may still have no sample in
+    /// the period (the index is per block); the figures that read it say so
+    /// ([`Dialect::no_samples`]).
     pub fn detect(
         client: &Client,
-        window: i64,
-        at: DateTime<Utc>,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
         memory_floor_mib: u64,
     ) -> anyhow::Result<Dialect> {
-        let count = |metric: &str| -> anyhow::Result<f64> {
-            Ok(client
-                .instant(&format!("count(last_over_time({metric}[{window}s]))"), at)?
-                .first()
-                .map_or(0.0, |s| s.value))
-        };
-        if count("gpu_utilization_ratio")? > 0.0 {
+        let names = client.label_values("__name__", DETECTED, from, to)?;
+        let has = |metric: &str| names.iter().any(|n| n == metric);
+        if has("gpu_utilization_ratio") {
             anyhow::ensure!(
-                count(OWNER_METRIC)? > 0.0,
-                "{} has gpu_utilization_ratio but no {OWNER_METRIC} in the {window} s before {at}: the agents predate owner accounting",
+                has(OWNER_METRIC),
+                "{} has gpu_utilization_ratio but no {OWNER_METRIC} between {from} and {to}: the agents predate owner accounting",
                 client.base()
             );
             return Ok(Dialect::Native);
         }
-        if count("DCGM_FI_DEV_GPU_UTIL")? > 0.0 {
+        if has("DCGM_FI_DEV_GPU_UTIL") {
             anyhow::ensure!(
-                count("DCGM_FI_DEV_FB_USED")? > 0.0,
-                "{} has DCGM_FI_DEV_GPU_UTIL but no DCGM_FI_DEV_FB_USED in the {window} s before {at}: enable that field in dcgm-exporter's counter list",
+                has("DCGM_FI_DEV_FB_USED"),
+                "{} has DCGM_FI_DEV_GPU_UTIL but no DCGM_FI_DEV_FB_USED between {from} and {to}: enable that field in dcgm-exporter's counter list",
                 client.base()
             );
             return Ok(Dialect::Dcgm { memory_floor_mib });
         }
         anyhow::bail!(
-            "{} has neither gpu_utilization_ratio (gpu-sentinel) nor DCGM_FI_DEV_GPU_UTIL (dcgm-exporter) in the {window} s before {at}: nothing scraped GPUs into this store then, or it is beyond the store's retention",
+            "{} has neither gpu_utilization_ratio (gpu-sentinel) nor DCGM_FI_DEV_GPU_UTIL (dcgm-exporter) between {from} and {to}: nothing scraped GPUs into this store then, or it is beyond the store's retention",
+            client.base()
+        )
+    }
+
+    /// The error for a family the store lists but holds no sample of in the period.
+    pub fn no_samples(
+        metric: &str,
+        client: &Client,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> anyhow::Error {
+        anyhow::anyhow!(
+            "{} has no samples of {metric} between {from} and {to} (its index lists the name, its blocks hold none in the period): nothing scraped GPUs into this store then, or the period is beyond the store's retention",
             client.base()
         )
     }
@@ -74,14 +89,6 @@ impl Dialect {
         match self {
             Dialect::Native => "instance",
             Dialect::Dcgm { .. } => "Hostname",
-        }
-    }
-
-    /// Each GPU's utilization, 0–1.
-    pub fn utilization(self) -> &'static str {
-        match self {
-            Dialect::Native => "gpu_utilization_ratio",
-            Dialect::Dcgm { .. } => "(DCGM_FI_DEV_GPU_UTIL / 100)",
         }
     }
 
@@ -103,20 +110,35 @@ impl Dialect {
         }
     }
 
-    /// GPUs seen in the window: distinct (host, gpu), since dcgm-exporter's series of one
-    /// GPU change labels with the pod on it.
-    pub fn gpu_count(self, window: i64) -> String {
-        let host = self.host();
-        format!(
-            "count(count by ({host}, gpu) (last_over_time({}[{window}s])))",
-            self.utilization_metric()
-        )
+    /// `expression` (per series) as one row per GPU. gpu-sentinel writes one series per GPU,
+    /// so its rows go as they are (grouping them would cost the store a fifth more CPU on
+    /// the hourly rows, BENCHMARKS.md); dcgm-exporter's series of one GPU change labels
+    /// with the pod on it, so the store averages them. The client averages any GPU that
+    /// still has several ([`super::hourly::Hourly::from_series`]).
+    pub fn per_gpu(self, expression: &str) -> String {
+        match self {
+            Dialect::Native => expression.to_string(),
+            Dialect::Dcgm { .. } => format!("avg by (Hostname, gpu) ({expression})"),
+        }
     }
 
-    fn utilization_metric(self) -> &'static str {
+    /// The family of the utilization samples, for messages.
+    pub fn utilization_metric(self) -> &'static str {
         match self {
             Dialect::Native => "gpu_utilization_ratio",
             Dialect::Dcgm { .. } => "DCGM_FI_DEV_GPU_UTIL",
+        }
+    }
+
+    /// The fleet's GPU-hours held in the `window` seconds before the evaluation time
+    /// (dcgm-exporter's counted every `step` seconds, as the period's usage is: a finer
+    /// resolution than the scrape interval would count points that find no sample).
+    pub fn held_hours(self, window: i64, step: u64) -> String {
+        match self {
+            Dialect::Native => format!("sum(increase({OWNER_METRIC}[{window}s])) / 3600"),
+            Dialect::Dcgm { memory_floor_mib } => format!(
+                "sum(count_over_time((DCGM_FI_DEV_FB_USED > {memory_floor_mib} or DCGM_FI_DEV_FB_USED{{pod!=\"\"}})[{window}s:{step}s])) * {step} / 3600"
+            ),
         }
     }
 

@@ -1,36 +1,20 @@
-//! The fleet-wide figures of the report: utilization, scaling, capacity plan, own versus
-//! rent, idle hosts' energy, the risk review and the heatmaps — each one or two PromQL
-//! queries in the store's dialect, finished here.
+//! The fleet-wide figures of the report: scaling, capacity plan, own versus rent, idle
+//! hosts' energy and the risk review. Those that read utilization or power are combined
+//! from the period's hourly rows ([`super::hourly`]); the capacity plan's months before the
+//! period and the risk review are PromQL queries of their own.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
 
 use super::dialect::Dialect;
-use super::dialect::OWNER_METRIC;
-use super::prom::{Client, Sample};
+use super::hourly::Hourly;
+use super::prom::{Client, Sample, joined};
 use super::spec::ReportSpec;
 use crate::config::{CapacityConfig, CostConfig};
 use crate::engine::capacity::{CapacityState, advise};
 use crate::engine::cost::hourly_cost;
 use serde::Serialize;
-
-/// Each host's mean GPU utilization in consecutive slices of the period.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct NodeHeatmap {
-    /// Start of the first slice.
-    pub start: Option<DateTime<Utc>>,
-    pub step_seconds: u64,
-    /// Hosts by name; `utilization[i]` is the slice starting at `start + i × step`, null
-    /// where the host had no data.
-    pub hosts: Vec<NodeRow>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct NodeRow {
-    pub host: String,
-    pub utilization: Vec<Option<f64>>,
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Scale {
@@ -104,14 +88,6 @@ pub struct RiskEntry {
     pub reasons: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HeatCell {
-    /// `YYYY-MM-DD`, UTC.
-    pub day: String,
-    pub hour: u32,
-    pub utilization: f64,
-}
-
 /// The night window energy advice looks at, UTC hours `[2, 6)`.
 pub const NIGHT: (u32, u32) = (2, 6);
 
@@ -120,79 +96,34 @@ const TOP_RISK: usize = 10;
 /// Reasons shown per GPU at risk.
 const TOP_REASONS: usize = 3;
 
-pub(super) fn fleet_utilization(
-    client: &Client,
-    dialect: Dialect,
-    spec: &ReportSpec,
-    window: i64,
-) -> anyhow::Result<f64> {
-    Ok(client
-        .instant(
-            &format!("avg({})", dialect.utilization_over(&format!("{window}s"))),
-            spec.to,
-        )?
-        .first()
-        .map_or(0.0, |s| s.value))
-}
-
 /// The node rule of `engine::capacity`, applied to every GPU of the fleet at once, on each
 /// GPU's mean utilization over the whole period (no hold: the period is the evidence).
-pub(super) fn scale(
-    client: &Client,
-    dialect: Dialect,
-    spec: &ReportSpec,
-    window: i64,
-) -> anyhow::Result<Scale> {
-    let host = dialect.host();
-    let means: Vec<Option<f64>> = client
-        .instant(
-            &format!(
-                "avg by ({host}, gpu) ({})",
-                dialect.utilization_over(&format!("{window}s"))
-            ),
-            spec.to,
-        )?
-        .iter()
-        .map(|s| Some(s.value).filter(|v| v.is_finite()))
-        .collect();
+pub(super) fn scale(means: &[Option<f64>], spec: &ReportSpec) -> Scale {
     let config = CapacityConfig {
         hold: Duration::ZERO,
         ..spec.capacity.clone()
     };
-    let advice = advise(&mut CapacityState::default(), 0, &means, &config);
-    Ok(Scale {
+    let advice = advise(&mut CapacityState::default(), 0, means, &config);
+    Scale {
         direction: advice.direction.as_str().to_string(),
         gpus: advice.recommended_gpus,
         reason: advice.reason,
-    })
+    }
 }
 
-pub(super) fn energy(
-    client: &Client,
-    dialect: Dialect,
-    spec: &ReportSpec,
-    window: i64,
-) -> anyhow::Result<Energy> {
+/// Hosts under `[capacity] idle_utilization` in the night window and at weekends, hour by
+/// hour, and what their GPUs drew then.
+pub(super) fn energy(hourly: &Hourly, spec: &ReportSpec) -> Energy {
     let (start, end) = NIGHT;
-    // Each step of the subqueries in `idle_in` stands for the hour before it: the hour
-    // that began an hour earlier is the one judged.
-    let night = idle_in(
-        client,
-        dialect,
-        spec,
-        window,
-        &format!("on() (hour(vector(time() - 3600)) >= {start} < {end})"),
-    )?;
-    // Saturday and Sunday, UTC (day_of_week: 0 is Sunday).
-    let weekend = idle_in(
-        client,
-        dialect,
-        spec,
-        window,
-        "on() (day_of_week(vector(time() - 3600)) == 6 or day_of_week(vector(time() - 3600)) == 0)",
-    )?;
+    let line = spec.capacity.idle_utilization;
+    let night = hourly.idle_hosts(|at| (start..end).contains(&at.hour()), line);
+    // Saturday and Sunday, UTC.
+    let weekend = hourly.idle_hosts(
+        |at| matches!(at.weekday(), chrono::Weekday::Sat | chrono::Weekday::Sun),
+        line,
+    );
     let price = spec.cost.power_price_per_kwh;
-    Ok(Energy {
+    Energy {
         night_window: NIGHT,
         night_idle_hosts: night.0,
         kwh: night.1,
@@ -202,61 +133,21 @@ pub(super) fn energy(
         weekend_cost: weekend.1 * price,
         note: format!(
             "hosts averaging under {:.0}% GPU utilization between {start:02}:00 and {end:02}:00 UTC, or on Saturdays and Sundays (UTC); powering them down saves the GPUs' draw only (not the host's), and waking them costs a boot and the jobs' warm-up",
-            spec.capacity.idle_utilization * 100.0
+            line * 100.0
         ),
-    })
-}
-
-/// Hosts whose mean utilization stays under `[capacity] idle_utilization` in the hours
-/// `filter` selects, and the energy their GPUs drew then (kWh). Hour by hour: each GPU's
-/// hourly means come from its raw samples, and the subquery steps an hour at a time.
-pub(super) fn idle_in(
-    client: &Client,
-    dialect: Dialect,
-    spec: &ReportSpec,
-    window: i64,
-    filter: &str,
-) -> anyhow::Result<(Vec<String>, f64)> {
-    let host = dialect.host();
-    let idle = client.instant(
-        &format!(
-            "avg by ({host}) (avg_over_time((avg by ({host}) ({}) and {filter})[{window}s:1h])) < {}",
-            dialect.utilization_over("1h"),
-            spec.capacity.idle_utilization
-        ),
-        spec.to,
-    )?;
-    let mut hosts: Vec<String> = idle.iter().map(|s| s.label(host).to_string()).collect();
-    hosts.sort();
-    if hosts.is_empty() {
-        return Ok((hosts, 0.0));
     }
-    // A regular expression inside a PromQL string literal: escaped for both.
-    let selector = hosts
-        .iter()
-        .map(|h| regex::escape(h).replace('\\', "\\\\").replace('"', "\\\""))
-        .collect::<Vec<_>>()
-        .join("|");
-    let kwh = client
-        .instant(
-            &format!(
-                "sum(sum_over_time((sum by ({host}) (avg_over_time({power}{{{host}=~\"{selector}\"}}[1h])) and {filter})[{window}s:1h])) / 1000",
-                power = dialect.power()
-            ),
-            spec.to,
-        )?
-        .first()
-        .map_or(0.0, |s| s.value);
-    Ok((hosts, kwh))
 }
 
 pub(super) fn risk(client: &Client, spec: &ReportSpec) -> anyhow::Result<Vec<RiskEntry>> {
     let top = format!("topk({TOP_RISK}, last_over_time(gpu_failure_risk_score[1h]))");
-    let scores = client.instant(&top, spec.to)?;
-    let reasons = client.instant(
-        &format!("last_over_time(gpu_failure_risk_contribution[1h]) and on(instance, uuid) {top}"),
-        spec.to,
-    )?;
+    let with_reasons =
+        format!("last_over_time(gpu_failure_risk_contribution[1h]) and on(instance, uuid) {top}");
+    let (scores, reasons) = std::thread::scope(|scope| {
+        let scores = scope.spawn(|| client.instant(&top, spec.to));
+        let reasons = scope.spawn(|| client.instant(&with_reasons, spec.to));
+        (joined(scores), joined(reasons))
+    });
+    let (scores, reasons) = (scores?, reasons?);
     let mut entries: Vec<RiskEntry> = scores
         .iter()
         .map(|s| {
@@ -285,117 +176,68 @@ pub(super) fn risk(client: &Client, spec: &ReportSpec) -> anyhow::Result<Vec<Ris
     Ok(entries)
 }
 
-/// Mean fleet utilization of each hour, by day: one range query, one point per hour.
-pub(super) fn heatmap(
-    client: &Client,
-    dialect: Dialect,
-    spec: &ReportSpec,
-) -> anyhow::Result<Vec<HeatCell>> {
-    let hour = chrono::TimeDelta::hours(1);
-    let series = client.range(
-        &format!("avg({})", dialect.utilization_over("1h")),
-        spec.from + hour,
-        spec.to,
-        Duration::from_secs(3600),
-    )?;
-    Ok(series
-        .first()
-        .map(|s| {
-            s.points
-                .iter()
-                .filter(|(_, v)| v.is_finite())
-                .map(|(at, v)| {
-                    // Each point averages the hour before it.
-                    let start = *at - hour;
-                    HeatCell {
-                        day: format!(
-                            "{:04}-{:02}-{:02}",
-                            start.year(),
-                            start.month(),
-                            start.day()
-                        ),
-                        hour: start.hour(),
-                        utilization: *v,
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default())
+const MONTH_SECONDS: i64 = 30 * 24 * 3600;
+const MONTHS: i64 = 6;
+
+/// The part of the capacity plan the period's own figures do not give: the five months
+/// before the last, as two range queries stepping a month at a time, and the stretch of the
+/// last month before the period (the period's are in its usage rows and hourly rows, so the
+/// store reads each sample once per report). The last month's GPU-hours are asked for whole
+/// when the period is a month or longer: its owner rows cannot be cut at a month's start.
+pub(super) struct EarlierMonths {
+    /// Held GPU-hours of the five months before the last, oldest first.
+    held: Vec<f64>,
+    /// Their demand (whole GPUs of work, averaged over the hours with data).
+    demand: Vec<f64>,
+    /// The last month: held GPU-hours before the previous period (when the period and the
+    /// one before it fit in a month) or before the period, or the whole month.
+    last_held: f64,
+    /// The last month before the period: summed hourly demand and hours with data.
+    last_demand: (f64, usize),
 }
 
-/// Slices of the node heatmap per period: enough to see days and nights in a week.
-const NODE_SLICES: i64 = 84;
+/// Which parts of the last month the period's rows cover.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum LastMonth {
+    /// The period and the one before it lie in the month; the store adds what is older.
+    BothPeriods,
+    /// Only the period lies in it.
+    Period,
+    /// The period covers the month: its GPU-hours are asked for whole.
+    Whole,
+}
 
-/// One range query: each host's mean utilization per slice.
-pub(super) fn node_heatmap(
+impl LastMonth {
+    pub(super) fn of(window: i64) -> LastMonth {
+        if 2 * window <= MONTH_SECONDS {
+            LastMonth::BothPeriods
+        } else if window < MONTH_SECONDS {
+            LastMonth::Period
+        } else {
+            LastMonth::Whole
+        }
+    }
+}
+
+pub(super) fn earlier_months(
     client: &Client,
     dialect: Dialect,
     spec: &ReportSpec,
     window: i64,
-) -> anyhow::Result<NodeHeatmap> {
-    let step = (window / NODE_SLICES).max(60);
-    let first = spec.from + chrono::TimeDelta::seconds(step);
-    let host = dialect.host();
-    let series = client.range(
-        &format!(
-            "avg by ({host}) ({})",
-            dialect.utilization_over(&format!("{step}s"))
-        ),
-        first,
-        spec.to,
-        Duration::from_secs(step as u64),
-    )?;
-    let slices = ((spec.to - first).num_seconds() / step + 1).max(0) as usize;
-    let mut hosts: Vec<NodeRow> = series
-        .iter()
-        .map(|s| {
-            let mut utilization = vec![None; slices];
-            for (at, value) in &s.points {
-                let slot = (*at - first).num_seconds() / step;
-                if let Some(cell) = usize::try_from(slot)
-                    .ok()
-                    .and_then(|i| utilization.get_mut(i))
-                {
-                    *cell = Some(*value).filter(|v| v.is_finite());
-                }
-            }
-            NodeRow {
-                host: s.labels.get(host).cloned().unwrap_or_default(),
-                utilization,
-            }
-        })
-        .collect();
-    hosts.sort_by(|a, b| a.host.cmp(&b.host));
-    Ok(NodeHeatmap {
-        // Each point averages the slice before it.
-        start: Some(spec.from),
-        step_seconds: step as u64,
-        hosts,
-    })
-}
-
-const MONTH_SECONDS: i64 = 30 * 24 * 3600;
-const MONTHS: i64 = 6;
-
-/// Monthly figures from two range queries stepping a month at a time: GPU-hours held, and
-/// the demand — the fleet's summed utilization (work in whole GPUs, as `engine::capacity`
-/// counts it) averaged over the hours of the month that have data, so a month the store
-/// only partly covers is not mistaken for a month of less work.
-pub(super) fn capacity(
-    client: &Client,
-    dialect: Dialect,
-    spec: &ReportSpec,
-    gpus: usize,
-) -> anyhow::Result<Capacity> {
-    let first = spec.to - chrono::TimeDelta::seconds(MONTH_SECONDS * (MONTHS - 1));
+) -> anyhow::Result<EarlierMonths> {
+    let month = chrono::TimeDelta::seconds(MONTH_SECONDS);
+    let end = spec.to - month;
+    let first = spec.to - month * (MONTHS as i32 - 1);
+    let step = spec.step.as_secs().max(1);
+    let hourly = dialect.utilization_over("1h");
     let monthly = |query: String| -> anyhow::Result<Vec<f64>> {
         let series = client.range(
             &query,
             first,
-            spec.to,
+            end,
             Duration::from_secs(MONTH_SECONDS as u64),
         )?;
-        let mut months = vec![0.0; MONTHS as usize];
+        let mut months = vec![0.0; MONTHS as usize - 1];
         if let Some(s) = series.first() {
             for (at, v) in &s.points {
                 if let Some(cell) = slot(first, *at, MONTH_SECONDS).and_then(|i| months.get_mut(i))
@@ -406,24 +248,81 @@ pub(super) fn capacity(
         }
         Ok(months)
     };
-    let held = match dialect {
-        Dialect::Native => monthly(format!(
-            "sum(increase({OWNER_METRIC}[{MONTH_SECONDS}s])) / 3600"
-        ))?,
-        // Counted at the report's step, as the period's usage is: a finer resolution than
-        // the scrape interval would count points that find no sample.
-        Dialect::Dcgm { memory_floor_mib } => {
-            let step = spec.step.as_secs().max(1);
-            monthly(format!(
-                "sum(count_over_time((DCGM_FI_DEV_FB_USED > {memory_floor_mib} or DCGM_FI_DEV_FB_USED{{pod!=\"\"}})[{MONTH_SECONDS}s:{step}s])) * {step} / 3600"
-            ))?
-        }
+    let one = |query: String, at: DateTime<Utc>| -> anyhow::Result<f64> {
+        Ok(client
+            .instant(&query, at)?
+            .first()
+            .map(|s| s.value)
+            .filter(|v| v.is_finite())
+            .unwrap_or(0.0))
     };
-    let demand = monthly(format!(
-        "avg_over_time(sum({})[{MONTH_SECONDS}s:1h])",
-        dialect.utilization()
-    ))?;
-    Ok(plan_capacity(held, demand, gpus, spec.capacity.buffer))
+    let last = LastMonth::of(window);
+    // The stretch of the last month the store answers for: (its length, its end).
+    let (held_span, demand_span) = match last {
+        LastMonth::BothPeriods => (
+            (
+                MONTH_SECONDS - 2 * window,
+                spec.from - chrono::TimeDelta::seconds(window),
+            ),
+            (MONTH_SECONDS - window, spec.from),
+        ),
+        LastMonth::Period => (
+            (MONTH_SECONDS - window, spec.from),
+            (MONTH_SECONDS - window, spec.from),
+        ),
+        LastMonth::Whole => ((MONTH_SECONDS, spec.to), (0, spec.from)),
+    };
+    std::thread::scope(|scope| {
+        let held = scope.spawn(|| monthly(dialect.held_hours(MONTH_SECONDS, step)));
+        let demand =
+            scope.spawn(|| monthly(format!("avg_over_time(sum({hourly})[{MONTH_SECONDS}s:1h])")));
+        let last_held = scope.spawn(|| match held_span {
+            (0, _) => Ok(0.0),
+            (span, at) => one(dialect.held_hours(span, step), at),
+        });
+        let last_demand = scope.spawn(|| match demand_span {
+            (0, _) => Ok((0.0, 0)),
+            (span, at) => Ok((
+                one(format!("sum_over_time(sum({hourly})[{span}s:1h])"), at)?,
+                one(format!("count_over_time(sum({hourly})[{span}s:1h])"), at)? as usize,
+            )),
+        });
+        Ok(EarlierMonths {
+            held: joined(held)?,
+            demand: joined(demand)?,
+            last_held: joined(last_held)?,
+            last_demand: joined(last_demand)?,
+        })
+    })
+}
+
+/// The plan from the earlier months and the period's figures: `held_hours` are the
+/// period's and the previous period's GPU-hours held.
+pub(super) fn capacity(
+    earlier: EarlierMonths,
+    hourly: &Hourly,
+    held_hours: (f64, f64),
+    spec: &ReportSpec,
+    window: i64,
+) -> Capacity {
+    let (current, previous) = held_hours;
+    let last_held = match LastMonth::of(window) {
+        LastMonth::BothPeriods => earlier.last_held + current + previous,
+        LastMonth::Period => earlier.last_held + current,
+        LastMonth::Whole => earlier.last_held,
+    };
+    let (sum, hours) = hourly.demand_since(spec.to - chrono::TimeDelta::seconds(MONTH_SECONDS));
+    let (before, before_hours) = earlier.last_demand;
+    let last_demand = if hours + before_hours > 0 {
+        (sum + before) / (hours + before_hours) as f64
+    } else {
+        0.0
+    };
+    let mut held = earlier.held;
+    held.push(last_held);
+    let mut demand = earlier.demand;
+    demand.push(last_demand);
+    plan_capacity(held, demand, hourly.gpus.len(), spec.capacity.buffer)
 }
 
 /// Which `step`-long slot after `first` the point at `at` is, rounding to the nearest: the
@@ -465,39 +364,15 @@ pub fn plan_capacity(held: Vec<f64>, demand: Vec<f64>, gpus: usize, buffer: f64)
     }
 }
 
-/// Own versus rent at `utilization`, the fleet's mean over the period (asked once, for
-/// the report's `utilization`).
-pub(super) fn tco(
-    client: &Client,
-    dialect: Dialect,
-    spec: &ReportSpec,
-    window: i64,
-    utilization: f64,
-) -> anyhow::Result<Tco> {
-    let one = |query: String| -> anyhow::Result<Option<f64>> {
-        Ok(client
-            .instant(&query, spec.to)?
-            .first()
-            .map(|s| s.value)
-            .filter(|v| v.is_finite()))
-    };
-    let power = one(format!(
-        "avg(avg_over_time({}[{window}s]))",
-        dialect.power()
-    ))?;
-    // The fleet's work in GPU-hours: its summed utilization over the period, hour by hour.
-    let busy_hours = one(format!(
-        "sum_over_time(sum({})[{window}s:1h])",
-        dialect.utilization_over("1h")
-    ))?
-    .unwrap_or(0.0);
+/// Own versus rent at the fleet's mean utilization and power over the period.
+pub(super) fn tco(hourly: &Hourly, spec: &ReportSpec, window: i64) -> Tco {
     let months = window as f64 / MONTH_SECONDS as f64;
-    Ok(compare_tco(
+    compare_tco(
         &spec.cost,
-        utilization,
-        power,
-        busy_hours / months.max(f64::MIN_POSITIVE),
-    ))
+        hourly.utilization(),
+        hourly.power(),
+        hourly.busy_gpu_hours() / months.max(f64::MIN_POSITIVE),
+    )
 }
 
 /// Owning costs every hour; renting costs the hours used. So owning wins above the

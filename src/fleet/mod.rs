@@ -6,13 +6,16 @@
 //!   dialect, for `replay --prometheus`.
 //! - [`prom`]: the query API client (bounded, retried on 5xx, errors naming URL and query).
 //! - [`report`]: the weekly report's figures per team, and (with `figures`) for the fleet, aggregated in
-//!   PromQL; [`render`]: the report as Markdown and as one self-contained HTML file.
+//!   PromQL; [`hourly`]: each GPU's hourly utilization and power, read once, and the fleet
+//!   figures combined from them; [`render`]: the report as Markdown and as one
+//!   self-contained HTML file.
 //!
 //! docs/fleet.md documents the report's JSON and the queries behind each figure.
 
 pub mod dialect;
 mod figures;
 pub mod history;
+pub mod hourly;
 pub mod prom;
 pub mod render;
 pub mod report;

@@ -1,7 +1,11 @@
 //! A client of the Prometheus HTTP query API (`/api/v1/query`, `/api/v1/query_range`), which
 //! Thanos, Mimir and VictoriaMetrics serve too.
 //!
-//! Blocking on purpose: the fleet commands are one-shot and run their queries in sequence.
+//! Blocking on purpose: the fleet commands are one-shot. Queries that do not depend on each
+//! other may run on threads of their own sharing one client, which lets at most
+//! [`CONCURRENT`] be in flight: Prometheus evaluates each query on one core, so a report's
+//! independent reads finish sooner side by side, and the bound keeps one report from
+//! crowding out the store's other clients.
 //! A 5xx or a connection failure is retried (the store may be restarting or overloaded); a
 //! 4xx is not (the query or the credentials are wrong, and asking again changes nothing).
 //! Every error names the URL and the query; no error carries a credential.
@@ -11,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use crate::redact;
 
@@ -70,9 +75,59 @@ pub struct Series {
 /// The attempts a query gets when the store answers 5xx or cannot be reached.
 const ATTEMPTS: u32 = 3;
 
+/// Queries one client keeps in flight at most, however many threads share it.
+pub const CONCURRENT: usize = 4;
+
+/// A counting semaphore: the bound on queries in flight.
+struct Permits {
+    free: std::sync::Mutex<usize>,
+    returned: std::sync::Condvar,
+}
+
+struct Permit<'a>(&'a Permits);
+
+impl Permits {
+    fn new(count: usize) -> Permits {
+        Permits {
+            free: std::sync::Mutex::new(count),
+            returned: std::sync::Condvar::new(),
+        }
+    }
+
+    fn take(&self) -> Permit<'_> {
+        // A poisoned lock only means another query thread panicked; the count is still right.
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.returned.notify_one();
+    }
+}
+
+/// The answer of a query run on a scoped thread (`std::thread::scope`); a panic there
+/// becomes an error here.
+pub fn joined<T>(
+    handle: std::thread::ScopedJoinHandle<'_, anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    handle
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("a query thread panicked")))
+}
+
+/// Shared by reference between threads: each query waits for one of [`CONCURRENT`]
+/// permits, so callers may start every independent query at once.
 pub struct Client {
     endpoint: Endpoint,
     agent: ureq::Agent,
+    permits: Permits,
 }
 
 impl Client {
@@ -86,6 +141,7 @@ impl Client {
         Client {
             endpoint: Endpoint { base, ..endpoint },
             agent,
+            permits: Permits::new(CONCURRENT),
         }
     }
 
@@ -96,7 +152,7 @@ impl Client {
     /// An instant query evaluated at `at`.
     pub fn instant(&self, query: &str, at: DateTime<Utc>) -> anyhow::Result<Vec<Sample>> {
         let time = at.timestamp().to_string();
-        let data = self.call("query", query, &[("time", time.as_str())])?;
+        let data: Data = self.call("query", query, &[("time", time.as_str())])?;
         match data {
             Data::Vector(series) => series
                 .into_iter()
@@ -129,7 +185,7 @@ impl Client {
             end.timestamp().to_string(),
             step.as_secs().max(1).to_string(),
         );
-        let data = self.call(
+        let data: Data = self.call(
             "query_range",
             query,
             &[
@@ -162,19 +218,47 @@ impl Client {
             .with_context(|| self.context(query))
     }
 
+    /// The values `label` takes in series matching `matcher` that have samples between
+    /// `start` and `end` (`/api/v1/label/NAME/values`): the store answers from its index,
+    /// without reading samples. Coarse in time: a store lists what its blocks overlapping the
+    /// range hold, so a name listed may still have no sample in the range.
+    pub fn label_values(
+        &self,
+        label: &str,
+        matcher: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> anyhow::Result<Vec<String>> {
+        let (start, end) = (start.timestamp().to_string(), end.timestamp().to_string());
+        self.call(
+            &format!("label/{label}/values"),
+            matcher,
+            &[("start", start.as_str()), ("end", end.as_str())],
+        )
+    }
+
     fn context(&self, query: &str) -> String {
         format!("{} query {query:?}", redact::url(&self.endpoint.base))
     }
 
-    fn call(&self, api: &str, query: &str, params: &[(&str, &str)]) -> anyhow::Result<Data> {
+    fn call<D: DeserializeOwned + Shape>(
+        &self,
+        api: &str,
+        query: &str,
+        params: &[(&str, &str)],
+    ) -> anyhow::Result<D> {
         let url = format!("{}/api/v1/{api}", self.endpoint.base);
         let mut last = None;
         for attempt in 0..ATTEMPTS {
             if attempt > 0 {
                 std::thread::sleep(Duration::from_millis(500 << attempt));
             }
+            // Held for the attempt only, not for the pause before a retry.
+            let permit = self.permits.take();
             let began = std::time::Instant::now();
-            match self.once(&url, query, params) {
+            let outcome = self.once::<D>(api, &url, query, params);
+            drop(permit);
+            match outcome {
                 Ok(data) => {
                     // Where a report's time goes (bench/report.sh prints the slowest).
                     tracing::debug!(
@@ -195,24 +279,26 @@ impl Client {
             .with_context(|| format!("gave up after {ATTEMPTS} attempts"))
     }
 
-    fn once(&self, url: &str, query: &str, params: &[(&str, &str)]) -> Result<Data, Failure> {
+    fn once<D: DeserializeOwned>(
+        &self,
+        api: &str,
+        url: &str,
+        query: &str,
+        params: &[(&str, &str)],
+    ) -> Result<D, Failure> {
         let shown = self.context(query);
-        let mut request = self.agent.post(url);
-        match &self.endpoint.auth {
-            Auth::None => {}
-            Auth::Bearer(token) => {
-                request = request.header("Authorization", &format!("Bearer {token}"));
-            }
-            Auth::Basic { user, password } => {
-                use base64::Engine as _;
-                let pair =
-                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-                request = request.header("Authorization", &format!("Basic {pair}"));
-            }
-        }
-        let mut form: Vec<(&str, &str)> = vec![("query", query)];
-        form.extend_from_slice(params);
-        let mut response = request.send_form(form).map_err(|e| {
+        // The query endpoints take a form (a long query fits no URL); the label-values
+        // endpoint is served for GET only, its matcher in `match[]`.
+        let sent = if api.starts_with("label/") {
+            self.authorize(self.agent.get(url))
+                .query_pairs(params.iter().copied().chain([("match[]", query)]))
+                .call()
+        } else {
+            let mut form: Vec<(&str, &str)> = vec![("query", query)];
+            form.extend_from_slice(params);
+            self.authorize(self.agent.post(url)).send_form(form)
+        };
+        let mut response = sent.map_err(|e| {
             Failure::Retry(anyhow::anyhow!(
                 "{shown}: cannot reach the store: {}",
                 redact::scrub(&e.to_string())
@@ -225,7 +311,7 @@ impl Client {
             .limit(256 << 20)
             .read_to_string()
             .map_err(|e| Failure::Retry(anyhow::anyhow!("{shown}: reading the answer: {e}")))?;
-        let answer: Answer = match serde_json::from_str(&body) {
+        let answer: Answer<D> = match serde_json::from_str(&body) {
             Ok(answer) => answer,
             Err(_) => {
                 let error = anyhow::anyhow!(
@@ -259,6 +345,21 @@ impl Client {
     }
 }
 
+impl Client {
+    fn authorize<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.endpoint.auth {
+            Auth::None => request,
+            Auth::Bearer(token) => request.header("Authorization", &format!("Bearer {token}")),
+            Auth::Basic { user, password } => {
+                use base64::Engine as _;
+                let pair =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                request.header("Authorization", &format!("Basic {pair}"))
+            }
+        }
+    }
+}
+
 enum Failure {
     Retry(anyhow::Error),
     Final(anyhow::Error),
@@ -283,9 +384,9 @@ fn parse_value(text: &str) -> anyhow::Result<f64> {
 }
 
 #[derive(Deserialize)]
-struct Answer {
+struct Answer<D> {
     status: String,
-    data: Option<Data>,
+    data: Option<D>,
     #[serde(rename = "errorType")]
     error_type: Option<String>,
     error: Option<String>,
@@ -299,7 +400,13 @@ enum Data {
     Scalar((f64, String)),
 }
 
-impl Data {
+/// How much an answer holds, for the debug log.
+trait Shape {
+    fn series(&self) -> usize;
+    fn points(&self) -> usize;
+}
+
+impl Shape for Data {
     fn series(&self) -> usize {
         match self {
             Data::Vector(series) => series.len(),
@@ -313,6 +420,17 @@ impl Data {
             Data::Matrix(series) => series.iter().map(|s| s.values.len()).sum(),
             _ => self.series(),
         }
+    }
+}
+
+/// A label-values answer: one value per entry.
+impl Shape for Vec<String> {
+    fn series(&self) -> usize {
+        self.len()
+    }
+
+    fn points(&self) -> usize {
+        self.len()
     }
 }
 
@@ -336,23 +454,47 @@ mod tests {
 
     #[test]
     fn answers_of_each_kind_parse() {
-        let vector: Answer = serde_json::from_str(
+        let vector: Answer<Data> = serde_json::from_str(
             r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"owner":"ml"},"value":[1700000000.5,"3.25"]}]}}"#,
         )
         .expect("vector");
         assert!(
             matches!(vector.data, Some(Data::Vector(ref v)) if v.len() == 1 && v[0].metric["owner"] == "ml")
         );
-        let matrix: Answer = serde_json::from_str(
+        let matrix: Answer<Data> = serde_json::from_str(
             r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1700000000,"1"],[1700003600,"NaN"]]}]}}"#,
         )
         .expect("matrix");
         assert!(matches!(matrix.data, Some(Data::Matrix(ref m)) if m[0].values.len() == 2));
-        let error: Answer = serde_json::from_str(
+        let error: Answer<Data> = serde_json::from_str(
             r#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#,
         )
         .expect("error");
         assert_eq!(error.error.as_deref(), Some("parse error at char 4"));
+    }
+
+    #[test]
+    fn permits_bound_the_queries_in_flight() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let permits = Permits::new(CONCURRENT);
+        let (running, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|scope| {
+            for _ in 0..12 {
+                scope.spawn(|| {
+                    let _permit = permits.take();
+                    peak.fetch_max(running.fetch_add(1, SeqCst) + 1, SeqCst);
+                    std::thread::sleep(Duration::from_millis(30));
+                    running.fetch_sub(1, SeqCst);
+                });
+            }
+        });
+        let peak = peak.into_inner();
+        assert!((2..=CONCURRENT).contains(&peak), "{peak} in flight at once");
+        assert_eq!(
+            *permits.free.lock().expect("lock"),
+            CONCURRENT,
+            "all returned"
+        );
     }
 
     #[test]
@@ -375,7 +517,8 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn any_answer_body_parses_or_fails_cleanly(body in ".{0,300}") {
-            let _ = serde_json::from_str::<Answer>(&body);
+            let _ = serde_json::from_str::<Answer<Data>>(&body);
+            let _ = serde_json::from_str::<Answer<Vec<String>>>(&body);
             let _ = parse_value(&body);
         }
     }

@@ -1,9 +1,12 @@
 //! The fleet report's figures, from the store's answers to a handful of PromQL queries.
 //!
-//! Every sum over GPUs and time happens in the store (`sum by`, `increase`, `*_over_time`,
-//! subqueries): what comes back is one row per owner and host, per GPU for the per-GPU
-//! figures, or one point per hour for the heatmap — never raw samples. Here those rows are
-//! only matched to teams (`[[teams]]`), priced and ranked.
+//! Every sum over time happens in the store (`sum by`, `increase`, `*_over_time`,
+//! subqueries): what comes back is one row per owner, host and GPU, or one point per GPU
+//! and hour ([`super::hourly`]) — never raw samples. Here those rows are only matched to
+//! teams (`[[teams]]`), combined, priced and ranked. The store reads each family once per
+//! period: the owner series for the team totals, the idle holdings and the capacity plan's
+//! last month; utilization and power for every fleet figure. The independent queries run
+//! side by side, as many at once as the client allows ([`super::prom::CONCURRENT`]).
 //!
 //! GPU-hours come from `gpu_owner_seconds_total{owner,state}`: the agent charges every
 //! collection interval of a held GPU to its owner, as `busy` or `idle` by its idle threshold.
@@ -18,16 +21,15 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::dialect::Dialect;
-pub use super::figures::{
-    Capacity, Energy, HeatCell, NIGHT, NodeHeatmap, NodeRow, RiskEntry, Scale, Tco,
-};
-use super::figures::{
-    capacity, energy, fleet_utilization, heatmap, node_heatmap, risk, scale, tco,
-};
-use super::prom::{Client, Sample};
+pub use super::figures::{Capacity, Energy, NIGHT, RiskEntry, Scale, Tco};
+use super::figures::{capacity, earlier_months, energy, risk, scale, tco};
+use super::hourly::Hourly;
+pub use super::hourly::{HeatCell, NodeHeatmap, NodeRow};
+use super::prom::{Client, Sample, joined};
 pub use super::spec::ReportSpec;
 use crate::config::{Holder, UNASSIGNED, team_of};
 use crate::engine::cost::hourly_cost;
+use std::thread::scope;
 
 /// The report: the contract of `report --format json` (docs/fleet.md).
 #[derive(Debug, Clone, Serialize)]
@@ -100,51 +102,150 @@ pub use super::dialect::OWNER_METRIC;
 /// Builds the report by querying `client`.
 pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
     let window = (spec.to - spec.from).num_seconds().max(1);
-    let step = spec.step.as_secs().max(1);
-    let dialect = Dialect::detect(client, window, spec.to, spec.memory_floor_mib)?;
-    let gpus = count_gpus(client, dialect, spec, window)?;
-
-    let host = dialect.host();
-    // Hour by hour: the power of the GPU-hours whose mean utilization was under the idle
-    // threshold (a per-minute subquery costs Prometheus sixty times the evaluations).
-    let idle_power = client
-        .instant(
-            &format!(
-                "avg(avg_over_time((avg_over_time({power}[1h]) and on({host}, gpu) ({util} < {t}))[{window}s:1h]))",
-                power = dialect.power(),
-                util = dialect.utilization_over("1h"),
-                t = spec.idle_threshold
-            ),
+    let dialect = Dialect::detect(client, spec.from, spec.to, spec.memory_floor_mib)?;
+    // Every query below is independent of the others; the slowest are started first.
+    let (current, hourly, previous, earlier, risk) = scope(|s| {
+        let current = s.spawn(|| usage(client, dialect, spec, spec.to, window, true));
+        let hourly = s.spawn(|| Hourly::fetch(client, dialect, spec.from, spec.to));
+        let previous = s.spawn(|| usage(client, dialect, spec, spec.from, window, false));
+        let earlier = s.spawn(|| earlier_months(client, dialect, spec, window));
+        let risk = s.spawn(|| match dialect {
+            Dialect::Native => risk(client, spec),
+            // dcgm-exporter's metrics carry no risk score; `replay --prometheus` runs the
+            // engine over them.
+            Dialect::Dcgm { .. } => Ok(Vec::new()),
+        });
+        (
+            joined(current),
+            joined(hourly),
+            joined(previous),
+            joined(earlier),
+            joined(risk),
+        )
+    });
+    // A name the store's index listed may still have no sample in the period.
+    let hourly = hourly?;
+    if hourly.gpus.is_empty() {
+        return Err(Dialect::no_samples(
+            dialect.utilization_metric(),
+            client,
+            spec.from,
             spec.to,
-        )?
-        .first()
-        .map(|s| s.value)
-        .filter(|v| v.is_finite());
-    let hourly = hourly_cost(&spec.cost, idle_power);
+        ));
+    }
+    let current = current?;
+    if dialect == Dialect::Native && current.is_empty() {
+        return Err(Dialect::no_samples(
+            OWNER_METRIC,
+            client,
+            spec.from,
+            spec.to,
+        ));
+    }
+    let previous = previous?;
 
-    let usage = |at: DateTime<Utc>,
-                 per_gpu: bool,
-                 idle_only: bool|
-     -> anyhow::Result<Vec<Sample>> {
-        let mut rows = Vec::new();
-        for (query, state) in dialect.usage(window, step, spec.idle_threshold, per_gpu, idle_only) {
-            for row in client.instant(&query, at)? {
-                rows.push(dialect.normalise(row, state));
-            }
-        }
-        Ok(rows)
+    // The power of the GPU-hours whose mean utilization was under the idle threshold.
+    let hourly_cost = hourly_cost(&spec.cost, hourly.idle_power(spec.idle_threshold));
+    let teams = teams(client, spec, &current, &previous, hourly_cost)?;
+    let held = |rows: &[Sample]| -> f64 {
+        rows.iter()
+            .filter(|r| matches!(r.label("state"), "busy" | "idle"))
+            .map(|r| r.value.max(0.0) / 3600.0)
+            .sum()
     };
-    // The period's rows per GPU serve both the team totals and the idle holdings: the
-    // store reads the owner series once for the two.
-    let current = usage(spec.to, true, false)?;
-    let previous = usage(spec.from, false, false)?;
-    let per_gpu: Vec<&Sample> = current
-        .iter()
-        .filter(|row| row.label("state") == "idle")
-        .collect();
+    let capacity = capacity(
+        earlier?,
+        &hourly,
+        (held(&current), held(&previous)),
+        spec,
+        window,
+    );
+    Ok(Report {
+        from: spec.from,
+        to: spec.to,
+        source: dialect.source(),
+        currency: spec.cost.currency.clone(),
+        teams,
+        fleet: FleetReport {
+            gpus: hourly.gpus.len(),
+            utilization: hourly.utilization(),
+            scale: scale(&hourly.gpu_means(), spec),
+            capacity,
+            tco: tco(&hourly, spec, window),
+            energy: energy(&hourly, spec),
+            risk: risk?,
+            heatmap: hourly.heatmap(),
+            node_heatmap: hourly.node_heatmap(),
+        },
+    })
+}
 
+/// GPU-seconds held in the `window` seconds before `at`, by owner, host, team and state
+/// (and GPU when `per_gpu`), in the report's labels. gpu-sentinel's owner series are read in
+/// two halves side by side, the rows of the two added up: `increase` over adjacent ranges
+/// adds up to the increase over both.
+fn usage(
+    client: &Client,
+    dialect: Dialect,
+    spec: &ReportSpec,
+    at: DateTime<Utc>,
+    window: i64,
+    per_gpu: bool,
+) -> anyhow::Result<Vec<Sample>> {
+    let step = spec.step.as_secs().max(1);
+    let halves = match dialect {
+        Dialect::Native if window >= 2 => {
+            let first = window / 2;
+            vec![
+                (at - chrono::TimeDelta::seconds(window - first), first),
+                (at, window - first),
+            ]
+        }
+        // dcgm-exporter's held seconds are counted by subquery, whose steps are aligned to
+        // the clock: a step on the boundary between halves would count in both.
+        _ => vec![(at, window)],
+    };
+    let parts: Vec<anyhow::Result<Vec<Sample>>> = scope(|s| {
+        let handles: Vec<_> = halves
+            .iter()
+            .map(|&(end, part)| {
+                s.spawn(move || {
+                    let mut rows = Vec::new();
+                    for (query, state) in
+                        dialect.usage(part, step, spec.idle_threshold, per_gpu, false)
+                    {
+                        for row in client.instant(&query, end)? {
+                            rows.push(dialect.normalise(row, state));
+                        }
+                    }
+                    Ok(rows)
+                })
+            })
+            .collect();
+        handles.into_iter().map(joined).collect()
+    });
+    let mut summed: BTreeMap<BTreeMap<String, String>, f64> = BTreeMap::new();
+    for part in parts {
+        for row in part? {
+            *summed.entry(row.labels).or_default() += row.value;
+        }
+    }
+    Ok(summed
+        .into_iter()
+        .map(|(labels, value)| Sample { labels, value })
+        .collect())
+}
+
+/// The teams' figures from the period's rows per GPU and the previous period's.
+fn teams(
+    client: &Client,
+    spec: &ReportSpec,
+    current: &[Sample],
+    previous: &[Sample],
+    hourly: f64,
+) -> anyhow::Result<Vec<TeamReport>> {
     let mut teams: BTreeMap<String, TeamReport> = BTreeMap::new();
-    for (rows, previous) in [(&current, false), (&previous, true)] {
+    for (rows, previous) in [(current, false), (previous, true)] {
         for row in rows {
             let report = entry(&mut teams, team_for(spec, row));
             let usage = if previous {
@@ -160,7 +261,8 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
             }
         }
     }
-    for row in per_gpu {
+    // The period's idle rows per GPU are the idle holdings.
+    for row in current.iter().filter(|row| row.label("state") == "idle") {
         let hours = row.value.max(0.0) / 3600.0;
         if hours <= 0.0 {
             continue;
@@ -197,31 +299,7 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
             spec.to
         );
     }
-
-    let utilization = fleet_utilization(client, dialect, spec, window)?;
-    Ok(Report {
-        from: spec.from,
-        to: spec.to,
-        source: dialect.source(),
-        currency: spec.cost.currency.clone(),
-        teams,
-        fleet: FleetReport {
-            gpus,
-            utilization,
-            scale: scale(client, dialect, spec, window)?,
-            capacity: capacity(client, dialect, spec, gpus)?,
-            tco: tco(client, dialect, spec, window, utilization)?,
-            energy: energy(client, dialect, spec, window)?,
-            risk: match dialect {
-                Dialect::Native => risk(client, spec)?,
-                // dcgm-exporter's metrics carry no risk score; `replay --prometheus` runs
-                // the engine over them.
-                Dialect::Dcgm { .. } => Vec::new(),
-            },
-            heatmap: heatmap(client, dialect, spec)?,
-            node_heatmap: node_heatmap(client, dialect, spec, window)?,
-        },
-    })
+    Ok(teams)
 }
 
 fn entry(teams: &mut BTreeMap<String, TeamReport>, team: String) -> &mut TeamReport {
@@ -267,17 +345,4 @@ fn team_for(spec: &ReportSpec, row: &Sample) -> String {
         "" => UNASSIGNED.to_string(),
         labelled => labelled.to_string(),
     }
-}
-
-fn count_gpus(
-    client: &Client,
-    dialect: Dialect,
-    spec: &ReportSpec,
-    window: i64,
-) -> anyhow::Result<usize> {
-    let gpus = client
-        .instant(&dialect.gpu_count(window), spec.to)?
-        .first()
-        .map_or(0.0, |s| s.value);
-    Ok(gpus as usize)
 }

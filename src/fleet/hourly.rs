@@ -1,0 +1,398 @@
+//! Each GPU's hourly mean utilization and power, read from the store once per report, and
+//! every fleet figure that needs utilization or power combined from those rows.
+//!
+//! Two range queries, `avg by (host, gpu) (avg_over_time(…[1h]))` stepping an hour from the
+//! period's start: the hours tile the period, so Prometheus reads each utilization and power
+//! sample once, and the answer is one point per GPU and hour (512 GPUs × 168 hours for a
+//! week), not the samples. The averaging within each hour is the store's; here hours and GPUs
+//! are only combined — mean utilization, scaling, idle power, night- and weekend-idle hosts
+//! and their energy, both heatmaps, own-versus-rent's power and busy GPU-hours, and the
+//! capacity plan's demand in the period. Before, each of those figures was its own query,
+//! and the store read the same samples about six times (BENCHMARKS.md, "The fleet report
+//! against one Prometheus pass").
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Datelike, TimeDelta, Timelike, Utc};
+use serde::Serialize;
+
+use super::dialect::Dialect;
+use super::prom::{Client, Series, joined};
+
+/// Points one range query asks for per series at most: under Prometheus's limit of 11,000,
+/// so a period of more than 10,000 hours is asked for in parts.
+const MAX_POINTS: i64 = 10_000;
+
+/// Slices of the node heatmap per period: enough to see days and nights in a week.
+pub const NODE_SLICES: usize = 84;
+
+/// Each host's mean GPU utilization in consecutive slices of the period.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeHeatmap {
+    /// Start of the first slice.
+    pub start: Option<DateTime<Utc>>,
+    pub step_seconds: u64,
+    /// Hosts by name; `utilization[i]` is the slice starting at `start + i × step`, null
+    /// where the host had no data.
+    pub hosts: Vec<NodeRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeRow {
+    pub host: String,
+    pub utilization: Vec<Option<f64>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeatCell {
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    pub hour: u32,
+    pub utilization: f64,
+}
+
+/// The period hour by hour.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hourly {
+    /// The end of the first slice: point `i` averages the slice that ends at
+    /// `first + i × slice`.
+    pub first: DateTime<Utc>,
+    /// An hour, or the whole period when it is shorter.
+    pub slice: TimeDelta,
+    pub slices: usize,
+    /// By host, then GPU; only GPUs with utilization in the period.
+    pub gpus: Vec<GpuHours>,
+}
+
+/// One GPU's slices (`None`: no sample in that slice).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuHours {
+    pub host: String,
+    pub gpu: String,
+    /// 0–1.
+    pub utilization: Vec<Option<f64>>,
+    /// Watts.
+    pub power: Vec<Option<f64>>,
+}
+
+impl Hourly {
+    /// Asks the store for the period's hourly utilization and power, the two side by side.
+    pub fn fetch(
+        client: &Client,
+        dialect: Dialect,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> anyhow::Result<Hourly> {
+        let slice = TimeDelta::hours(1)
+            .min(to - from)
+            .max(TimeDelta::seconds(1));
+        let first = from + slice;
+        let slices = usize::try_from((to - first).num_seconds() / slice.num_seconds() + 1)
+            .unwrap_or(0)
+            .max(1);
+        let host = dialect.host();
+        let range = format!("{}s", slice.num_seconds());
+        let query = |selected: String| dialect.per_gpu(&selected);
+        let (utilization, power) = std::thread::scope(|scope| {
+            let utilization = scope.spawn(|| {
+                fetch_slices(
+                    client,
+                    &query(dialect.utilization_over(&range)),
+                    first,
+                    slice,
+                    slices,
+                )
+            });
+            let power = scope.spawn(|| {
+                fetch_slices(
+                    client,
+                    &query(format!("avg_over_time({}[{range}])", dialect.power())),
+                    first,
+                    slice,
+                    slices,
+                )
+            });
+            (joined(utilization), joined(power))
+        });
+        Ok(Hourly::from_series(
+            first,
+            slice,
+            slices,
+            host,
+            utilization?,
+            power?,
+        ))
+    }
+
+    /// The rows of the two answers, matched by host and GPU; where a GPU has several
+    /// series (a replaced card under the same index, dcgm-exporter's series per pod), each
+    /// slice is the mean of theirs.
+    pub fn from_series(
+        first: DateTime<Utc>,
+        slice: TimeDelta,
+        slices: usize,
+        host: &str,
+        utilization: Vec<Series>,
+        power: Vec<Series>,
+    ) -> Hourly {
+        type Sums = Vec<(f64, u32)>;
+        let mut sums: BTreeMap<(String, String), (Sums, Sums)> = BTreeMap::new();
+        let key = |s: &Series| {
+            let label = |name: &str| s.labels.get(name).cloned().unwrap_or_default();
+            (label(host), label("gpu"))
+        };
+        for s in &utilization {
+            let row = sums
+                .entry(key(s))
+                .or_insert_with(|| (vec![(0.0, 0); slices], vec![(0.0, 0); slices]));
+            add(&mut row.0, &s.points, first, slice);
+        }
+        for s in &power {
+            // Power of a GPU without utilization is no GPU the report counts.
+            if let Some(row) = sums.get_mut(&key(s)) {
+                add(&mut row.1, &s.points, first, slice);
+            }
+        }
+        let means = |cells: Sums| -> Vec<Option<f64>> {
+            cells
+                .into_iter()
+                .map(|(sum, n)| (n > 0).then(|| sum / f64::from(n)))
+                .collect()
+        };
+        let gpus: Vec<GpuHours> = sums
+            .into_iter()
+            .map(|((host, gpu), (utilization, power))| GpuHours {
+                host,
+                gpu,
+                utilization: means(utilization),
+                power: means(power),
+            })
+            .filter(|g| g.utilization.iter().any(Option::is_some))
+            .collect();
+        Hourly {
+            first,
+            slice,
+            slices,
+            gpus,
+        }
+    }
+
+    /// The start of slice `i`.
+    fn start_of(&self, i: usize) -> DateTime<Utc> {
+        self.first + self.slice * (i as i32) - self.slice
+    }
+
+    /// Hours a slice lasts.
+    fn hours(&self) -> f64 {
+        self.slice.num_seconds() as f64 / 3600.0
+    }
+
+    /// Each GPU's mean utilization over its slices with data.
+    pub fn gpu_means(&self) -> Vec<Option<f64>> {
+        self.gpus.iter().map(|g| mean(&g.utilization)).collect()
+    }
+
+    /// The fleet's mean utilization: the mean of the GPUs' means.
+    pub fn utilization(&self) -> f64 {
+        mean(&self.gpu_means()).unwrap_or(0.0)
+    }
+
+    /// The fleet's mean power draw, watts: the mean of the GPUs' means.
+    pub fn power(&self) -> Option<f64> {
+        mean(&self.gpus.iter().map(|g| mean(&g.power)).collect::<Vec<_>>())
+    }
+
+    /// The mean power of the GPU-hours whose mean utilization was under `threshold`: each
+    /// GPU's mean over its idle hours, then the mean over the GPUs that had any.
+    pub fn idle_power(&self, threshold: f64) -> Option<f64> {
+        let per_gpu: Vec<Option<f64>> = self
+            .gpus
+            .iter()
+            .map(|g| {
+                let idle: Vec<Option<f64>> = g
+                    .utilization
+                    .iter()
+                    .zip(&g.power)
+                    .map(|(u, p)| p.filter(|_| u.is_some_and(|u| u < threshold)))
+                    .collect();
+                mean(&idle)
+            })
+            .collect();
+        mean(&per_gpu)
+    }
+
+    /// The fleet's work in GPU-hours: summed utilization, slice by slice.
+    pub fn busy_gpu_hours(&self) -> f64 {
+        let hours = self.hours();
+        self.gpus
+            .iter()
+            .flat_map(|g| g.utilization.iter().flatten())
+            .map(|u| u * hours)
+            .sum()
+    }
+
+    /// The fleet's demand in the slices that end after `since`: the sum of the slices'
+    /// summed utilization (whole GPUs of work), and how many slices had data.
+    pub fn demand_since(&self, since: DateTime<Utc>) -> (f64, usize) {
+        (0..self.slices)
+            .filter(|i| self.start_of(*i) + self.slice > since)
+            .filter_map(|i| {
+                let values: Vec<f64> = self.gpus.iter().filter_map(|g| g.utilization[i]).collect();
+                (!values.is_empty()).then(|| values.iter().sum::<f64>())
+            })
+            .fold((0.0, 0), |(sum, n), v| (sum + v, n + 1))
+    }
+
+    /// Mean fleet utilization of each slice, by UTC day and hour of its start.
+    pub fn heatmap(&self) -> Vec<HeatCell> {
+        (0..self.slices)
+            .filter_map(|i| {
+                let values: Vec<Option<f64>> = self.gpus.iter().map(|g| g.utilization[i]).collect();
+                let start = self.start_of(i);
+                mean(&values).map(|utilization| HeatCell {
+                    day: format!(
+                        "{:04}-{:02}-{:02}",
+                        start.year(),
+                        start.month(),
+                        start.day()
+                    ),
+                    hour: start.hour(),
+                    utilization,
+                })
+            })
+            .collect()
+    }
+
+    /// Each host's mean utilization in consecutive runs of whole slices, at most
+    /// [`NODE_SLICES`] of them.
+    pub fn node_heatmap(&self) -> NodeHeatmap {
+        let per = self.slices.div_ceil(NODE_SLICES).max(1);
+        let cells = self.slices.div_ceil(per);
+        let hosts = self
+            .by_host()
+            .into_iter()
+            .map(|(host, gpus)| NodeRow {
+                host: host.to_string(),
+                utilization: (0..cells)
+                    .map(|cell| {
+                        let range = cell * per..((cell + 1) * per).min(self.slices);
+                        let values: Vec<Option<f64>> = gpus
+                            .iter()
+                            .flat_map(|g| g.utilization[range.clone()].iter().copied())
+                            .collect();
+                        mean(&values)
+                    })
+                    .collect(),
+            })
+            .collect();
+        NodeHeatmap {
+            start: Some(self.start_of(0)),
+            step_seconds: (self.slice.num_seconds() as u64) * per as u64,
+            hosts,
+        }
+    }
+
+    /// Hosts whose mean utilization in the slices `when` selects (by their start) stays
+    /// under `line`, and the energy their GPUs drew in those slices, kWh. A host's
+    /// utilization in a slice is the mean of its GPUs'.
+    pub fn idle_hosts(
+        &self,
+        when: impl Fn(DateTime<Utc>) -> bool,
+        line: f64,
+    ) -> (Vec<String>, f64) {
+        let chosen: Vec<usize> = (0..self.slices)
+            .filter(|i| when(self.start_of(*i)))
+            .collect();
+        let hours = self.hours();
+        let mut hosts = Vec::new();
+        let mut kwh = 0.0;
+        for (host, gpus) in self.by_host() {
+            let per_slice: Vec<Option<f64>> = chosen
+                .iter()
+                .map(|i| mean(&gpus.iter().map(|g| g.utilization[*i]).collect::<Vec<_>>()))
+                .collect();
+            if mean(&per_slice).is_some_and(|u| u < line) {
+                hosts.push(host.to_string());
+                let watt_hours: f64 = gpus
+                    .iter()
+                    .flat_map(|g| chosen.iter().filter_map(|i| g.power[*i]))
+                    .map(|w| w * hours)
+                    .sum();
+                kwh += watt_hours / 1000.0;
+            }
+        }
+        (hosts, kwh)
+    }
+
+    /// The GPUs of each host, hosts in order.
+    fn by_host(&self) -> Vec<(&str, Vec<&GpuHours>)> {
+        let mut hosts: Vec<(&str, Vec<&GpuHours>)> = Vec::new();
+        for g in &self.gpus {
+            match hosts.last_mut() {
+                Some((host, gpus)) if *host == g.host => gpus.push(g),
+                _ => hosts.push((&g.host, vec![g])),
+            }
+        }
+        hosts
+    }
+}
+
+/// One range query's points, in parts of at most [`MAX_POINTS`] steps.
+fn fetch_slices(
+    client: &Client,
+    query: &str,
+    first: DateTime<Utc>,
+    slice: TimeDelta,
+    slices: usize,
+) -> anyhow::Result<Vec<Series>> {
+    let step = Duration::from_secs(slice.num_seconds().unsigned_abs());
+    let mut all: Vec<Series> = Vec::new();
+    let mut start = 0;
+    while start < slices as i64 {
+        let end = (start + MAX_POINTS).min(slices as i64) - 1;
+        let at = |i: i64| first + slice * (i as i32);
+        for part in client.range(query, at(start), at(end), step)? {
+            match all.iter_mut().find(|s| s.labels == part.labels) {
+                Some(s) => s.points.extend(part.points),
+                None => all.push(part),
+            }
+        }
+        start = end + 1;
+    }
+    Ok(all)
+}
+
+/// Adds each finite point to its slice's sum and count, rounding to the nearest slice:
+/// the store answers whole seconds, the period's ends carry fractions.
+fn add(
+    cells: &mut [(f64, u32)],
+    points: &[(DateTime<Utc>, f64)],
+    first: DateTime<Utc>,
+    slice: TimeDelta,
+) {
+    let millis = slice.num_milliseconds().max(1) as f64;
+    for (at, value) in points {
+        let slot = ((*at - first).num_milliseconds() as f64 / millis).round();
+        if slot >= 0.0
+            && value.is_finite()
+            && let Some((sum, n)) = cells.get_mut(slot as usize)
+        {
+            *sum += value;
+            *n += 1;
+        }
+    }
+}
+
+/// The mean of the values present.
+fn mean(values: &[Option<f64>]) -> Option<f64> {
+    let (sum, n) = values
+        .iter()
+        .flatten()
+        .fold((0.0, 0usize), |(sum, n), v| (sum + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+#[cfg(test)]
+#[path = "hourly_tests.rs"]
+mod tests;
