@@ -220,20 +220,8 @@ impl Signals {
         let replay_level = replay_scale(replays(0));
         // The median of the previous days the GPU was watched: one noisy day does not
         // move it, and a link that was always noisy is its own normal.
-        let mut previous = [0.0; DAYS];
-        let mut n = 0;
-        for d in days.observed_days() {
-            previous[n] = replays(d);
-            n += 1;
-        }
-        let replay_rise = if n >= BASELINE_DAYS {
-            let previous = &mut previous[..n];
-            previous.sort_by(f64::total_cmp);
-            let median = (previous[(n - 1) / 2] + previous[n / 2]) / 2.0;
-            (replay_level - replay_scale(median)).max(0.0)
-        } else {
-            0.0
-        };
+        let replay_rise = previous_median(days, |d| Some(replays(d)))
+            .map_or(0.0, |median| (replay_level - replay_scale(median)).max(0.0));
         let replay_rising = (0..DAYS - 1)
             .take_while(|&d| replays(d) >= 24.0 && replays(d) >= 1.5 * replays(d + 1))
             .count() as f64;
@@ -311,21 +299,24 @@ fn thermal_rise(days: &RollingDays) -> f64 {
     let Some(today) = share(0) else {
         return 0.0;
     };
+    previous_median(days, share).map_or(0.0, |median| (today - median).max(0.0))
+}
+
+/// The median of `value` over the previous days the GPU was watched (None where `value`
+/// gives none), once [`BASELINE_DAYS`] of them have one: one noisy day does not move it.
+fn previous_median(days: &RollingDays, value: impl Fn(usize) -> Option<f64>) -> Option<f64> {
     let mut previous = [0.0; DAYS];
     let mut n = 0;
-    for d in days.observed_days() {
-        if let Some(p) = share(d) {
-            previous[n] = p;
-            n += 1;
-        }
+    for v in days.observed_days().filter_map(value) {
+        previous[n] = v;
+        n += 1;
     }
     if n < BASELINE_DAYS {
-        return 0.0;
+        return None;
     }
     let previous = &mut previous[..n];
     previous.sort_by(f64::total_cmp);
-    let median = (previous[(n - 1) / 2] + previous[n / 2]) / 2.0;
-    (today - median).max(0.0)
+    Some((previous[(n - 1) / 2] + previous[n / 2]) / 2.0)
 }
 
 /// Degrees the node's median GPU runs above its own normal at the same power from which
