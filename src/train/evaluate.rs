@@ -19,6 +19,9 @@ use std::fmt::Write as _;
 const DAY: f64 = 86_400.0;
 /// Seconds in an hour.
 const HOUR: f64 = 3_600.0;
+/// Lead at which a failure counts as warned a day ahead, and half a day ahead.
+pub const LEAD: f64 = 24.0 * HOUR;
+pub const SHORT_LEAD: f64 = 12.0 * HOUR;
 
 /// What really happened to a GPU, as the scenario that made it says (when it failed is
 /// what [`Tracker::fail`] was told).
@@ -156,8 +159,8 @@ impl Figures {
             Outcome::Failed { lead, .. } => {
                 self.failures += 1;
                 if let Some(lead) = lead {
-                    self.warned_24h += u32::from(lead >= 24.0 * HOUR);
-                    self.warned_12h += u32::from(lead >= 12.0 * HOUR);
+                    self.warned_24h += u32::from(lead >= LEAD);
+                    self.warned_12h += u32::from(lead >= SHORT_LEAD);
                     let hours = lead / HOUR;
                     let at = self.leads_hours.partition_point(|h| *h < hours);
                     self.leads_hours.insert(at, hours);

@@ -19,15 +19,11 @@
 //! keeps its starting weight: the data says nothing about it, the hand-set reason still
 //! holds.
 
+use super::evaluate::{LEAD, SHORT_LEAD};
 use super::fit::Fitted;
 use crate::engine::risk::{FAMILIES, FEATURES, combine_families, family_of};
 
 const N: usize = FEATURES.len();
-const HOUR: f64 = 3_600.0;
-
-/// Lead at which a failure counts as warned, and the shorter one that counts half.
-const LEAD: f64 = 24.0 * HOUR;
-const SHORT_LEAD: f64 = 12.0 * HOUR;
 
 /// What the objective gives each outcome, in "failures warned a day ahead".
 const WARNED_LEAD: f64 = 1.0;
@@ -305,6 +301,7 @@ mod tests {
     type GpuCurve<'a> = (Option<f64>, &'a Curve, usize);
 
     const DAY: f64 = 86_400.0;
+    const HOUR: f64 = 3_600.0;
 
     /// Hourly rows of one feature per GPU: `value(t)` for each.
     fn rows_of(gpus: &[GpuCurve<'_>], days: f64) -> (Vec<f64>, Vec<[f64; N]>, Vec<Track>) {
