@@ -36,7 +36,7 @@ pub const FEATURES: [(&str, &str); 27] = [
     ),
     (
         "ecc_corrected_sustained",
-        "ln(1 + the middle one of the last 3 rolling days' corrected ECC counts)",
+        "ln(1 + the middle one of the last 3 rolling days' corrected ECC counts, at most 6 counted per 2-hour bucket)",
     ),
     (
         "ecc_uncorrected_7d",
@@ -109,7 +109,7 @@ pub const FEATURES: [(&str, &str); 27] = [
     ),
     (
         "power_erratic",
-        "ln(1 + power's spread unexplained by utilization, over the GPU's own baseline or 2% of the limit, ÷ 2.5% of the limit)",
+        "ln(1 + power's spread unexplained by utilization, over the GPU's own baseline or 2% of the limit, ÷ 2.5% of the limit), less what a node running hot explains",
     ),
     (
         "failed_calls_per_collection",
@@ -125,7 +125,7 @@ pub const FEATURES: [(&str, &str); 27] = [
     ),
     (
         "temperature_vs_baseline",
-        "(GPU temperature above the GPU's own at similar utilization, last hour, less the node's median, − 4 °C) / 4, when above",
+        "(GPU temperature above the GPU's own at similar power, last hour, less the node's median, − 4 °C) / 4, when above, less what a node running hot explains",
     ),
     (
         "thermal_slowdown_rise",
@@ -215,7 +215,8 @@ impl Signals {
         let ecc_rising = (0..DAYS - 1)
             .take_while(|&d| corrected(d) >= 1.0 && corrected(d) > corrected(d + 1))
             .count() as f64;
-        let mut last_three = [corrected(0), corrected(1), corrected(2)];
+        // Spread counts: a burst cut in two by the days' boundary is not two days.
+        let mut last_three = [days.spread(0), days.spread(1), days.spread(2)];
         last_three.sort_by(f64::total_cmp);
         let replay_level = replay_scale(replays(0));
         // The median of the previous days the GPU was watched: one noisy day does not
@@ -331,8 +332,10 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
     // enough GPUs to have a median.
     let own = input.peers.beyond(&s.shared);
     // A node running hotter than its own normal at the same power (a room or CDU in
-    // trouble) explains its GPUs' thermal slowdown: the hottest of them, at the end of the
-    // airflow, slow down first with nothing wrong with them.
+    // trouble) explains what heat does to its GPUs: the hottest of them, at the end of the
+    // airflow, slow down first with nothing wrong with them; an idle GPU warms by more
+    // degrees than a busy one when the inlet air warms towards its limit; clocks and
+    // power swing as they throttle.
     let node_heat = input
         .peers
         .median
@@ -363,11 +366,11 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         unexplained * percent(own.thermal_share),
         percent(own.hw_slowdown_share),
         percent(own.brake_share),
-        s.power_erratic,
+        unexplained * s.power_erratic,
         (10.0 * own.failed_per_collection).ln_1p(),
         (own.collect_seconds / SLOW_COLLECTION_SECONDS).ln_1p(),
         s.collect_slowdown,
-        ((own.temperature_deviation - 4.0) / 4.0).max(0.0),
+        unexplained * ((own.temperature_deviation - 4.0) / 4.0).max(0.0),
         unexplained * own.thermal_rise,
     ]
 }

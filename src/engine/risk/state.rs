@@ -28,6 +28,9 @@ pub const DAYS: usize = 7;
 const COUNTS: usize = 2;
 pub const CORRECTED: usize = 0;
 pub const REPLAYS: usize = 1;
+/// Corrected errors a 2-hour bucket contributes at most to a day's spread count
+/// ([`RollingDays::spread`]).
+pub const SPREAD_PER_BUCKET: f64 = 6.0;
 
 /// Observed time a baseline needs before it is trusted.
 const WARM_UP_SECONDS: f64 = 12.0 * 3600.0;
@@ -179,6 +182,9 @@ pub struct RollingDays {
     /// newest bucket; absent from state saved before they existed.
     slowdown_closed: [Slowdown; DAYS],
     slowdown_live: Slowdown,
+    /// Corrected errors of the closed buckets of each day, at most
+    /// [`SPREAD_PER_BUCKET`] a bucket; absent from state saved before it existed.
+    spread_closed: [f64; DAYS],
 }
 
 /// Seconds under load, and of those in thermal slowdown.
@@ -201,6 +207,7 @@ impl RollingDays {
             self.live = [0.0; COUNTS];
             self.slowdown_closed = [Slowdown::default(); DAYS];
             self.slowdown_live = Slowdown::default();
+            self.spread_closed = [0.0; DAYS];
             for b in windows.week.buckets() {
                 let counts = [b.deltas.ecc_corrected, b.deltas.pcie_replays];
                 // A bucket's loaded seconds from its mean utilization; its thermal
@@ -220,6 +227,7 @@ impl RollingDays {
                         *sum += c;
                     }
                     self.observed[day] += b.seconds;
+                    self.spread_closed[day] += b.deltas.ecc_corrected.min(SPREAD_PER_BUCKET);
                     self.slowdown_closed[day].loaded += slowdown.loaded;
                     self.slowdown_closed[day].thermal += slowdown.thermal;
                 }
@@ -253,6 +261,19 @@ impl RollingDays {
         let closed = self.closed.get(day).map_or(0.0, |d| d[signal]);
         if day == 0 {
             closed + self.live[signal]
+        } else {
+            closed
+        }
+    }
+
+    /// Corrected errors on rolling day `day` counted at most [`SPREAD_PER_BUCKET`] per
+    /// 2-hour bucket: how far the day's errors spread over it. A one-hour burst is one or
+    /// two buckets however large, and when the rolling days' boundary falls inside it, it
+    /// must not read as two days of errors.
+    pub fn spread(&self, day: usize) -> f64 {
+        let closed = self.spread_closed.get(day).copied().unwrap_or(0.0);
+        if day == 0 {
+            closed + self.live[CORRECTED].min(SPREAD_PER_BUCKET)
         } else {
             closed
         }

@@ -614,3 +614,57 @@ fn known_bad_states_score_at_least_0_9_at_once() {
     });
     assert!(step_of(&xid79, first_bad).risk.score >= 0.9);
 }
+
+#[test]
+fn a_burst_cut_in_two_by_the_rolling_days_boundary_is_still_one_burst() {
+    // An hour of 300 errors starting an hour into a 2-hour bucket and running into the
+    // next: twelve buckets later, the rolling days' boundary lies between its two halves.
+    let burst_at = 3 * DAY_MIN + 60;
+    let all = run(8, |m, s, _| {
+        let into = (m - burst_at).clamp(0, 60) as u64;
+        let count = 300 * into / 60;
+        s.ecc.corrected_volatile = Some(count);
+        s.ecc.corrected_aggregate = Some(count);
+    });
+    let peak = max_score(&all);
+    assert!(peak < 0.5, "peak {peak}");
+    let sustained = all
+        .iter()
+        .map(|f| contribution(f, "ecc_corrected_sustained"))
+        .fold(0.0, f64::max);
+    // At most 6 errors of each half count towards its day: ln(1 + 6) × 0.8.
+    assert!(sustained < 1.6, "{sustained}");
+}
+
+#[test]
+fn a_node_wide_heat_that_warms_idle_gpus_most_keeps_every_gpu_under_half() {
+    // Inlet air warms until every GPU runs at 86-88 °C: the idle ones, normally at 35 °C,
+    // warm by 50 degrees, the busy ones by 22, so the idle ones stand far above the node's
+    // median against their own normal. The heat explains them all.
+    let all = run_node(9, |m, g, s, _| {
+        let idle = g < 3;
+        if idle {
+            s.utilization.gpu = Some(0.0);
+            s.power_watts = Some(80.0);
+            s.temperature_celsius = Some(35.0);
+            s.memory_temperature_celsius = Some(37.0);
+        }
+        if m >= LAST_DAY && m < LAST_DAY + 8 * 60 {
+            let t = 86.0 + f64::from(g % 3) + ((m / STEP_MIN) % 3) as f64 * 0.3;
+            s.temperature_celsius = Some(t);
+            s.memory_temperature_celsius = Some(t + if idle { 2.0 } else { 5.0 });
+        }
+    });
+    for (g, findings) in all.iter().enumerate() {
+        assert!(
+            max_score(findings) < 0.5,
+            "GPU {g}: {}",
+            max_score(findings)
+        );
+        let heat = findings
+            .iter()
+            .map(|f| contribution(f, "temperature_vs_baseline"))
+            .fold(0.0, f64::max);
+        assert!(heat < 0.5, "GPU {g}: temperature_vs_baseline {heat}");
+    }
+}
