@@ -24,9 +24,10 @@ use crate::engine::{Engine, EngineConfig, Findings};
 use crate::scenario::{GpuLabel, Library, NodeScenario, TruthKind};
 use crate::source::simulate::Failure;
 
+use super::ensemble;
 use super::evaluate::{Columns, Figures, Outcome, Table, Tracker, Truth};
 use super::fit::Fitted;
-use super::search::{self, Rows, SearchOptions, Track};
+use super::search::{Rows, SearchOptions, Track};
 
 const N: usize = FEATURES.len();
 
@@ -282,7 +283,7 @@ fn observe(library: &Library, options: &LibraryOptions) -> Observed {
     observed
 }
 
-/// Fits on the rows of the GPUs `train` keeps by direct search ([`search`]): the weights
+/// Fits on the rows of the GPUs `train` keeps by bagged direct search ([`ensemble`]): the weights
 /// that warn the most of their failures a day ahead, held, within the false-warning budget
 /// on their healthy GPUs, from the shipped weights and at the shipped bias.
 fn fit_on(
@@ -320,7 +321,7 @@ fn fit_on(
         "the training GPUs need both failures with precursors and healthy GPUs"
     );
     let shipped = Fitted::of_model(&RiskModel::shipped());
-    Ok(search::search(
+    Ok(ensemble::bagged(
         &Rows {
             times: &times,
             features: &features,
@@ -333,6 +334,8 @@ fn fit_on(
             row_every: options.row_every,
             false_per_1000_days: options.false_per_1000_days,
         },
+        ensemble::BAGS,
+        options.seed,
     ))
 }
 

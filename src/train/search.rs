@@ -74,12 +74,27 @@ pub struct Rows<'a> {
     pub features: &'a [[f64; N]],
 }
 
-/// The weights that do best on `tracks`, starting from `start`.
+/// The weights that do best on `tracks`, starting from `start`, moving the weights in
+/// index order.
 pub fn search(
     rows: &Rows<'_>,
     tracks: &[Track],
     start: &[f64; N],
     options: &SearchOptions,
+) -> Fitted {
+    let order: Vec<usize> = (0..N).collect();
+    search_in_order(rows, tracks, start, options, &order)
+}
+
+/// [`search`], moving the weights in `order` each sweep: where two weights can buy the
+/// same failure, the first moved takes it, so the order matters ([`super::ensemble`]
+/// draws it at random per bag).
+pub fn search_in_order(
+    rows: &Rows<'_>,
+    tracks: &[Track],
+    start: &[f64; N],
+    options: &SearchOptions,
+    order: &[usize],
 ) -> Fitted {
     let margin = (options.threshold / (1.0 - options.threshold)).ln() - options.bias;
     let healthy_days: f64 = tracks
@@ -122,7 +137,7 @@ pub fn search(
     let mut trial = scores.clone();
     for _ in 0..MAX_SWEEPS {
         let mut moved = false;
-        for j in 0..N {
+        for &j in order.iter().filter(|&&j| j < N) {
             if columns[j].is_empty() {
                 continue;
             }

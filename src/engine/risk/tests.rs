@@ -649,7 +649,7 @@ fn a_node_wide_heat_that_warms_idle_gpus_most_keeps_every_gpu_under_half() {
             s.temperature_celsius = Some(35.0);
             s.memory_temperature_celsius = Some(37.0);
         }
-        if m >= LAST_DAY && m < LAST_DAY + 8 * 60 {
+        if (LAST_DAY..LAST_DAY + 8 * 60).contains(&m) {
             let t = 86.0 + f64::from(g % 3) + ((m / STEP_MIN) % 3) as f64 * 0.3;
             s.temperature_celsius = Some(t);
             s.memory_temperature_celsius = Some(t + if idle { 2.0 } else { 5.0 });
