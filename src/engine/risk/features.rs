@@ -25,7 +25,7 @@ use crate::model::GpuSample;
 /// Every feature the model can weigh, with what it measures. The order is the order of
 /// [`features`]' output, of training columns and of the held terms in saved state: new
 /// features are appended, never inserted, so state saved by an older agent loads.
-pub const FEATURES: [(&str, &str); 27] = [
+pub const FEATURES: [(&str, &str); 29] = [
     (
         "ecc_corrected_days",
         "rolling days of the last 7 with corrected ECC errors, each counting up to 1 at 3 errors",
@@ -130,6 +130,14 @@ pub const FEATURES: [(&str, &str); 27] = [
     (
         "thermal_slowdown_rise",
         "ln(1 + percent of the last day's loaded time in thermal slowdown) over the same for the median of the GPU's previous days, less the node's median and what a node running hot explains",
+    ),
+    (
+        "memory_gap_persistent",
+        "(memory − GPU temperature above the GPU's own gap at similar utilization, averaged over about a day, less the node's median, − 2 °C) / 2, when above",
+    ),
+    (
+        "temperature_persistent",
+        "(GPU temperature above the GPU's own at similar power, averaged over about a day, less the node's median, − 2 °C) / 2, when above, less what a node running hot explains",
     ),
 ];
 
@@ -269,6 +277,8 @@ impl Signals {
                 gap_deviation: risk.gap.deviation.unwrap_or(0.0),
                 temperature_excess: (hour.temperature.mean().unwrap_or(0.0) - 80.0).max(0.0),
                 temperature_deviation: risk.temperature.deviation.unwrap_or(0.0),
+                gap_persistent: risk.gap.deviation_day.unwrap_or(0.0),
+                temperature_persistent: risk.temperature.deviation_day.unwrap_or(0.0),
                 thermal_share: share(day.thermal_slowdown_seconds),
                 thermal_rise,
                 hw_slowdown_share: risk.hw_slowdown.clamp(0.0, 1.0),
@@ -325,6 +335,10 @@ fn previous_median(days: &RollingDays, value: impl Fn(usize) -> Option<f64>) -> 
 const NODE_HEAT_FROM: f64 = 2.0;
 const NODE_HEAT_SPAN: f64 = 4.0;
 
+/// Degrees a day-long deviation from the GPU's own temperature or memory gap must pass
+/// before it counts, and the degrees that make one unit of it.
+const PERSISTENT_DEGREES: f64 = 2.0;
+
 /// Feature values in [`FEATURES`] order.
 pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
     let s = input.signals;
@@ -372,5 +386,10 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         s.collect_slowdown,
         unexplained * ((own.temperature_deviation - 4.0) / 4.0).max(0.0),
         unexplained * own.thermal_rise,
+        // Persistence: a few degrees held for a day are a cooling that degrades, where the
+        // hour's deviation needs more to stand out of a bursty job's swings.
+        ((own.gap_persistent - PERSISTENT_DEGREES) / PERSISTENT_DEGREES).max(0.0),
+        unexplained
+            * ((own.temperature_persistent - PERSISTENT_DEGREES) / PERSISTENT_DEGREES).max(0.0),
     ]
 }

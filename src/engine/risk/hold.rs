@@ -210,7 +210,7 @@ const FAMILY_OF: [Family; FEATURES.len()] = {
     [
         Memory, Memory, Memory, Memory, Memory, Memory, Memory, Memory, // ECC, remaps, pages
         Xid, Pcie, Pcie, Pcie, Pcie, NvLink, NvLink, Cooling, Cooling, Cooling, Cooling, Cooling,
-        Power, Power, Structural, Structural, Structural, Cooling, Cooling,
+        Power, Power, Structural, Structural, Structural, Cooling, Cooling, Cooling, Cooling,
     ]
 };
 

@@ -38,9 +38,12 @@ pub struct Shared {
     pub failed_per_collection: f64,
     /// Mean collection seconds, last hour.
     pub collect_seconds: f64,
+    /// The gap's and the GPU temperature's deviations averaged over about a day, °C.
+    pub gap_persistent: f64,
+    pub temperature_persistent: f64,
 }
 
-const FIELDS: usize = 13;
+const FIELDS: usize = 15;
 
 impl Shared {
     fn to_array(self) -> [f64; FIELDS] {
@@ -58,6 +61,8 @@ impl Shared {
             self.brake_share,
             self.failed_per_collection,
             self.collect_seconds,
+            self.gap_persistent,
+            self.temperature_persistent,
         ]
     }
 
@@ -76,6 +81,8 @@ impl Shared {
             brake_share: a[10],
             failed_per_collection: a[11],
             collect_seconds: a[12],
+            gap_persistent: a[13],
+            temperature_persistent: a[14],
         }
     }
 }

@@ -370,6 +370,8 @@ pub struct BandedBaseline {
     /// The reading minus its band's baseline, averaged over about an hour; None until a
     /// band is warm.
     pub deviation: Option<f64>,
+    /// The same averaged over about a day: what persists rather than what passes.
+    pub deviation_day: Option<f64>,
 }
 
 impl BandedBaseline {
@@ -390,6 +392,7 @@ impl BandedBaseline {
             *self = BandedBaseline {
                 bands: vec![Baseline::default(); bands],
                 deviation: None,
+                deviation_day: None,
             };
         }
         let band = ((level.clamp(0.0, 1.0) * bands as f64) as usize).min(bands - 1);
@@ -398,6 +401,9 @@ impl BandedBaseline {
             let mut smoothed = self.deviation.unwrap_or(deviation);
             ewma(&mut smoothed, deviation, seconds, HOUR as f64);
             self.deviation = Some(smoothed);
+            let mut day = self.deviation_day.unwrap_or(deviation);
+            ewma(&mut day, deviation, seconds, DAY as f64);
+            self.deviation_day = Some(day);
         }
         self.bands[band].learn(reading, seconds, drift_per_day);
     }

@@ -317,10 +317,16 @@ fn an_hbm_gap_25_degrees_over_its_own_baseline_warns_where_hbm_runs_cooler() {
     let failing = run(8, gap(25.0));
     let last = failing.last().unwrap();
     assert!(last.risk.score >= 0.7, "{:?}", last.risk);
-    assert_eq!(
-        last.risk.top(1).next().map(|c| &*c.feature),
-        Some("memory_gap_vs_baseline")
+    // Against the GPU's own gap: over the hour, or held for the day.
+    let top = last.risk.top(1).next().map(|c| &*c.feature);
+    assert!(
+        matches!(
+            top,
+            Some("memory_gap_vs_baseline" | "memory_gap_persistent")
+        ),
+        "{top:?}"
     );
+    assert!(contribution(last, "memory_gap_vs_baseline") > 2.0);
     // The absolute gap (+17 °C) alone would barely count.
     assert!(contribution(last, "memory_temperature_gap") < 0.5);
     // A few degrees of change is ordinary.
