@@ -93,7 +93,8 @@ fn on_cores<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec
             .collect();
         let mut results: Vec<(usize, R)> = handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
+            // A search that panicked is a defect to surface, not a bag to drop quietly.
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect();
         results.sort_by_key(|(i, _)| *i);
         results.into_iter().map(|(_, r)| r).collect()
@@ -103,18 +104,10 @@ fn on_cores<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::search::tests::options;
 
     const DAY: f64 = 86_400.0;
     const HOUR: f64 = 3_600.0;
-
-    fn options() -> SearchOptions {
-        SearchOptions {
-            bias: -4.5,
-            threshold: 0.7,
-            row_every: HOUR,
-            false_per_1000_days: 1.0,
-        }
-    }
 
     /// Six failures that climb on feature 0 over three days; one of them shows feature 1
     /// as well, and so does no healthy GPU. A single search in an order that moves

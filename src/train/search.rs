@@ -307,7 +307,7 @@ pub fn verdict(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A test feature's value over time.
@@ -341,7 +341,8 @@ mod tests {
         (times, features, tracks)
     }
 
-    fn options() -> SearchOptions {
+    /// Settings the search's and the bagging's tests share.
+    pub(in crate::train) fn options() -> SearchOptions {
         SearchOptions {
             bias: -4.5,
             threshold: 0.7,
