@@ -31,13 +31,16 @@ enum Mode<R: Read> {
     /// The `csv` crate reads the rest: the line it was handed first, then the log. Its
     /// line numbers start again and are `lines` short.
     Csv {
-        csv: Box<csv::Reader<Chain<Cursor<Vec<u8>>, BufReader<R>>>>,
+        csv: Box<Handed<R>>,
         lines: u64,
         record: ByteRecord,
     },
     /// Only while the log is handed over.
     Handing,
 }
+
+/// The `csv` reader of the rest of a log: the line it was handed, then the log.
+type Handed<R> = csv::Reader<Chain<Cursor<Vec<u8>>, BufReader<R>>>;
 
 /// How the `csv` crate is set to read nvidia-smi logs: rows of any length (a cut line, a
 /// message in place of a row), `#` comments, no header (headers can recur: a restarted
@@ -291,8 +294,10 @@ mod tests {
 
     #[test]
     fn plain_lines_are_split_here() {
-        let mut cells = Cells::default();
-        cells.bytes = b"2026/07/14 08:12:38.696, 0, 41 %\n".to_vec();
+        let mut cells = Cells {
+            bytes: b"2026/07/14 08:12:38.696, 0, 41 %\n".to_vec(),
+            ..Cells::default()
+        };
         assert!(cells.split_plain());
         assert_eq!(cells.len(), 3);
         assert_eq!(cells.get(2), Some(&b" 41 %"[..]));
