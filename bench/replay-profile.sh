@@ -27,8 +27,9 @@ total=$(awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}' "$work/annota
 echo "$shape, $rows rows: $total instructions, $((total / rows)) per row"
 # Inclusive instructions per row of the replay's parts (the first symbol matching each).
 echo "parts (inclusive instructions per row):"
-for part in 'SnapshotReader>::next_into' 'smi_row::read' 'csv_core::reader::Reader::read_record' \
-  'Engine::step' 'Engine::assess_risk' 'window::Windows::summaries' 'window::Windows::add' \
+for part in 'SnapshotReader>::next_into' 'smi_row::read' 'smi_lines::Cells::split_plain' \
+  'csv_core::reader::Reader::read_record' 'Engine::step' 'Engine::assess_risk' \
+  'window::Windows::summaries_into' 'window::Windows::add' 'window::Ring::add' \
   'risk::assess_with' 'risk::assess' 'Hold::apply' 'Signals::of' 'RiskState::observe' \
   'PeerScratch::median' 'ReportBuilder::observe' 'ReplayRules>::step'; do
   line=$(grep -F "$part [" "$work/inclusive" | head -1 || true)

@@ -27,7 +27,7 @@ impl Engine {
             .summaries
             .resize_with(scratch.slots.len(), Default::default);
         for (summaries, &slot) in scratch.summaries.iter_mut().zip(&scratch.slots) {
-            states.slot(slot).windows.summaries_into(now, summaries);
+            states.slot_mut(slot).windows.summaries_into(now, summaries);
         }
         let listed = snapshot.gpus.len();
         // Findings list the snapshot's GPUs first, in its order.

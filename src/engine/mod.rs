@@ -417,21 +417,19 @@ impl Engine {
         gpus.truncate(used);
         self.assess_risk(now, snapshot, &mut gpus, &mut scratch, repeated);
         let span = self.config.capacity.window.as_secs() as i64;
-        let utilization: Vec<Option<f64>> = gpus
-            .iter()
-            .zip(&scratch.slots)
-            .zip(&scratch.summaries)
-            .filter(|((g, _), _)| g.up)
-            .map(|((_, &slot), summaries)| {
-                // The capacity window is usually the hour the step has summarised already.
-                if span == window::HOUR {
-                    summaries.hour.utilization.mean()
-                } else {
-                    let state = self.state.gpus.slot(slot);
-                    state.windows.last(now, span).utilization.mean()
-                }
-            })
-            .collect();
+        let mut utilization: Vec<Option<f64>> = Vec::with_capacity(gpus.len());
+        for ((g, &slot), summaries) in gpus.iter().zip(&scratch.slots).zip(&scratch.summaries) {
+            if !g.up {
+                continue;
+            }
+            // The capacity window is usually the hour the step has summarised already.
+            utilization.push(if span == window::HOUR {
+                summaries.hour.utilization.mean()
+            } else {
+                let state = self.state.gpus.slot_mut(slot);
+                state.windows.last_sums(now, span).utilization.mean()
+            });
+        }
         self.scratch = scratch;
         let advice = capacity::advise(
             &mut self.state.capacity,

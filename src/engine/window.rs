@@ -8,13 +8,14 @@
 //!
 //! Only a ring's newest bucket ever changes (samples, even out-of-order ones, land in it),
 //! so the merge of a run of older, closed buckets stays valid until a bucket opens or falls
-//! out of the window. Each ring remembers a few such merges ([`Memo`]): a summary then
-//! costs two merges instead of up to 96, which is what lets `replay` run the engine over a
-//! week-long nvidia-smi log in seconds. The memo is not state: it is not persisted, compared
-//! or cloned, and a summary comes out the same whether it was remembered or not.
+//! out of the window. Each ring remembers a few such merges ([`Memo`]) of the sums a step
+//! reads ([`Sums`]: a bucket without its extremes and squares): a step's summary of a span
+//! then costs one merge of a few numbers instead of up to 96 merges of whole buckets, which
+//! is what lets `replay` run the engine over a week-long nvidia-smi log in seconds. The
+//! memo is not state: it is not persisted, compared or cloned, and a summary comes out the
+//! same whether it was remembered or not.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -205,21 +206,100 @@ pub struct Ring {
     memo: Memo,
 }
 
+/// What a step reads of a span of a window: a [`Bucket`]'s sums and counts, without the
+/// extremes and squares no feature reads, so that summarising a GPU's windows at every
+/// sample adds up a few numbers rather than whole buckets. Each field is what the same
+/// merge of [`Bucket`]s holds, to the bit.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sums {
+    pub samples: u32,
+    /// Seconds covered by samples, up or not.
+    pub seconds: f64,
+    pub utilization: Mean,
+    pub temperature: Mean,
+    /// Memory minus GPU temperature, where both are known.
+    pub memory_gap: Mean,
+    pub collect_seconds: Mean,
+    pub thermal_slowdown_seconds: f64,
+    pub power_brake_seconds: f64,
+    pub deltas: Deltas,
+}
+
+/// A [`Stat`]'s count and sum: its mean.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Mean {
+    pub n: u32,
+    pub sum: f64,
+}
+
+impl Mean {
+    /// [`Stat::merge`]'s count and sum.
+    fn merge(&mut self, n: u32, sum: f64) {
+        if n == 0 {
+            return;
+        }
+        if self.n == 0 {
+            (self.n, self.sum) = (n, sum);
+            return;
+        }
+        self.n += n;
+        self.sum += sum;
+    }
+
+    /// [`Stat::mean`].
+    pub fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / f64::from(self.n))
+    }
+}
+
+impl Sums {
+    /// Folds `other` in, as [`Bucket::merge`] does.
+    fn merge(&mut self, other: &Sums) {
+        self.samples += other.samples;
+        self.seconds += other.seconds;
+        let stats = [
+            (&mut self.utilization, other.utilization),
+            (&mut self.temperature, other.temperature),
+            (&mut self.memory_gap, other.memory_gap),
+            (&mut self.collect_seconds, other.collect_seconds),
+        ];
+        for (mine, theirs) in stats {
+            mine.merge(theirs.n, theirs.sum);
+        }
+        self.thermal_slowdown_seconds += other.thermal_slowdown_seconds;
+        self.power_brake_seconds += other.power_brake_seconds;
+        self.deltas.add(&other.deltas);
+    }
+}
+
+impl From<&Bucket> for Sums {
+    fn from(b: &Bucket) -> Sums {
+        let mean = |s: &Stat| Mean { n: s.n, sum: s.sum };
+        Sums {
+            samples: b.samples,
+            seconds: b.seconds,
+            utilization: mean(&b.utilization),
+            temperature: mean(&b.temperature),
+            memory_gap: mean(&b.memory_gap),
+            collect_seconds: mean(&b.collect_seconds),
+            thermal_slowdown_seconds: b.thermal_slowdown_seconds,
+            power_brake_seconds: b.power_brake_seconds,
+            deltas: b.deltas,
+        }
+    }
+}
+
 /// Merges of runs of closed buckets, keyed by the starts of the run's first and last
-/// bucket (closed buckets never change, so the key names the content). Behind a mutex
-/// because summaries take `&self`; it is never contended (one engine, one thread).
+/// bucket (closed buckets never change, so the key names the content).
 #[derive(Default)]
-struct Memo(Mutex<MemoSlots>);
+struct Memo {
+    slots: [Option<(i64, i64, Sums)>; MEMO_SLOTS],
+    next: usize,
+}
 
 /// Runs a ring is summarised over per step: `last_hour` and the capacity window share one,
 /// `last_week` and `baseline` need two.
 const MEMO_SLOTS: usize = 4;
-
-#[derive(Default)]
-struct MemoSlots {
-    slots: [Option<(i64, i64, Bucket)>; MEMO_SLOTS],
-    next: usize,
-}
 
 impl Clone for Memo {
     /// A copy starts with an empty memo: remembering is an optimisation, not state.
@@ -255,7 +335,7 @@ impl Ring {
         self.width.max(1)
     }
 
-    /// Span the ring covers, seconds.
+    /// Sums the ring covers, seconds.
     pub fn span(&self) -> i64 {
         self.width * self.capacity as i64
     }
@@ -283,60 +363,64 @@ impl Ring {
         }
     }
 
+    /// The first bucket that ends after `since`: most steps it is the oldest one, which
+    /// one comparison tells without a search.
+    fn first_after(&self, since: i64) -> usize {
+        let before = |b: &Bucket| b.start + self.width <= since;
+        match self.buckets.front() {
+            Some(oldest) if before(oldest) => self.buckets.partition_point(before),
+            _ => 0,
+        }
+    }
+
     /// Everything from the buckets that start within `span` seconds before `now`: the
     /// newest bucket, then the merge of the closed ones before it.
     pub fn summary(&self, now: i64, span: i64) -> Bucket {
-        let mut out = Bucket::default();
-        self.summary_into(now, span, &mut out);
+        let since = now - span;
+        let first = self.first_after(since);
+        let Some(newest) = self.buckets.back().filter(|_| first < self.buckets.len()) else {
+            return Bucket {
+                start: since,
+                ..Bucket::default()
+            };
+        };
+        let mut out = newest.clone();
+        out.start = since;
+        let last = self.buckets.len() - 1;
+        if first < last {
+            out.merge(&self.fold(first..last));
+        }
         out
     }
 
-    /// [`Ring::summary`] written over `out`, so that a step's summaries are made where they
-    /// are kept rather than copied there.
-    pub fn summary_into(&self, now: i64, span: i64, out: &mut Bucket) {
-        let since = now - span;
-        let first = self
-            .buckets
-            .partition_point(|b| b.start + self.width <= since);
-        match self.split_newest(first, self.buckets.len()) {
-            Some((newest, closed)) => {
-                // Merging into an empty bucket copies: every count and sum a bucket holds
-                // starts at +0.0 and only adds non-negative whole seconds and counts, so
-                // `0.0 + x` is `x` to the bit, and an empty statistic takes the other's.
-                out.clone_from(newest);
-                out.start = since;
-                if let Some(closed) = closed {
-                    self.merge_closed(closed, out);
-                }
-            }
-            None => {
-                *out = Bucket {
-                    start: since,
-                    ..Bucket::default()
-                }
-            }
+    /// [`Ring::summary`]'s sums and counts ([`Sums`]), the merge of the closed buckets
+    /// remembered: a summary then costs one merge instead of up to 96.
+    pub fn sums(&mut self, now: i64, span: i64) -> Sums {
+        let mut out = Sums::default();
+        self.sums_into(now, span, &mut out);
+        out
+    }
+
+    /// [`Ring::sums`] written over `out`.
+    pub fn sums_into(&mut self, now: i64, span: i64, out: &mut Sums) {
+        let first = self.first_after(now - span);
+        let Some(newest) = self.buckets.back().filter(|_| first < self.buckets.len()) else {
+            *out = Sums::default();
+            return;
+        };
+        // Merging into an empty bucket copies: every count and sum a bucket holds starts at
+        // +0.0 and only adds non-negative whole seconds and counts, so `0.0 + x` is `x` to
+        // the bit, and an empty statistic takes the other's.
+        *out = Sums::from(newest);
+        let last = self.buckets.len() - 1;
+        if first < last {
+            self.merge_closed(first..last, out);
         }
     }
 
-    /// The newest bucket of `from..to` if it is the ring's newest, and the closed run
-    /// before it; or, when `to` stops short of the newest, no newest and the whole run.
-    #[allow(clippy::type_complexity)]
-    fn split_newest(
-        &self,
-        from: usize,
-        to: usize,
-    ) -> Option<(&Bucket, Option<std::ops::Range<usize>>)> {
-        if from >= to {
-            return None;
-        }
-        let newest = self.buckets.get(to - 1)?;
-        let closed = (from < to - 1).then_some(from..to - 1);
-        Some((newest, closed))
-    }
-
-    /// Merges into `out` the buckets of `range` merged oldest first (remembered);
-    /// `range` must hold closed buckets only.
-    fn merge_closed(&self, range: std::ops::Range<usize>, out: &mut Bucket) {
+    /// Merges into `out` the buckets of `range` merged oldest first (remembered); `range`
+    /// must hold closed buckets only.
+    fn merge_closed(&mut self, range: std::ops::Range<usize>, out: &mut Sums) {
         let (Some(first), Some(last)) = (
             self.buckets.get(range.start),
             self.buckets.get(range.end.saturating_sub(1)),
@@ -344,24 +428,23 @@ impl Ring {
             return;
         };
         let key = (first.start, last.start);
-        let Ok(mut memo) = self.memo.0.lock() else {
-            out.merge(&self.fold(range));
-            return;
-        };
-        if let Some((_, _, bucket)) = memo
+        let memo = &mut self.memo;
+        if let Some((_, _, sums)) = memo
             .slots
             .iter()
             .flatten()
             .find(|(a, b, _)| (*a, *b) == key)
         {
-            out.merge(bucket);
+            out.merge(sums);
             return;
         }
-        let bucket = self.fold(range);
-        out.merge(&bucket);
-        let next = memo.next;
-        memo.slots[next] = Some((key.0, key.1, bucket));
-        memo.next = (next + 1) % MEMO_SLOTS;
+        let mut sums = Sums::default();
+        for b in self.buckets.range(range) {
+            sums.merge(&Sums::from(b));
+        }
+        out.merge(&sums);
+        memo.slots[memo.next] = Some((key.0, key.1, sums));
+        memo.next = (memo.next + 1) % MEMO_SLOTS;
     }
 
     fn fold(&self, range: std::ops::Range<usize>) -> Bucket {
@@ -380,11 +463,11 @@ impl Ring {
 /// The spans risk features and findings read, summarised once per GPU per step.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summaries {
-    pub hour: Bucket,
-    pub day: Bucket,
-    pub week: Bucket,
+    pub hour: Sums,
+    pub day: Sums,
+    pub week: Sums,
     /// The week before the last day.
-    pub baseline: Bucket,
+    pub baseline: Sums,
 }
 
 /// The three windows of one GPU.
@@ -432,18 +515,18 @@ impl Windows {
     }
 
     /// The last hour, day and week, and the baseline, at `now`.
-    pub fn summaries(&self, now: i64) -> Summaries {
+    pub fn summaries(&mut self, now: i64) -> Summaries {
         let mut out = Summaries::default();
         self.summaries_into(now, &mut out);
         out
     }
 
     /// [`Windows::summaries`] written over `out` (a step keeps one per GPU, round to round).
-    pub fn summaries_into(&self, now: i64, out: &mut Summaries) {
-        self.hour.summary_into(now, HOUR, &mut out.hour);
-        self.day.summary_into(now, DAY, &mut out.day);
-        self.week.summary_into(now, WEEK, &mut out.week);
-        out.baseline = self.baseline(now);
+    pub fn summaries_into(&mut self, now: i64, out: &mut Summaries) {
+        self.hour.sums_into(now, HOUR, &mut out.hour);
+        self.day.sums_into(now, DAY, &mut out.day);
+        self.week.sums_into(now, WEEK, &mut out.week);
+        self.baseline_into(now, &mut out.baseline);
     }
 
     /// The last `span` seconds, from the finest ring that covers them.
@@ -457,104 +540,44 @@ impl Windows {
         }
     }
 
-    /// The week before the last day: the baseline a GPU's recent behaviour is compared to.
-    pub fn baseline(&self, now: i64) -> Bucket {
-        let week = &self.week;
+    /// [`Windows::last`]'s sums and counts, remembered as [`Windows::summaries`]' are.
+    pub fn last_sums(&mut self, now: i64, span: i64) -> Sums {
+        if span <= self.hour.span() {
+            self.hour.sums(now, span)
+        } else if span <= self.day.span() {
+            self.day.sums(now, span)
+        } else {
+            self.week.sums(now, span)
+        }
+    }
+
+    /// The week before the last day (the baseline a GPU's recent behaviour is compared
+    /// to), written over `out`.
+    pub fn baseline_into(&mut self, now: i64, out: &mut Sums) {
+        let week = &mut self.week;
         let from = week.buckets.partition_point(|b| b.start <= now - WEEK);
         let to = week
             .buckets
             .partition_point(|b| b.start + 2 * HOUR <= now - DAY)
             .max(from);
-        let mut out = Bucket::default();
+        *out = Sums::default();
         if from >= to {
-            return out;
+            return;
         }
         // Oldest first, the newest bucket (which may still change) last and never remembered.
         if to == week.buckets.len() {
             if to - 1 > from {
-                week.merge_closed(from..to - 1, &mut out);
+                week.merge_closed(from..to - 1, out);
             }
             if let Some(newest) = week.buckets.back() {
-                out.merge(newest);
+                out.merge(&Sums::from(newest));
             }
         } else {
-            week.merge_closed(from..to, &mut out);
+            week.merge_closed(from..to, out);
         }
-        out
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn point(at: i64, util: f64, corrected: f64) -> Point {
-        Point {
-            at,
-            seconds: 60.0,
-            utilization: Some(util),
-            temperature: Some(60.0),
-            memory_temperature: Some(70.0),
-            deltas: Deltas {
-                ecc_corrected: corrected,
-                ..Deltas::default()
-            },
-            ..Point::default()
-        }
-    }
-
-    #[test]
-    fn bucket_size_is_as_documented() {
-        // The module docs and BENCHMARKS.md quote this size; change them with it.
-        assert_eq!(std::mem::size_of::<Bucket>(), 288);
-    }
-
-    #[test]
-    fn windows_forget_what_falls_out_of_them() {
-        let mut w = Windows::default();
-        let start = 1_700_000_000 / DAY * DAY;
-        for i in 0..(2 * 24 * 60) {
-            let corrected = if i < 24 * 60 { 1.0 } else { 0.0 };
-            w.add(&point(start + i * 60, 0.5, corrected));
-        }
-        let now = start + 2 * DAY;
-        assert_eq!(w.last_hour(now).deltas.ecc_corrected, 0.0);
-        assert_eq!(w.last_day(now).deltas.ecc_corrected, 0.0);
-        assert_eq!(w.last_week(now).deltas.ecc_corrected, 1440.0);
-        assert_eq!(w.last_hour(now).samples, 60);
-        assert!((w.last_day(now).seconds - 86_400.0).abs() < 1.0);
-    }
-
-    #[test]
-    fn memory_is_bounded_whatever_the_interval() {
-        let mut w = Windows::default();
-        for i in 0..(30 * 24 * 720) {
-            w.add(&point(i * 5, 0.9, 0.0));
-        }
-        assert_eq!(w.hour.buckets().count(), 60);
-        assert_eq!(w.day.buckets().count(), 96);
-        assert_eq!(w.week.buckets().count(), 84);
-    }
-
-    #[test]
-    fn stats_and_rates() {
-        let mut w = Windows::default();
-        for i in 0..60 {
-            w.add(&point(i * 60, if i % 2 == 0 { 0.0 } else { 1.0 }, 0.5));
-        }
-        let h = w.last_hour(3600);
-        assert_eq!(h.utilization.mean(), Some(0.5));
-        assert_eq!(h.utilization.std_dev(), Some(0.5));
-        assert_eq!(h.memory_gap.mean(), Some(10.0));
-        assert!((h.per_day(h.deltas.ecc_corrected) - 720.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn out_of_order_samples_do_not_rewrite_history() {
-        let mut w = Windows::default();
-        w.add(&point(10_000, 0.5, 1.0));
-        w.add(&point(5_000, 0.5, 1.0));
-        assert_eq!(w.hour.buckets().count(), 1);
-        assert_eq!(w.last_hour(10_000).deltas.ecc_corrected, 2.0);
-    }
-}
+#[path = "window_tests.rs"]
+mod tests;

@@ -8,17 +8,18 @@
 //! that names them (see [`super::smi_fields`] for the mapping). Every sample passes the
 //! model's range checks ([`crate::model::sanitize`]) before it joins a round.
 //!
-//! The reader is built for long logs: the `csv` crate's [`ByteRecord`] is reused for every
-//! row, GPU samples are recycled between rounds and each row is read into the place it
-//! keeps in its round (no sample is moved), and cells are read as bytes, so a row costs no
-//! allocation once the first rounds have warmed the buffers.
+//! The reader is built for long logs: plain lines are split at their commas without the
+//! `csv` crate's parser ([`super::smi_lines`]), one record ([`super::smi_lines::Cells`]) is
+//! reused for every row, GPU samples are recycled between rounds and each row is read into
+//! the place it keeps in its round (no sample is moved), and cells are read as bytes, so a
+//! row costs no allocation once the first rounds have warmed the buffers.
 
 use std::io::Read;
 
 use chrono::{DateTime, FixedOffset, Utc};
-use csv::ByteRecord;
 
 use super::smi_fields::{Field, TimestampParser, split_header};
+use super::smi_lines::{Cells, Records};
 use super::smi_round::{Cut, Rounds, Verdict};
 use super::smi_row::{self, Column, recycle};
 use super::{ReadStats, SnapshotReader, Warnings};
@@ -158,8 +159,8 @@ impl<R: Read> Read for TailWatch<R> {
 
 /// Streams snapshots out of an nvidia-smi CSV log.
 pub struct SmiCsvReader<R: Read> {
-    csv: csv::Reader<TailWatch<R>>,
-    record: ByteRecord,
+    records: Records<TailWatch<R>>,
+    record: Cells,
     options: SmiCsvOptions,
     columns: Vec<Column>,
     /// The column that tells GPUs apart: uuid, else bus id, else index.
@@ -193,19 +194,13 @@ struct GpuRow {
 
 impl<R: Read> SmiCsvReader<R> {
     pub fn new(reader: R, options: SmiCsvOptions) -> SmiCsvReader<R> {
-        let csv = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            // No `Trim::All`: it rebuilds every record. Only the cells replay reads are
-            // trimmed, in `fill`.
-            .comment(Some(b'#'))
-            .from_reader(TailWatch {
-                inner: reader,
-                last: None,
-            });
+        let records = Records::new(TailWatch {
+            inner: reader,
+            last: None,
+        });
         SmiCsvReader {
-            csv,
-            record: ByteRecord::new(),
+            records,
+            record: Cells::default(),
             timestamps: TimestampParser::new(options.timezone),
             options,
             columns: Vec::new(),
@@ -264,7 +259,7 @@ impl<R: Read> SmiCsvReader<R> {
 
     /// Reads the next record into `self.record`; false at the end of the file.
     fn read_record(&mut self) -> anyhow::Result<bool> {
-        match self.csv.read_byte_record(&mut self.record) {
+        match self.records.read(&mut self.record) {
             Ok(more) => Ok(more),
             Err(e) => match e.kind() {
                 csv::ErrorKind::Io(_) => Err(anyhow::anyhow!("cannot read the log: {e}")),
@@ -280,7 +275,7 @@ impl<R: Read> SmiCsvReader<R> {
             if !self.read_record()? {
                 return Ok(None);
             }
-            let line = self.record.position().map_or(0, |p| p.line());
+            let line = self.record.line();
             if looks_like_header(&self.record) {
                 let names: Vec<String> = self
                     .record
@@ -415,7 +410,7 @@ fn bus_suffix(bus: &str) -> String {
 
 /// A header (a row of field names, each with an optional ` [unit]`), at the top of the log
 /// or where a restarted nvidia-smi appended a new one.
-fn looks_like_header(record: &ByteRecord) -> bool {
+fn looks_like_header(record: &Cells) -> bool {
     // Data rows start with a timestamp or an index, headers with a letter: most rows stop here.
     let starts_with_letter = record
         .get(0)
@@ -504,9 +499,10 @@ impl<R: Read> SmiCsvReader<R> {
         if std::mem::replace(&mut self.ended, true) {
             return false;
         }
-        let tail_cut = self.csv.get_ref().last.is_some_and(|b| b != b'\n');
+        let tail_cut =
+            (self.records.get_ref()).is_some_and(|log| log.last.is_some_and(|b| b != b'\n'));
         if tail_cut && !self.last_record_short {
-            let line = self.record.position().map_or(0, |p| p.line());
+            let line = self.record.line();
             warnings.at_line(
                 line,
                 "the log ends inside this row (no newline after it): its last value may be cut short",

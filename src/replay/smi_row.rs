@@ -9,13 +9,13 @@
 //! the identity of a GPU that fell off the bus), is a sample with `up = false`.
 
 use chrono::{DateTime, Utc};
-use csv::ByteRecord;
 
 use super::Warnings;
 use super::smi_fields::{
     Cell, ClockKind, Field, TimestampParser, Unit, bitmask, flag, placeholder, pstate, quantity,
     text,
 };
+use super::smi_lines::Cells;
 use crate::model::{ClockEvents, GpuSample, HostInfo, RemappedRows, RetiredPages};
 
 /// One column of the log.
@@ -138,7 +138,7 @@ fn set_opt_text(target: &mut Option<String>, value: &str) {
 /// Reads a record into a recycled `sample`, and the host-wide cells into `host`. `None`
 /// (with a warning) when the row has no usable timestamp.
 pub fn read(
-    record: &ByteRecord,
+    record: &Cells,
     columns: &[Column],
     timestamps: &mut TimestampParser,
     host: &mut HostInfo,

@@ -164,6 +164,19 @@ const STEADY_POWER_SPREAD: f64 = 0.02;
 /// Previous days a rate baseline needs before it is trusted.
 const BASELINE_DAYS: usize = 2;
 
+/// `ln(1 + x)` as [`f64::ln_1p`] gives it, a zero returned as it is (as `ln_1p` returns
+/// it) without a call into the maths library: most features are zero at most steps.
+trait Ln1p {
+    fn ln1p(self) -> f64;
+}
+
+impl Ln1p for f64 {
+    #[inline]
+    fn ln1p(self) -> f64 {
+        if self == 0.0 { self } else { self.ln_1p() }
+    }
+}
+
 /// What one GPU shows on its own, before the node's median is taken away.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Signals {
@@ -215,7 +228,7 @@ impl Signals {
         let days = &risk.days;
         let corrected = |d: usize| days.count(CORRECTED, d);
         let replays = |d: usize| days.count(REPLAYS, d);
-        let replay_scale = |count: f64| (count / ORDINARY_REPLAYS_PER_DAY).ln_1p();
+        let replay_scale = |count: f64| (count / ORDINARY_REPLAYS_PER_DAY).ln1p();
 
         let ecc_days = (0..DAYS)
             .map(|d| (corrected(d) / CORRECTED_FULL_DAY).min(1.0))
@@ -257,23 +270,23 @@ impl Signals {
         Signals {
             ecc_days,
             ecc_rising,
-            ecc_sustained: last_three[1].ln_1p(),
-            uncorrected: windows.week.deltas.ecc_uncorrected.ln_1p(),
-            remaps: risk.remaps.at_time(now).ln_1p(),
+            ecc_sustained: last_three[1].ln1p(),
+            uncorrected: windows.week.deltas.ecc_uncorrected.ln1p(),
+            remaps: risk.remaps.at_time(now).ln1p(),
             remap_pending: rows.is_some_and(|r| r.pending),
-            retired: risk.retired.at_time(now).ln_1p(),
+            retired: risk.retired.at_time(now).ln1p(),
             retired_pending: pages.is_some_and(|p| p.pending),
-            xids: windows.week.deltas.xid_hardware.ln_1p(),
+            xids: windows.week.deltas.xid_hardware.ln1p(),
             link_degraded: risk.link_degraded.clamp(0.0, 1.0),
-            nvlink_rise: (nvlink_hour.ln_1p() - nvlink_base.ln_1p()).max(0.0),
+            nvlink_rise: (nvlink_hour.ln1p() - nvlink_base.ln1p()).max(0.0),
             memory_gap: hour.memory_gap.mean().unwrap_or(0.0),
-            power_erratic: ((power.unexplained - power_floor) / 0.025).max(0.0).ln_1p(),
+            power_erratic: ((power.unexplained - power_floor) / 0.025).max(0.0).ln1p(),
             collect_slowdown,
             shared: Shared {
                 replay_level,
                 replay_rise,
                 replay_rising,
-                nvlink_level: nvlink_hour.ln_1p(),
+                nvlink_level: nvlink_hour.ln1p(),
                 gap_deviation: risk.gap.deviation.unwrap_or(0.0),
                 temperature_excess: (hour.temperature.mean().unwrap_or(0.0) - 80.0).max(0.0),
                 temperature_deviation: risk.temperature.deviation.unwrap_or(0.0),
@@ -305,7 +318,7 @@ const LOADED_DAY_SECONDS: f64 = 2.0 * 3600.0;
 fn thermal_rise(days: &RollingDays) -> f64 {
     let share = |d: usize| {
         let s = days.slowdown(d);
-        (s.loaded >= LOADED_DAY_SECONDS).then(|| (100.0 * (s.thermal / s.loaded).min(1.0)).ln_1p())
+        (s.loaded >= LOADED_DAY_SECONDS).then(|| (100.0 * (s.thermal / s.loaded).min(1.0)).ln1p())
     };
     let Some(today) = share(0) else {
         return 0.0;
@@ -357,7 +370,7 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         .map_or(0.0, |m| m.temperature_deviation);
     let unexplained = 1.0 - ((node_heat - NODE_HEAT_FROM) / NODE_HEAT_SPAN).clamp(0.0, 1.0);
     let flag = |on: bool| if on { 1.0 } else { 0.0 };
-    let percent = |share: f64| (100.0 * share).ln_1p();
+    let percent = |share: f64| (100.0 * share).ln1p();
     [
         s.ecc_days,
         s.ecc_rising,
@@ -381,8 +394,8 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         percent(own.hw_slowdown_share),
         percent(own.brake_share),
         unexplained * s.power_erratic,
-        (10.0 * own.failed_per_collection).ln_1p(),
-        (own.collect_seconds / SLOW_COLLECTION_SECONDS).ln_1p(),
+        (10.0 * own.failed_per_collection).ln1p(),
+        (own.collect_seconds / SLOW_COLLECTION_SECONDS).ln1p(),
         s.collect_slowdown,
         unexplained * ((own.temperature_deviation - 4.0) / 4.0).max(0.0),
         unexplained * own.thermal_rise,

@@ -137,6 +137,11 @@ impl Hold {
         // stays at zero without one.
         let mut decay: [Option<f64>; FAMILIES.len()] = [None; FAMILIES.len()];
         for (i, (held, &raw)) in self.held.iter_mut().zip(raw).enumerate() {
+            // A term at +0 with nothing new stays at +0 and adds nothing to its family: most
+            // terms of a healthy GPU at most steps, skipped without the work below.
+            if raw == 0.0 && held.to_bits() == 0 {
+                continue;
+            }
             let family = family_of(i);
             let decayed = if *held == 0.0 {
                 *held

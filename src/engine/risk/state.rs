@@ -310,6 +310,10 @@ impl Growth {
 
     /// Recent growth as of `now`.
     pub fn at_time(&self, now: i64) -> f64 {
+        // Nothing grown (most GPUs, every step) decays to itself: no exponential needed.
+        if self.recent == 0.0 {
+            return self.recent;
+        }
         let elapsed = now.saturating_sub(self.at).max(0) as f64;
         self.recent * (-elapsed / GROWTH_SECONDS).exp()
     }

@@ -1,0 +1,312 @@
+//! The records of an nvidia-smi log, split as the `csv` crate splits them, most of them
+//! without it.
+//!
+//! nvidia-smi writes plain lines: cells separated by commas, no quotes, one `\n` at the end
+//! of each. Such a line is one record whatever the CSV dialect, and splitting it at its
+//! commas gives the `csv` crate's fields and line number at a fraction of the cost of its
+//! byte-by-byte state machine (on a long log, reading records was a third of the reading
+//! thread's work). Everything else — quotes, `\r`, comments, blank lines, a last line
+//! without its newline, a byte order mark — is the `csv` crate's to read: at the first such
+//! line the rest of the log, that line first, is handed to a `csv` reader for good, its
+//! line numbers carried on. The lines before it were all plain, which leaves the crate's
+//! parser where any plain record leaves it; the `csv` reader handed the rest is put there
+//! by reading one such record first. So the records, their fields and their lines are the
+//! same as had it read the whole log.
+
+use std::io::{BufRead, BufReader, Chain, Cursor, Read};
+
+use csv::ByteRecord;
+
+/// Bytes read from the log at a time.
+const BUFFER: usize = 64 * 1024;
+
+/// A log's records.
+pub struct Records<R: Read> {
+    mode: Mode<R>,
+}
+
+enum Mode<R: Read> {
+    /// Plain lines so far, `lines` of them.
+    Lines { input: BufReader<R>, lines: u64 },
+    /// The `csv` crate reads the rest: the line it was handed first, then the log. Its
+    /// line numbers start again and are `lines` short.
+    Csv {
+        csv: Box<Handed<R>>,
+        lines: u64,
+        record: ByteRecord,
+    },
+    /// Only while the log is handed over.
+    Handing,
+}
+
+/// The `csv` reader of the rest of a log: the line it was handed, then the log.
+type Handed<R> = csv::Reader<Chain<Cursor<Vec<u8>>, BufReader<R>>>;
+
+/// How the `csv` crate is set to read nvidia-smi logs: rows of any length (a cut line, a
+/// message in place of a row), `#` comments, no header (headers can recur: a restarted
+/// nvidia-smi writes one) and no trimming (it rebuilds every record; only the cells
+/// replay reads are trimmed, by the row reader).
+fn csv_reader<T: Read>(input: T) -> csv::Reader<T> {
+    csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .comment(Some(b'#'))
+        .from_reader(input)
+}
+
+impl<R: Read> Records<R> {
+    pub fn new(input: R) -> Records<R> {
+        Records {
+            mode: Mode::Lines {
+                input: BufReader::with_capacity(BUFFER, input),
+                lines: 0,
+            },
+        }
+    }
+
+    /// The log being read.
+    pub fn get_ref(&self) -> Option<&R> {
+        match &self.mode {
+            Mode::Lines { input, .. } => Some(input.get_ref()),
+            Mode::Csv { csv, .. } => Some(csv.get_ref().get_ref().1.get_ref()),
+            Mode::Handing => None,
+        }
+    }
+
+    /// Reads the next record into `cells` (with the line it starts on, as
+    /// [`csv::Reader::read_byte_record`] gives it); false at the end of the log.
+    pub fn read(&mut self, cells: &mut Cells) -> csv::Result<bool> {
+        loop {
+            match &mut self.mode {
+                Mode::Lines { input, lines, .. } => {
+                    cells.clear(*lines + 1);
+                    if input.read_until(b'\n', &mut cells.bytes)? == 0 {
+                        return Ok(false);
+                    }
+                    // The `csv` crate drops a byte order mark before the first record.
+                    let mark = *lines == 0 && cells.bytes.starts_with(b"\xEF\xBB\xBF");
+                    if !mark && cells.split_plain() {
+                        *lines += 1;
+                        return Ok(true);
+                    }
+                    let line = std::mem::take(&mut cells.bytes);
+                    self.hand_over(line);
+                }
+                Mode::Csv { csv, lines, record } => {
+                    let more = csv.read_byte_record(record)?;
+                    let line = record.position().map_or(0, |at| at.line() + *lines);
+                    cells.clear(line);
+                    for field in record.iter() {
+                        cells.bytes.extend_from_slice(field);
+                        cells.ends.push(cells.bytes.len());
+                        cells.bytes.push(b',');
+                    }
+                    return Ok(more);
+                }
+                Mode::Handing => return Ok(false),
+            }
+        }
+    }
+
+    /// Hands the rest of the log, `line` (the line just read) first, to the `csv` crate.
+    fn hand_over(&mut self, line: Vec<u8>) {
+        let Mode::Lines { input, lines } = std::mem::replace(&mut self.mode, Mode::Handing) else {
+            return;
+        };
+        // After plain lines the crate's parser would be where it is after reading one plain
+        // record: that record is read first, so that a fresh parser is in that state too
+        // (it would otherwise drop a byte order mark at the start of the line).
+        let primed = lines > 0;
+        let head = match primed {
+            true => [&b"x\n"[..], &line].concat(),
+            false => line,
+        };
+        let mut csv = csv_reader(Cursor::new(head).chain(input));
+        if primed {
+            // From memory: it cannot fail.
+            let _ = csv.read_byte_record(&mut ByteRecord::new());
+        }
+        self.mode = Mode::Csv {
+            csv: Box::new(csv),
+            lines: lines - u64::from(primed),
+            record: ByteRecord::new(),
+        };
+    }
+}
+
+/// One record: its cells, in one buffer, and the line it starts on. A plain line is kept
+/// as it was read, its cells between its commas; a record the `csv` crate read is copied
+/// in, a comma after each cell.
+#[derive(Debug, Default)]
+pub struct Cells {
+    bytes: Vec<u8>,
+    /// Where each cell ends; the next starts one byte after.
+    ends: Vec<usize>,
+    line: u64,
+}
+
+impl Cells {
+    fn clear(&mut self, line: u64) {
+        self.bytes.clear();
+        self.ends.clear();
+        self.line = line;
+    }
+
+    /// The line the record starts on (1-based).
+    pub fn line(&self) -> u64 {
+        self.line
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        let end = *self.ends.get(i)?;
+        let start = match i {
+            0 => 0,
+            _ => self.ends[i - 1] + 1,
+        };
+        self.bytes.get(start..end)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let cell = self.bytes.get(start..end).unwrap_or_default();
+            start = end + 1;
+            cell
+        })
+    }
+
+    /// Splits the plain line in `bytes` (cells and commas, then `\n`) at its commas; false
+    /// for any other line.
+    fn split_plain(&mut self) -> bool {
+        let Some((b'\n', cells)) = self.bytes.split_last() else {
+            return false;
+        };
+        if cells.is_empty() || cells[0] == b'#' || memchr::memchr2(b'"', b'\r', cells).is_some() {
+            return false;
+        }
+        commas(cells, &mut self.ends);
+        self.ends.push(cells.len());
+        true
+    }
+}
+
+/// Appends the position of every comma in `bytes` to `out`, eight bytes at a time: a row
+/// has a comma every few bytes, too often for a search per comma to pay.
+fn commas(bytes: &[u8], out: &mut Vec<usize>) {
+    const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const COMMAS: u64 = 0x2c2c_2c2c_2c2c_2c2c;
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in words.by_ref() {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word) ^ COMMAS;
+        // The high bit of each byte that is zero (a comma before the xor), exactly: no
+        // borrow runs from one byte into the next.
+        let mut zero = !(((x & LOW).wrapping_add(LOW)) | x | LOW);
+        while zero != 0 {
+            out.push(at + zero.trailing_zeros() as usize / 8);
+            zero &= zero - 1;
+        }
+        at += 8;
+    }
+    for (i, &b) in words.remainder().iter().enumerate() {
+        if b == b',' {
+            out.push(at + i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Read = Vec<(u64, Vec<Vec<u8>>)>;
+
+    /// Every record of `text` with its line, as read here and by the `csv` crate alone.
+    fn both(text: &str) -> (Read, Read) {
+        let mut ours = Vec::new();
+        let mut records = Records::new(text.as_bytes());
+        let mut cells = Cells::default();
+        while records.read(&mut cells).unwrap_or(false) {
+            ours.push((cells.line(), cells.iter().map(<[u8]>::to_vec).collect()));
+        }
+        let mut theirs = Vec::new();
+        let mut csv = csv_reader(text.as_bytes());
+        let mut record = ByteRecord::new();
+        let line = |r: &ByteRecord| r.position().map_or(0, |p| p.line());
+        while csv.read_byte_record(&mut record).unwrap_or(false) {
+            theirs.push((line(&record), record.iter().map(<[u8]>::to_vec).collect()));
+        }
+        assert_eq!(
+            cells.line(),
+            line(&record),
+            "the line at the end of {text:?}"
+        );
+        (ours, theirs)
+    }
+
+    #[test]
+    fn records_and_lines_are_the_csv_crates() {
+        for text in [
+            "a, b,c\n1,2,3\n",
+            "a,b\n1,2",
+            "a,b\n\n1,2\n",
+            "a,b\n# note\n1,2\n",
+            "a,b\r\n1,2\r\n3,4\n",
+            "a,b\n\"x,y\",2\n3,4\n",
+            "a,b\n\"multi\nline\",2\n3,4\n",
+            "a,,\n,\n",
+            "\u{feff}a,b\n1,2\n",
+            "a,b\n\u{feff}\"x\",1\n2,3\n",
+            "",
+            "\n",
+        ] {
+            let (ours, theirs) = both(text);
+            assert_eq!(ours, theirs, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn commas_are_found_in_every_position() {
+        // 0xac is a comma with the high bit set; 0x2b and 0x2d are its neighbours.
+        for text in [
+            &b""[..],
+            b",",
+            b"a,b",
+            b",,,,,,,,,",
+            b"abcdefgh,ijklmnop,",
+            b"\xff,\x2d,\x2b,\x7f\xac\x00,\xac\xac,\x2c",
+        ] {
+            let mut found = Vec::new();
+            commas(text, &mut found);
+            let wanted: Vec<usize> = (text.iter().enumerate())
+                .filter(|(_, b)| **b == b',')
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(found, wanted, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn plain_lines_are_split_here() {
+        let mut cells = Cells {
+            bytes: b"2026/07/14 08:12:38.696, 0, 41 %\n".to_vec(),
+            ..Cells::default()
+        };
+        assert!(cells.split_plain());
+        assert_eq!(cells.len(), 3);
+        assert_eq!(cells.get(2), Some(&b" 41 %"[..]));
+        for other in [&b"a,\"b\"\n"[..], b"a,b\r\n", b"# c\n", b"\n", b"a,b"] {
+            let mut cells = Cells {
+                bytes: other.to_vec(),
+                ..Cells::default()
+            };
+            assert!(!cells.split_plain(), "{other:?}");
+        }
+    }
+}
