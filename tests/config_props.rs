@@ -5,7 +5,8 @@
 //!   or to problems that each name a key or a line; nothing panics.
 //! - On generated configurations that need no network, `check-config`'s verdict (the
 //!   problems of `cli::preflight::check`) equals `run`'s: the configuration parses and
-//!   [`Parts::build`], which builds what `run` builds before serving, succeeds.
+//!   [`Parts::build`], which builds what `run` builds before serving, succeeds, and the web
+//!   configuration it names loads.
 //!
 //! Bounded: a few hundred cases in all, a few seconds in a debug build.
 
@@ -14,6 +15,7 @@ use std::sync::OnceLock;
 
 use gpu_sentinel::cli::{Parts, preflight};
 use gpu_sentinel::config::{Config, Problem};
+use gpu_sentinel::webconfig::WebConfig;
 use proptest::prelude::*;
 use proptest::sample::select;
 
@@ -426,7 +428,14 @@ fn assert_verdicts_agree(text: &str) {
                 "http://host:10400/api/v1/alerts".into(),
             )
             .map(drop)
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| format!("{e:#}"))?;
+            // `run` then loads the web configuration the file names (src/cli/run.rs), before
+            // it serves: a mutation that uncomments `web_config` names a file that may not
+            // exist here.
+            match &config.export.web_config {
+                Some(path) => WebConfig::load(path).map(drop).map_err(|e| e.to_string()),
+                None => Ok(()),
+            }
         });
     assert_eq!(
         check_ok,
