@@ -271,6 +271,20 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(512))]
+        /// Any text of the bytes that switch between the two readers (quotes, carriage
+        /// returns, comments, blank lines, byte-order marks, commas, spaces) gives the
+        /// records and lines the `csv` crate gives alone.
+        #[test]
+        fn any_mix_of_plain_and_other_lines_reads_as_the_csv_crate_reads_it(
+            text in "[a1 ,\"\r\n#\u{feff}]{0,120}"
+        ) {
+            let (ours, theirs) = both(&text);
+            proptest::prop_assert_eq!(ours, theirs, "{:?}", text);
+        }
+    }
+
     #[test]
     fn commas_are_found_in_every_position() {
         // 0xac is a comma with the high bit set; 0x2b and 0x2d are its neighbours.
