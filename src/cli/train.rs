@@ -46,7 +46,8 @@ pub struct TrainArgs {
     /// Share of GPUs held out to measure the model.
     #[arg(long, value_name = "SHARE", default_value_t = 0.3)]
     pub test_share: f64,
-    /// Seed of the split into training and test GPUs (with --scenarios: of the library).
+    /// Seed of the split into training and test GPUs (with --scenarios: of the library and
+    /// of the bagged searches' bootstrap draws).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// One row of features per GPU per this interval.
