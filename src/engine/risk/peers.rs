@@ -25,7 +25,7 @@ pub struct Shared {
     pub gap_deviation: f64,
     /// Hour-mean GPU temperature beyond 80 °C.
     pub temperature_excess: f64,
-    /// GPU temperature over the GPU's own at similar utilization, °C.
+    /// GPU temperature over the GPU's own at similar power, °C.
     pub temperature_deviation: f64,
     /// Share of the day in thermal slowdown.
     pub thermal_share: f64,

@@ -53,7 +53,7 @@ pub struct RiskState {
     pub retired: Growth,
     /// Memory minus GPU temperature against the GPU's own at similar utilization.
     pub gap: BandedBaseline,
-    /// GPU temperature against the GPU's own at similar utilization; absent from state
+    /// GPU temperature against the GPU's own at similar power; absent from state
     /// saved before it existed.
     pub temperature: BandedBaseline,
     pub power: PowerSpread,
@@ -364,7 +364,7 @@ const UTILIZATION_BANDS: usize = 4;
 const POWER_BANDS: usize = 8;
 
 /// A temperature reading (the memory–GPU gap, the GPU temperature) against the GPU's own
-/// at similar utilization.
+/// at a similar level (utilization for the gap, power for the temperature).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BandedBaseline {
