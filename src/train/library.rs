@@ -27,6 +27,7 @@ use crate::source::simulate::Failure;
 use super::ensemble;
 use super::evaluate::{Columns, Figures, Outcome, Table, Tracker, Truth};
 use super::fit::Fitted;
+use super::parallel::in_parallel;
 use super::search::{Rows, SearchOptions, Track};
 
 const N: usize = FEATURES.len();
@@ -393,31 +394,4 @@ fn truth(label: &GpuLabel) -> Truth {
         },
         _ => Truth::Healthy,
     }
-}
-
-/// `work` over `items` on the machine's cores, results in item order.
-fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, items.len().max(1));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut results: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
-    let done = std::sync::Mutex::new(&mut results);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(item) = items.get(i) else {
-                        break;
-                    };
-                    let r = work(item);
-                    if let Ok(mut results) = done.lock() {
-                        results[i] = Some(r);
-                    }
-                }
-            });
-        }
-    });
-    results.into_iter().flatten().collect()
 }

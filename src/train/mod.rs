@@ -13,6 +13,7 @@ pub mod evaluate;
 pub mod fit;
 pub mod history;
 pub mod library;
+mod parallel;
 pub mod probe;
 pub mod search;
 
