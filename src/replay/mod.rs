@@ -215,13 +215,19 @@ impl Warnings {
     }
 }
 
-/// Snapshots handed from one stage of the replay to the next at a time: enough that the
-/// threads rarely wait on each other, few enough that memory stays small. The findings of
-/// every batch in flight are kept until the report has read them: with 64 GPUs a snapshot,
-/// batches of 32 raised the resident memory from 27 MiB (two threads) to 33–42 MiB, batches
-/// of 8 keep it at 29 MiB, with no difference in speed this VM could measure (on a week of
-/// 8 GPUs, 8 to 512 made none either; 512 tripled the resident memory).
-const BATCH: usize = 8;
+/// GPU samples handed from one stage of the replay to the next at a time: a batch closes
+/// once its snapshots hold this many (or at [`MOST_SNAPSHOTS`]). Counted in samples, not
+/// snapshots, so a narrow log of 64 GPUs a round and a wide one of 8 hand over alike: each
+/// hand-over wakes a thread, and with three stages on two cores, batches of 8 snapshots of
+/// 8 GPUs cost 25,000 context switches and 0.3–0.5 s of system time on a week of 8 GPUs
+/// (1,000,000 rows), 256 samples a batch about 7,000 and 0.1–0.2 s. The findings of every
+/// batch in flight are kept until the report has read them, so the batch is also what the
+/// resident memory grows with: 256 samples keep it under 25 MiB on both shapes
+/// (BENCHMARKS.md, replay).
+const BATCH_SAMPLES: usize = 256;
+
+/// Snapshots a batch holds at most, whatever their size (a log of one GPU).
+const MOST_SNAPSHOTS: usize = 64;
 
 /// Batches in flight between the threads.
 const BATCHES_IN_FLIGHT: usize = 4;
@@ -320,7 +326,7 @@ fn step_batches(
         }
         let mut findings = containers
             .pop()
-            .unwrap_or_else(|| Vec::with_capacity(BATCH));
+            .unwrap_or_else(|| Vec::with_capacity(MOST_SNAPSHOTS));
         for snapshot in &batch {
             if let Some(old) = spare.pop() {
                 engine.recycle(old);
@@ -366,14 +372,16 @@ fn read_batches(
         }
         let mut batch = containers
             .pop()
-            .unwrap_or_else(|| Vec::with_capacity(BATCH));
+            .unwrap_or_else(|| Vec::with_capacity(MOST_SNAPSHOTS));
         let mut more = true;
-        while batch.len() < BATCH {
+        let mut samples = 0;
+        while samples < BATCH_SAMPLES && batch.len() < MOST_SNAPSHOTS {
             let mut slot = spare.pop().unwrap_or_default();
             if !reader.next_into(&mut slot, warnings)? {
                 more = false;
                 break;
             }
+            samples += slot.gpus.len().max(1);
             batch.push(slot);
         }
         // The engine side only stops listening when it failed; the error is its to tell.
