@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 
 use super::Warnings;
 use super::smi_fields::{
-    Cell, ClockKind, Field, TimestampParser, Unit, bitmask, flag, placeholder, pstate, quantity,
-    text,
+    Cell, ClockKind, Field, TimestampParser, Unit, bitmask, flag, placeholder, present_quantity,
+    pstate, text,
 };
 use super::smi_lines::Cells;
 use crate::model::{ClockEvents, GpuSample, HostInfo, RemappedRows, RetiredPages};
@@ -158,12 +158,24 @@ pub fn read(
         };
         // nvidia-smi separates cells with ", ".
         let cell = cell.trim_ascii();
-        if is_value_field(field) {
-            value_cells += 1;
-            unreadable_cells += usize::from(unreachable_cell(cell));
+        let value_field = is_value_field(field);
+        value_cells += usize::from(value_field);
+        // A placeholder gives no value to any field but the timestamp (whose absence skips
+        // the row, below): the recycled sample and `got` already hold none, and an identity
+        // cell not given is cleared when the row is settled. So it is classified once here,
+        // and the cells past this point hold something to read.
+        if field != Field::Timestamp
+            && let Some(absent) = placeholder::<()>(cell)
+        {
+            let gone = matches!(absent, Cell::Lost);
+            lost |= gone;
+            if value_field {
+                unreadable_cells += usize::from(gone || unknown_error(cell));
+            }
+            continue;
         }
         let mut flags = Flags::default();
-        let number = |want: Unit| quantity(cell, column.unit, field, want);
+        let number = |want: Unit| present_quantity(cell, column.unit, field, want);
         match field {
             Field::Timestamp => match timestamps.parse(cell) {
                 Some(t) => at = Some(t),
@@ -339,11 +351,11 @@ fn is_value_field(field: Field) -> bool {
     )
 }
 
-/// `[Unknown Error]`, `[GPU is lost]` or `[GPU requires reset]`: nvidia-smi could not read
-/// this value from the GPU (unlike `[N/A]` or `[Not Supported]`, which it read as absent).
-fn unreachable_cell(cell: &[u8]) -> bool {
+/// `[Unknown Error]`: nvidia-smi could not read this value from the GPU (unlike `[N/A]` or
+/// `[Not Supported]`, which it read as absent). With `[GPU is lost]` and `[GPU requires
+/// reset]` (a lost [`placeholder`]), the cells that tell a GPU that fell off the bus.
+fn unknown_error(cell: &[u8]) -> bool {
     cell.eq_ignore_ascii_case(b"[Unknown Error]")
-        || matches!(placeholder::<()>(cell), Some(Cell::Lost))
 }
 
 /// Values given by more than one column, settled once the row is read.
