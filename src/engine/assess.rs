@@ -11,7 +11,9 @@ impl Engine {
     /// node's median GPU. Each GPU's windows are summarised (into `scratch.summaries`) and
     /// its signals computed once here, shared by its features, its findings, the peers'
     /// comparison and the capacity advice; the node's median is taken once per round; the
-    /// held evidence is written back.
+    /// held evidence is written back. A GPU is scored at its first sample of each minute and
+    /// whenever a sample brings news ([`risk::Cadence`]); otherwise its findings repeat its
+    /// last assessment, and a round in which no GPU is due computes no signals at all.
     /// `repeated`: a GPU is listed twice in the snapshot (its first sample is its sample).
     pub(super) fn assess_risk(
         &mut self,
@@ -36,6 +38,35 @@ impl Engine {
             (true, false) => snapshot.gpus.get(i),
             (true, true) => snapshot.gpu_by_uuid(&finding.uuid),
         };
+        scratch.due.clear();
+        scratch
+            .due
+            .extend(
+                gpus.iter()
+                    .zip(&scratch.slots)
+                    .enumerate()
+                    .map(|(i, (finding, &slot))| {
+                        repeated
+                            || states
+                                .slot(slot)
+                                .risk
+                                .cadence
+                                .due(now, sample_of(i, finding))
+                    }),
+            );
+        for (finding, windows) in gpus.iter_mut().zip(&scratch.summaries) {
+            finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
+        }
+        if !scratch.due.contains(&true) {
+            for (finding, &slot) in gpus.iter_mut().zip(&scratch.slots) {
+                states
+                    .slot(slot)
+                    .risk
+                    .cadence
+                    .repeat_into(&mut finding.risk);
+            }
+            return;
+        }
         scratch.signals.clear();
         scratch.signals.extend(
             gpus.iter()
@@ -49,15 +80,20 @@ impl Engine {
         let signals = &scratch.signals;
         let peers = scratch.peers.median(signals.iter().map(|s| &s.shared));
         let model = self.config.risk_model.by_feature();
-        for (i, (((finding, &slot), windows), signals)) in gpus
+        for (i, ((((finding, &slot), windows), signals), &due)) in gpus
             .iter_mut()
             .zip(&scratch.slots)
             .zip(&scratch.summaries)
             .zip(signals)
+            .zip(&scratch.due)
             .enumerate()
         {
-            finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
-            let mut hold = std::mem::take(&mut states.slot_mut(slot).risk.hold);
+            let state = states.slot_mut(slot);
+            if !due {
+                state.risk.cadence.repeat_into(&mut finding.risk);
+                continue;
+            }
+            let mut hold = std::mem::take(&mut state.risk.hold);
             let sample = sample_of(i, finding);
             risk::assess_with(
                 &model,
@@ -72,7 +108,9 @@ impl Engine {
                 &mut hold,
                 &mut finding.risk,
             );
-            states.slot_mut(slot).risk.hold = hold;
+            let state = states.slot_mut(slot);
+            state.risk.hold = hold;
+            state.risk.cadence.scored(now, sample, &finding.risk);
         }
     }
 }

@@ -135,8 +135,11 @@ pub(super) struct Scratch {
     pub missing: Vec<usize>,
     /// Each finding's windows summarised at this step, in the findings' order.
     pub summaries: Vec<Summaries>,
-    /// Each finding's risk signals at this step, in the findings' order.
+    /// Each finding's risk signals at this step, in the findings' order (computed only in
+    /// a round where some GPU is due to be scored).
     pub signals: Vec<risk::Signals>,
+    /// Whether each finding's GPU is scored at this step ([`risk::Cadence`]).
+    pub due: Vec<bool>,
     /// The node's signals by field, for its median ([`risk::Peers::of`]).
     pub peers: risk::PeerScratch,
 }

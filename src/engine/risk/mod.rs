@@ -21,10 +21,12 @@ use super::GpuState;
 use super::window::{Summaries, WEEK};
 use crate::model::GpuSample;
 
+mod cadence;
 mod features;
 mod hold;
 mod peers;
 mod state;
+pub use cadence::Cadence;
 pub use features::{FEATURES, Signals, features};
 pub use hold::{
     CORROBORATION, Evidence, FAMILIES, Family, Hold, combine_families, combined, family_of,

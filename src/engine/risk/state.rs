@@ -18,6 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::cadence::Cadence;
 use super::hold::Hold;
 use crate::engine::window::{DAY, HOUR, Point, Windows};
 use crate::model::{ClockEvents, GpuSample};
@@ -68,6 +69,9 @@ pub struct RiskState {
     pub link_best: [Option<u32>; 2],
     /// The score's held evidence.
     pub hold: Hold,
+    /// The last assessment, repeated within its minute (not saved).
+    #[serde(skip)]
+    pub cadence: Cadence,
 }
 
 impl RiskState {
