@@ -77,6 +77,43 @@ fn csv_reader(text: &[u8], fields: Option<String>) -> SmiCsvReader<&[u8]> {
     )
 }
 
+/// Reads `text` as `replay` does (records read ahead on a thread of their own) and as the
+/// reader alone does, and checks both give the same snapshots, counts and warnings.
+fn same_read_ahead(text: &[u8], fields: Option<String>) -> Result<(), TestCaseError> {
+    let options = || SmiCsvOptions {
+        fields: fields.clone(),
+        timezone: parse_offset("UTC").expect("UTC"),
+    };
+    let mut read = |reader: &mut dyn SnapshotReader| {
+        let mut warnings = Warnings::collecting();
+        let mut out = Vec::new();
+        let mut snapshot = Snapshot::default();
+        let end = loop {
+            match reader.next_into(&mut snapshot, &mut warnings) {
+                Ok(true) => out.push(snapshot.clone()),
+                Ok(false) => break String::new(),
+                Err(e) => break format!("{e:#}"),
+            }
+        };
+        (
+            out,
+            format!("{:?}", reader.stats()),
+            warnings.messages().to_vec(),
+            end,
+        )
+    };
+    let here = read(&mut SmiCsvReader::new(text, options()));
+    let ahead = read(&mut SmiCsvReader::reading_ahead(
+        std::io::Cursor::new(text.to_vec()),
+        options(),
+    ));
+    prop_assert_eq!(here.0, ahead.0);
+    prop_assert_eq!(here.1, ahead.1);
+    prop_assert_eq!(here.2, ahead.2);
+    prop_assert_eq!(here.3, ahead.3);
+    Ok(())
+}
+
 /// A column of the generated logs besides `timestamp` and `uuid`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Col {
@@ -515,6 +552,41 @@ proptest! {
         }
         read_all(&mut csv_reader(text.as_bytes(), None));
     }
+
+    #[test]
+    fn smi_csv_read_ahead_reads_as_the_reader_alone(
+        lines in prop::collection::vec(
+            prop::collection::vec(
+                prop_oneof![
+                    "2026/07/14 08:0[0-9]:[0-5][0-9]\\.[0-9]{3}",
+                    "GPU-[0-9a-f]{1,2}",
+                    "[0-9]{1,3}( %| MiB)?",
+                    Just("[N/A]".to_string()),
+                    Just("\"quoted, cell\"".to_string()),
+                    Just("# comment".to_string()),
+                    Just("timestamp".to_string()),
+                ],
+                0..7,
+            ),
+            0..40,
+        ),
+        // Repeated, so that a log spans several of the read-ahead's batches of records.
+        times in 1usize..24,
+        cut in any::<bool>(),
+    ) {
+        let mut text = String::from("timestamp, uuid, utilization.gpu [%], memory.used [MiB]\n");
+        for _ in 0..times {
+            for cells in &lines {
+                text.push_str(&cells.join(", "));
+                text.push('\n');
+            }
+        }
+        if cut {
+            // A log that ends inside its last line.
+            text.pop();
+        }
+        same_read_ahead(text.as_bytes(), None)?;
+    }
 }
 
 proptest! {
@@ -532,6 +604,7 @@ proptest! {
         noise in noise(),
     ) {
         let log = build_log(gpus, rounds, &columns, units, header, interval_s, &seeds, &noise);
+        same_read_ahead(log.text.as_bytes(), log.fields.clone())?;
         let mut reader = csv_reader(log.text.as_bytes(), log.fields.clone());
         let (read, stats, failed) = read_all(&mut reader);
         prop_assert!(!failed, "the reader failed on:\n{}", log.text);

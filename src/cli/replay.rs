@@ -110,7 +110,7 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     };
     let mut reader: Box<dyn SnapshotReader> = match format {
         Format::Jsonl => Box::new(JsonlReader::new(input)),
-        Format::SmiCsv => Box::new(SmiCsvReader::new(
+        Format::SmiCsv => Box::new(SmiCsvReader::reading_ahead(
             input,
             SmiCsvOptions {
                 fields: args.fields.clone(),

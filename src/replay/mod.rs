@@ -16,6 +16,7 @@
 
 pub mod alerts;
 pub mod jsonl;
+mod read_ahead;
 pub mod report;
 pub mod smi_csv;
 pub mod smi_fields;

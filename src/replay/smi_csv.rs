@@ -18,6 +18,7 @@ use std::io::Read;
 
 use chrono::{DateTime, FixedOffset, Utc};
 
+use super::read_ahead::RecordSource;
 use super::smi_fields::{Field, TimestampParser, split_header};
 use super::smi_lines::{Cells, Records};
 use super::smi_round::{Cut, Rounds, Verdict};
@@ -140,26 +141,9 @@ impl KnownGpus {
     }
 }
 
-/// Remembers the last byte the CSV parser read, to tell a log cut mid-line from one that
-/// ends with its newline (its last row may then be cut inside its last cell).
-struct TailWatch<R> {
-    inner: R,
-    last: Option<u8>,
-}
-
-impl<R: Read> Read for TailWatch<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n > 0 {
-            self.last = Some(buf[n - 1]);
-        }
-        Ok(n)
-    }
-}
-
 /// Streams snapshots out of an nvidia-smi CSV log.
 pub struct SmiCsvReader<R: Read> {
-    records: Records<TailWatch<R>>,
+    records: RecordSource<R>,
     record: Cells,
     options: SmiCsvOptions,
     columns: Vec<Column>,
@@ -192,12 +176,20 @@ struct GpuRow {
     timed: bool,
 }
 
+impl<R: Read + Send + 'static> SmiCsvReader<R> {
+    /// [`SmiCsvReader::new`], its records read on a thread of their own
+    /// ([`super::read_ahead`]): what `gpu-sentinel replay` reads a log with.
+    pub fn reading_ahead(reader: R, options: SmiCsvOptions) -> SmiCsvReader<R> {
+        SmiCsvReader::over(RecordSource::ahead(Records::new(reader)), options)
+    }
+}
+
 impl<R: Read> SmiCsvReader<R> {
     pub fn new(reader: R, options: SmiCsvOptions) -> SmiCsvReader<R> {
-        let records = Records::new(TailWatch {
-            inner: reader,
-            last: None,
-        });
+        SmiCsvReader::over(RecordSource::Here(Records::new(reader)), options)
+    }
+
+    fn over(records: RecordSource<R>, options: SmiCsvOptions) -> SmiCsvReader<R> {
         SmiCsvReader {
             records,
             record: Cells::default(),
@@ -499,8 +491,7 @@ impl<R: Read> SmiCsvReader<R> {
         if std::mem::replace(&mut self.ended, true) {
             return false;
         }
-        let tail_cut =
-            (self.records.get_ref()).is_some_and(|log| log.last.is_some_and(|b| b != b'\n'));
+        let tail_cut = self.records.ends_mid_line();
         if tail_cut && !self.last_record_short {
             let line = self.record.line();
             warnings.at_line(

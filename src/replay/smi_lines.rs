@@ -17,12 +17,32 @@ use std::io::{BufRead, BufReader, Chain, Cursor, Read};
 
 use csv::ByteRecord;
 
-/// Bytes read from the log at a time.
-const BUFFER: usize = 64 * 1024;
+/// Bytes read from the log at a time: as many as the replay's own buffered reader holds
+/// (`READ_BUFFER` in src/cli/replay.rs), so that once that one is drained each read goes
+/// past it straight into this buffer; a smaller one here had every byte copied twice, a
+/// tenth of the reading thread's work on a wide log.
+const BUFFER: usize = 1 << 20;
 
 /// A log's records.
 pub struct Records<R: Read> {
-    mode: Mode<R>,
+    mode: Mode<TailWatch<R>>,
+}
+
+/// Remembers the last byte read, to tell a log cut mid-line from one that ends with its
+/// newline (its last row may then be cut inside its last cell).
+struct TailWatch<R> {
+    inner: R,
+    last: Option<u8>,
+}
+
+impl<R: Read> Read for TailWatch<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.last = Some(buf[n - 1]);
+        }
+        Ok(n)
+    }
 }
 
 enum Mode<R: Read> {
@@ -56,6 +76,10 @@ fn csv_reader<T: Read>(input: T) -> csv::Reader<T> {
 
 impl<R: Read> Records<R> {
     pub fn new(input: R) -> Records<R> {
+        let input = TailWatch {
+            inner: input,
+            last: None,
+        };
         Records {
             mode: Mode::Lines {
                 input: BufReader::with_capacity(BUFFER, input),
@@ -64,13 +88,25 @@ impl<R: Read> Records<R> {
         }
     }
 
-    /// The log being read.
-    pub fn get_ref(&self) -> Option<&R> {
+    /// Whether bytes of the log are read and waiting: the next record then comes without
+    /// reading the log again, which may wait (a pipe from a running nvidia-smi). False when
+    /// unsure (the `csv` crate may hold more of its own).
+    pub fn buffered(&self) -> bool {
         match &self.mode {
-            Mode::Lines { input, .. } => Some(input.get_ref()),
-            Mode::Csv { csv, .. } => Some(csv.get_ref().get_ref().1.get_ref()),
-            Mode::Handing => None,
+            Mode::Lines { input, .. } => !input.buffer().is_empty(),
+            Mode::Csv { csv, .. } => !csv.get_ref().get_ref().1.buffer().is_empty(),
+            Mode::Handing => false,
         }
+    }
+
+    /// Whether the log read so far ends inside a line (no newline after its last byte).
+    pub fn ends_mid_line(&self) -> bool {
+        let log = match &self.mode {
+            Mode::Lines { input, .. } => input.get_ref(),
+            Mode::Csv { csv, .. } => csv.get_ref().get_ref().1.get_ref(),
+            Mode::Handing => return false,
+        };
+        log.last.is_some_and(|b| b != b'\n')
     }
 
     /// Reads the next record into `cells` (with the line it starts on, as
@@ -146,7 +182,8 @@ pub struct Cells {
 }
 
 impl Cells {
-    fn clear(&mut self, line: u64) {
+    /// Empties the record, keeping its buffers, and sets its line.
+    pub fn clear(&mut self, line: u64) {
         self.bytes.clear();
         self.ends.clear();
         self.line = line;
