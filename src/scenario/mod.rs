@@ -15,6 +15,7 @@
 //! `nvidia-smi --query-gpu` logs, and `gpu-sentinel scenarios` writes a library to disk
 //! (docs/detection.md, "The scenario library").
 
+pub mod anchors;
 mod draw;
 pub mod emit;
 #[cfg(test)]

@@ -14,9 +14,10 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 
+use super::anchors::Constraint;
 use super::fit::Fitted;
 use super::parallel::in_parallel;
-use super::search::{Rows, SearchOptions, Track, search_in_order};
+use super::search::{Rows, SearchOptions, Track, search_in_order, shortfall_of};
 use crate::engine::risk::FEATURES;
 
 const N: usize = FEATURES.len();
@@ -30,6 +31,7 @@ pub const BAGS: usize = 8;
 pub fn bagged(
     rows: &Rows<'_>,
     tracks: &[Track],
+    constraints: &[Constraint],
     start: &[f64; N],
     options: &SearchOptions,
     bags: usize,
@@ -54,7 +56,7 @@ pub fn bagged(
         })
         .collect();
     let fits = in_parallel(&draws, |(draw, order)| {
-        search_in_order(rows, draw, start, options, order)
+        search_in_order(rows, draw, constraints, start, options, order)
     });
     let mut weights = [0.0; N];
     for (j, w) in weights.iter_mut().enumerate() {
@@ -63,6 +65,25 @@ pub fn bagged(
         let n = column.len();
         if n > 0 {
             *w = (column[(n - 1) / 2] + column[n / 2]) / 2.0;
+        }
+    }
+    // The anchors bound every draw's weights, but not their median: a median that misses
+    // one gives way to the draw nearest it that meets them all (the searches meet them
+    // wherever their start allows).
+    if shortfall_of(rows, constraints, &weights, options.bias) > 0.0 {
+        let distance = |f: &Fitted| -> f64 {
+            f.weights
+                .iter()
+                .zip(&weights)
+                .map(|(a, b)| (a - b).abs())
+                .sum()
+        };
+        if let Some(nearest) = fits
+            .iter()
+            .filter(|f| shortfall_of(rows, constraints, &f.weights, options.bias) == 0.0)
+            .min_by(|a, b| distance(a).total_cmp(&distance(b)))
+        {
+            weights = nearest.weights;
         }
     }
     Fitted {
@@ -121,7 +142,7 @@ mod tests {
             times: &times,
             features: &features,
         };
-        let fitted = bagged(&rows, &tracks, &[0.0; N], &options(), BAGS, 7);
+        let fitted = bagged(&rows, &tracks, &[], &[0.0; N], &options(), BAGS, 7);
         let margin = (0.7f64 / 0.3).ln() + 4.5;
         assert!(2.0 * fitted.weights[0] >= margin, "{:?}", fitted.weights);
         assert!(
@@ -131,7 +152,7 @@ mod tests {
         );
         assert_eq!(fitted.bias, -4.5);
         // The same seed, the same model.
-        let again = bagged(&rows, &tracks, &[0.0; N], &options(), BAGS, 7);
+        let again = bagged(&rows, &tracks, &[], &[0.0; N], &options(), BAGS, 7);
         assert_eq!(again.weights, fitted.weights);
     }
 }

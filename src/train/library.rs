@@ -15,6 +15,11 @@
 //! again with the fold's model, exactly as the agent would, and follows each GPU's score
 //! with a [`Tracker`]: a failure counts as warned `L` ahead only when the warning was held
 //! from then to the failure.
+//!
+//! Every fit, the folds' and the final one, is held to the operators' anchors
+//! ([`super::anchors`]): their histories are run once under the probe model beside the
+//! library, and the search may not choose weights that break them. The final model is
+//! checked against them once more before it is returned.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -24,6 +29,7 @@ use crate::engine::{Engine, EngineConfig, Findings};
 use crate::scenario::{GpuLabel, Library, NodeScenario, TruthKind};
 use crate::source::simulate::Failure;
 
+use super::anchors::{self, AnchorRows, Constraint};
 use super::ensemble;
 use super::evaluate::{Columns, Figures, Outcome, Table, Tracker, Truth};
 use super::fit::Fitted;
@@ -31,6 +37,15 @@ use super::parallel::in_parallel;
 use super::search::{Rows, SearchOptions, Track};
 
 const N: usize = FEATURES.len();
+
+/// The hand-set weights every search starts from (and its bias, which the search keeps).
+pub(crate) const HAND_SET: &str = include_str!("../../models/hand-set-risk.toml");
+
+/// The hand-set model: fixed, so a fit does not depend on which model was shipped last. A
+/// unit test checks that it parses.
+pub fn hand_set() -> RiskModel {
+    RiskModel::parse(HAND_SET).unwrap_or_else(|_| RiskModel::shipped())
+}
 
 /// The variant axes held out, one fold per value.
 pub const AXES: [&str; 4] = ["sku", "curve", "workload", "rate_class"];
@@ -89,15 +104,18 @@ pub struct LibraryReport {
     pub healthy: Figures,
     /// One row per held-out variant value (`curve=exponential`, …).
     pub by_variant: Table,
-    /// The model in use before (the shipped one, set by hand, never fitted on the
-    /// library), judged on every GPU: by family, and every healthy GPU once.
+    /// The model in use (the shipped one, models/default-risk.toml), judged on every GPU:
+    /// by family, and every healthy GPU once.
     pub shipped_by_family: Table,
     pub shipped_healthy: Figures,
+    /// Anchor GPUs every fit was held to.
+    pub anchors: usize,
 }
 
 /// Runs the library: observes, fits and judges every fold, fits the final model.
 pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<LibraryReport> {
     let observed = observe(library, options);
+    let anchors = anchors::observe();
     let failing = observed
         .gpus
         .iter()
@@ -114,6 +132,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         by_variant: Table::default(),
         shipped_by_family: Table::default(),
         shipped_healthy: Figures::default(),
+        anchors: anchors.len(),
     };
     let every: Vec<usize> = (0..observed.gpus.len()).collect();
     for (g, outcome) in judge(library, options, &RiskModel::shipped(), &observed, &every) {
@@ -137,7 +156,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         values.dedup();
         for value in values {
             let held = |g: &GpuRef| g.label.variants.axis(axis).as_deref() == Some(&value);
-            let fitted = fit_on(&observed, options, |g| !held(g))?;
+            let fitted = fit_on(&observed, &anchors, options, |g| !held(g))?;
             let model = fitted.to_model(&format!("fold without {axis}={value}"));
             let test: Vec<usize> = (0..observed.gpus.len())
                 .filter(|&g| held(&observed.gpus[g]))
@@ -162,7 +181,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
             }
         }
     }
-    let fitted = fit_on(&observed, options, |_| true)?;
+    let fitted = fit_on(&observed, &anchors, options, |_| true)?;
     report.model = fitted.to_model(&format!(
         "fitted by `gpu-sentinel train --scenarios {} --seed {} --days {}` on {} GPUs \
              ({failing} failing)",
@@ -179,18 +198,19 @@ impl LibraryReport {
     pub fn tables(&self) -> String {
         format!(
             "{} GPUs ({} failing), {} training rows; every figure from folds that never saw \
-             the GPU's variant.\n\n\
+             the GPU's variant, every fit held to {} operators' anchor GPUs.\n\n\
              By failure family (GPU-model folds: each GPU judged by a model fitted without \
              its GPU model):\n\n{}\n\
              Healthy GPUs by what they show, a GPU under each thing it shows (GPU-model \
              folds):\n\n{}\n\
              By held-out variant (one fold per value):\n\n{}\n\
-             The shipped model (set by hand, not fitted on the library) on every GPU, by \
-             failure family:\n\n{}\n\
+             The shipped model (models/default-risk.toml) on every GPU, by failure \
+             family:\n\n{}\n\
              and on every healthy GPU:\n\n{}",
             self.gpus,
             self.failing,
             self.rows,
+            self.anchors,
             self.by_family
                 .markdown("family", Columns::Failures, Some(&self.by_family.total())),
             self.by_confounder
@@ -286,9 +306,11 @@ fn observe(library: &Library, options: &LibraryOptions) -> Observed {
 
 /// Fits on the rows of the GPUs `train` keeps by bagged direct search ([`ensemble`]): the weights
 /// that warn the most of their failures a day ahead, held, within the false-warning budget
-/// on their healthy GPUs, from the shipped weights and at the shipped bias.
+/// on their healthy GPUs, from the hand-set weights and at their bias ([`hand_set`]), within
+/// the anchors.
 fn fit_on(
     observed: &Observed,
+    anchors: &[AnchorRows],
     options: &LibraryOptions,
     train: impl Fn(&GpuRef) -> bool,
 ) -> anyhow::Result<Fitted> {
@@ -317,17 +339,32 @@ fn fit_on(
         }
     }
     let tracks: Vec<Track> = tracks.into_iter().flatten().collect();
+    let mut constraints = Vec::with_capacity(anchors.len());
+    for anchor in anchors {
+        let mut rows = Vec::new();
+        for r in anchor.needed() {
+            rows.push(times.len());
+            times.push(anchor.times[r]);
+            features.push(anchor.features[r]);
+        }
+        constraints.push(Constraint {
+            name: anchor.name.clone(),
+            rows,
+            checks: anchor.checks.clone(),
+        });
+    }
     anyhow::ensure!(
         tracks.iter().any(|t| t.failure.is_some()) && tracks.iter().any(|t| t.failure.is_none()),
         "the training GPUs need both failures with precursors and healthy GPUs"
     );
-    let shipped = Fitted::of_model(&RiskModel::shipped());
-    Ok(ensemble::bagged(
+    let shipped = Fitted::of_model(&hand_set());
+    let fitted = ensemble::bagged(
         &Rows {
             times: &times,
             features: &features,
         },
         &tracks,
+        &constraints,
         &shipped.weights,
         &SearchOptions {
             bias: shipped.bias,
@@ -337,7 +374,15 @@ fn fit_on(
         },
         ensemble::BAGS,
         options.seed,
-    ))
+    );
+    // Checked on every row of the anchors, not only the rows the search kept.
+    let broken = anchors::broken(anchors, &fitted.weights, fitted.bias);
+    anyhow::ensure!(
+        broken.is_empty(),
+        "no weights the search reached meet every operators' anchor; broken: {}",
+        broken.join("; ")
+    );
+    Ok(fitted)
 }
 
 /// Runs the nodes holding a `test` GPU with `model` and says how each test GPU did.

@@ -8,6 +8,7 @@
 //! measured on the test GPUs next to the model in use (the shipped one), and written in the
 //! shipped model's TOML format.
 
+pub mod anchors;
 pub mod ensemble;
 pub mod evaluate;
 pub mod fit;

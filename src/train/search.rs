@@ -12,13 +12,19 @@
 //! so the score of any weights at any row follows from `wᵢ × xᵢ`, summed by family and
 //! combined as the engine combines them, without rerunning the engine.
 //!
-//! The bias stays where the shipped model puts it (a healthy GPU with nothing to report at
-//! 0.011): the search moves weights only. It starts from the shipped weights and moves one
-//! weight at a time (coordinate ascent over multiplicative and additive steps), keeping a
+//! The bias stays where the starting model puts it (a healthy GPU with nothing to report at
+//! 0.011): the search moves weights only. It starts from given weights (the hand-set ones,
+//! models/hand-set-risk.toml, for `train --scenarios`) and moves one weight at a time (coordinate ascent over multiplicative and additive steps), keeping a
 //! move only when the objective improves. A feature that never varies in the training rows
 //! keeps its starting weight: the data says nothing about it, the hand-set reason still
 //! holds.
+//!
+//! The operators' anchors ([`super::anchors`]) come in as constraints, not as tracks: a
+//! move that leaves any anchor further from its checks than before is refused, whatever it
+//! gains on the library, and from a start that misses one the search first moves towards
+//! meeting it (the objective is compared only between weights that fall equally short).
 
+use super::anchors::{Constraint, shortfall};
 use super::evaluate::{LEAD, SHORT_LEAD};
 use super::fit::Fitted;
 use crate::engine::risk::{FAMILIES, FEATURES, combine_families, family_of};
@@ -58,7 +64,7 @@ pub struct Track {
 /// The search's settings.
 #[derive(Debug, Clone, Copy)]
 pub struct SearchOptions {
-    /// The bias kept (the shipped model's).
+    /// The bias kept (the starting model's).
     pub bias: f64,
     /// Score at which a warning is raised.
     pub threshold: f64,
@@ -74,16 +80,17 @@ pub struct Rows<'a> {
     pub features: &'a [[f64; N]],
 }
 
-/// The weights that do best on `tracks`, starting from `start`, moving the weights in
-/// index order.
+/// The weights that do best on `tracks` within `constraints`, starting from `start`,
+/// moving the weights in index order.
 pub fn search(
     rows: &Rows<'_>,
     tracks: &[Track],
+    constraints: &[Constraint],
     start: &[f64; N],
     options: &SearchOptions,
 ) -> Fitted {
     let order: Vec<usize> = (0..N).collect();
-    search_in_order(rows, tracks, start, options, &order)
+    search_in_order(rows, tracks, constraints, start, options, &order)
 }
 
 /// [`search`], moving the weights in `order` each sweep: where two weights can buy the
@@ -92,6 +99,7 @@ pub fn search(
 pub fn search_in_order(
     rows: &Rows<'_>,
     tracks: &[Track],
+    constraints: &[Constraint],
     start: &[f64; N],
     options: &SearchOptions,
     order: &[usize],
@@ -109,6 +117,9 @@ pub fn search_in_order(
         lead_from: LEAD + options.row_every,
         short_from: SHORT_LEAD + options.row_every,
         budget: (options.false_per_1000_days * healthy_days / 1000.0).floor(),
+        constraints,
+        features: rows.features,
+        bias: options.bias,
     };
     // Per feature, its non-zero rows: a move of one weight touches only those.
     let mut columns: Vec<Vec<(usize, f64)>> = vec![Vec::new(); N];
@@ -133,7 +144,7 @@ pub fn search_in_order(
         })
         .collect();
     let mut scores: Vec<f64> = families.iter().map(combine_families).collect();
-    let mut best = judge.value(&scores);
+    let mut best = judge.value(&scores, &weights);
     let mut trial = scores.clone();
     for _ in 0..MAX_SWEEPS {
         let mut moved = false;
@@ -143,7 +154,7 @@ pub fn search_in_order(
             }
             let family = family_of(j).index();
             let w = weights[j];
-            let mut chosen: Option<(f64, f64)> = None;
+            let mut chosen: Option<(f64, Value)> = None;
             for candidate in candidates(w) {
                 let delta = candidate - w;
                 trial.copy_from_slice(&scores);
@@ -152,8 +163,10 @@ pub fn search_in_order(
                     by_family[family] += delta * v;
                     trial[r] = combine_families(&by_family);
                 }
-                let value = judge.value(&trial);
-                if value > chosen.map_or(best, |(_, v)| v) + 1e-9 {
+                let mut trial_weights = weights;
+                trial_weights[j] = candidate;
+                let value = judge.value(&trial, &trial_weights);
+                if value.beats(&chosen.map_or(best, |(_, v)| v)) {
                     chosen = Some((candidate, value));
                 }
             }
@@ -172,11 +185,53 @@ pub fn search_in_order(
             break;
         }
     }
+    // A feature only the anchors show is as unknown to the library as one nothing shows.
+    let mut anchored = vec![false; rows.features.len()];
+    for c in constraints {
+        for &r in &c.rows {
+            anchored[r] = true;
+        }
+    }
+    let mut constant = [true; N];
+    for (x, _) in rows.features.iter().zip(&anchored).filter(|(_, a)| !**a) {
+        for (c, &v) in constant.iter_mut().zip(x) {
+            *c &= v == 0.0;
+        }
+    }
     Fitted {
         bias: options.bias,
         weights,
-        constant: std::array::from_fn(|j| columns[j].is_empty()),
+        constant,
     }
+}
+
+/// How far `weights` fall short of `constraints` (0: every anchor met), scored on `rows`.
+pub fn shortfall_of(
+    rows: &Rows<'_>,
+    constraints: &[Constraint],
+    weights: &[f64; N],
+    bias: f64,
+) -> f64 {
+    let mut scores = vec![0.0; rows.times.len()];
+    for c in constraints {
+        for &r in &c.rows {
+            scores[r] = super::anchors::score(weights, &rows.features[r]);
+        }
+    }
+    constraints
+        .iter()
+        .map(|c| {
+            shortfall(
+                &c.checks,
+                &c.rows,
+                rows.times,
+                &scores,
+                rows.features,
+                weights,
+                bias,
+            )
+        })
+        .sum()
 }
 
 /// The weights tried in place of `w`: smaller and larger by factors, and added steps so a
@@ -208,6 +263,28 @@ struct Judge<'a> {
     short_from: f64,
     /// False warnings allowed before each costs [`OVER_BUDGET`].
     budget: f64,
+    /// The anchors the weights must meet.
+    constraints: &'a [Constraint],
+    features: &'a [[f64; N]],
+    bias: f64,
+}
+
+/// Weights judged: how far they fall short of the anchors, and what they gain on the
+/// tracks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Value {
+    short: f64,
+    gain: f64,
+}
+
+impl Value {
+    /// Closer to meeting the anchors wins; between weights equally close, the larger gain.
+    fn beats(&self, other: &Value) -> bool {
+        if self.short < other.short - 1e-9 {
+            return true;
+        }
+        self.short <= other.short + 1e-9 && self.gain > other.gain + 1e-9
+    }
 }
 
 /// How one track did under some scores.
@@ -226,7 +303,29 @@ pub enum Verdict {
 }
 
 impl Judge<'_> {
-    fn value(&self, scores: &[f64]) -> f64 {
+    fn value(&self, scores: &[f64], weights: &[f64; N]) -> Value {
+        let short = self
+            .constraints
+            .iter()
+            .map(|c| {
+                shortfall(
+                    &c.checks,
+                    &c.rows,
+                    self.times,
+                    scores,
+                    self.features,
+                    weights,
+                    self.bias,
+                )
+            })
+            .sum();
+        Value {
+            short,
+            gain: self.gain(scores),
+        }
+    }
+
+    fn gain(&self, scores: &[f64]) -> f64 {
         let mut value = 0.0;
         let mut rises = 0.0;
         for track in self.tracks {
@@ -374,7 +473,7 @@ pub(super) mod tests {
             times: &times,
             features: &features,
         };
-        let fitted = search(&rows, &tracks, &start, &options());
+        let fitted = search(&rows, &tracks, &[], &start, &options());
         let margin = (0.7f64 / 0.3).ln() + 4.5;
         // A day before the failure the climb stands at 2: that must warn, and hold.
         assert!(2.0 * fitted.weights[0] >= margin, "{:?}", fitted.weights);
@@ -382,6 +481,59 @@ pub(super) mod tests {
         assert!(2.5 * fitted.weights[1] < margin, "{:?}", fitted.weights);
         assert!(fitted.constant[2] && !fitted.constant[0]);
         assert_eq!(fitted.bias, -4.5);
+    }
+
+    /// Failures that climb on feature 0 want a weight of 2.7 or more (2 × w over the
+    /// margin a day ahead); an anchor whose healthy GPU shows 3 of feature 0 must stay
+    /// under 0.5 (w under 1.5). The search gives up the failures for the anchor, and from
+    /// a start that breaks the anchor it moves to meet it first.
+    #[test]
+    fn a_move_that_breaks_an_anchor_is_refused_whatever_it_gains() {
+        use crate::train::anchors::{Check, Constraint};
+        let climb = |fail: f64| move |t: f64| ((t - (fail - 3.0 * DAY)) / DAY).max(0.0);
+        let mut gpus: Vec<(Option<f64>, Box<Curve>, usize)> = Vec::new();
+        for k in 0..6 {
+            let fail = (10.0 + k as f64) * DAY;
+            gpus.push((Some(fail), Box::new(climb(fail)), 0));
+        }
+        for _ in 0..4 {
+            gpus.push((None, Box::new(|_| 0.0), 0));
+        }
+        let refs: Vec<GpuCurve<'_>> = gpus.iter().map(|(f, v, j)| (*f, v.as_ref(), *j)).collect();
+        let (mut times, mut features, tracks) = rows_of(&refs, 20.0);
+        let unconstrained = search(
+            &Rows {
+                times: &times,
+                features: &features,
+            },
+            &tracks,
+            &[],
+            &[1.0; N],
+            &options(),
+        );
+        let margin = (0.7f64 / 0.3).ln() + 4.5;
+        assert!(2.0 * unconstrained.weights[0] >= margin);
+        let mut x = [0.0; N];
+        x[0] = 3.0;
+        let anchor = Constraint {
+            name: "healthy".into(),
+            rows: vec![times.len()],
+            checks: vec![Check::Below(0.5)],
+        };
+        times.push(0.0);
+        features.push(x);
+        let rows = Rows {
+            times: &times,
+            features: &features,
+        };
+        let anchors = [anchor];
+        let under_half = 4.5 / 3.0;
+        for start in [1.0, 3.0] {
+            let fitted = search(&rows, &tracks, &anchors, &[start; N], &options());
+            assert!(fitted.weights[0] < under_half, "{:?}", fitted.weights);
+            assert!(fitted.weights[0] > 0.5, "{:?}", fitted.weights);
+            assert_eq!(shortfall_of(&rows, &anchors, &fitted.weights, -4.5), 0.0);
+        }
     }
 
     #[test]

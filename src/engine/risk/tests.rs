@@ -2,97 +2,23 @@
 //! practice"), each run through the whole engine on a synthetic history: a week or more of
 //! healthy baseline on the eight GPUs of a node, then one GPU (or all of them) changed.
 
-use chrono::{DateTime, TimeDelta, Utc};
-
 use super::*;
 use crate::engine::{Engine, EngineConfig, GpuFindings};
-use crate::model::{
-    ClockEvents, Ecc, GpuSample, Pcie, RemappedRows, RetiredPages, Snapshot, Utilization, XidEvent,
-    XidSource,
+use crate::model::{ClockEvents, GpuSample, RemappedRows, RetiredPages};
+use crate::scenario::anchors::{
+    self, CLIMB_END, CLIMB_START, DAY_MIN, GPUS, LAST_DAY, STEP_MIN, at, node_history,
 };
-
-/// Minutes between synthetic samples.
-const STEP_MIN: i64 = 5;
-const GPUS: u32 = 8;
-const DAY_MIN: i64 = 24 * 60;
-
-fn at(minute: i64) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339("2026-03-01T00:00:00Z")
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or_default()
-        + TimeDelta::minutes(minute)
-}
-
-/// A busy, healthy H100 at minute `m`: 90% utilization, 65 °C, HBM 5 °C above, a Gen5 x16
-/// link.
-fn healthy(gpu: u32, m: i64) -> GpuSample {
-    let wobble = ((m + i64::from(gpu) * 7) % 11) as f64 / 10.0;
-    GpuSample {
-        index: gpu,
-        uuid: format!("GPU-{gpu}"),
-        name: "NVIDIA H100 80GB HBM3".into(),
-        up: true,
-        utilization: Utilization {
-            gpu: Some(0.88 + 0.01 * wobble),
-            ..Utilization::default()
-        },
-        temperature_celsius: Some(65.0 + wobble),
-        memory_temperature_celsius: Some(70.0 + wobble),
-        power_watts: Some(560.0 + 5.0 * wobble),
-        power_limit_watts: Some(700.0),
-        clock_events: Some(ClockEvents(0)),
-        ecc: Ecc {
-            corrected_volatile: Some(0),
-            uncorrected_volatile: Some(0),
-            corrected_aggregate: Some(0),
-            uncorrected_aggregate: Some(0),
-        },
-        pcie: Pcie {
-            replay_counter: Some(3),
-            link_generation: Some(5),
-            link_generation_max: Some(5),
-            link_width: Some(16),
-            link_width_max: Some(16),
-            ..Pcie::default()
-        },
-        remapped_rows: Some(RemappedRows::default()),
-        collect_seconds: 0.004,
-        ..GpuSample::default()
-    }
-}
 
 /// Runs `days` of history on a node of [`GPUS`]; `change` edits GPU `g`'s sample (and may
 /// add XIDs for it) at each minute. Returns every GPU's findings at every step, by GPU.
 fn run_node(
     days: i64,
-    mut change: impl FnMut(i64, u32, &mut GpuSample, &mut Vec<u32>),
+    change: impl FnMut(i64, u32, &mut GpuSample, &mut Vec<u32>),
 ) -> Vec<Vec<GpuFindings>> {
     let mut engine = Engine::new(EngineConfig::default());
     let mut out: Vec<Vec<GpuFindings>> = vec![Vec::new(); GPUS as usize];
-    let mut m = 0;
-    while m <= days * DAY_MIN {
-        let mut gpus: Vec<GpuSample> = (0..GPUS).map(|g| healthy(g, m)).collect();
-        let mut events = Vec::new();
-        for (g, sample) in gpus.iter_mut().enumerate() {
-            let mut xids = Vec::new();
-            change(m, g as u32, sample, &mut xids);
-            events.extend(xids.into_iter().map(|xid| XidEvent {
-                at: at(m),
-                gpu: Some(g as u32),
-                uuid: Some(format!("GPU-{g}")),
-                pci_bus_id: None,
-                xid,
-                source: XidSource::Kmsg,
-                message: None,
-            }));
-        }
-        let snapshot = Snapshot {
-            at: at(m),
-            gpus,
-            events,
-            ..Snapshot::default()
-        };
-        for f in engine.step(&snapshot).gpus {
+    node_history(days, change, |_, snapshot| {
+        for f in engine.step(snapshot).gpus {
             if let Some(i) = f
                 .uuid
                 .strip_prefix("GPU-")
@@ -101,8 +27,7 @@ fn run_node(
                 out[i].push(f);
             }
         }
-        m += STEP_MIN;
-    }
+    });
     out
 }
 
@@ -121,8 +46,6 @@ fn run(days: i64, mut change: impl FnMut(i64, &mut GpuSample, &mut Vec<u32>)) ->
 fn minute(i: usize) -> i64 {
     i as i64 * STEP_MIN
 }
-
-const LAST_DAY: i64 = 7 * 24 * 60;
 
 fn contribution(f: &GpuFindings, feature: &str) -> f64 {
     f.risk
@@ -192,14 +115,8 @@ fn a_one_hour_burst_of_200_corrected_errors_then_silence_never_warns() {
 #[test]
 fn a_climb_from_0_to_12_corrected_errors_a_day_over_six_days_warns_a_day_ahead_and_holds() {
     // The rate grows linearly from 0 to 12 a day: after t days, t² errors in all.
-    let start = 3 * DAY_MIN;
-    let end = start + 6 * DAY_MIN;
-    let all = run(9, |m, s, _| {
-        let days = (m - start).clamp(0, 6 * DAY_MIN) as f64 / DAY_MIN as f64;
-        let count = (days * days) as u64;
-        s.ecc.corrected_volatile = Some(count);
-        s.ecc.corrected_aggregate = Some(count);
-    });
+    let (start, end) = (CLIMB_START, CLIMB_END);
+    let all = run(9, anchors::ecc_climb);
     let first = first_warning(&all, 0.7).expect("the climb warns");
     let lead_hours = (end - minute(first)) as f64 / 60.0;
     assert!(lead_hours >= 24.0, "warned only {lead_hours:.1} h ahead");
@@ -227,11 +144,7 @@ fn a_climb_from_0_to_12_corrected_errors_a_day_over_six_days_warns_a_day_ahead_a
     assert!(evidence.since <= at(minute(first)).timestamp());
     assert!(evidence.since > at(start).timestamp());
     // A handful of errors a day for a few days is not a warning.
-    let few = run(9, |m, s, _| {
-        let count = ((m - start).max(0) / (DAY_MIN / 2)) as u64;
-        s.ecc.corrected_volatile = Some(count);
-        s.ecc.corrected_aggregate = Some(count);
-    });
+    let few = run(9, anchors::ecc_few);
     assert!(max_score(&few) < 0.5, "{}", max_score(&few));
 }
 
@@ -308,12 +221,7 @@ fn a_bursty_busy_gpu_with_brief_peaks_within_spec_stays_well_under_half() {
 #[test]
 fn an_hbm_gap_25_degrees_over_its_own_baseline_warns_where_hbm_runs_cooler() {
     // An H100 whose HBM runs 8 °C cooler than the die, as loaded H100s do.
-    let gap = |rise: f64| {
-        move |m: i64, s: &mut GpuSample, _: &mut Vec<u32>| {
-            let rise = if m >= LAST_DAY { rise } else { 0.0 };
-            s.memory_temperature_celsius = s.temperature_celsius.map(|t| t - 8.0 + rise);
-        }
-    };
+    let gap = anchors::hbm_gap;
     let failing = run(8, gap(25.0));
     let last = failing.last().unwrap();
     assert!(last.risk.score >= 0.7, "{:?}", last.risk);
@@ -335,19 +243,8 @@ fn an_hbm_gap_25_degrees_over_its_own_baseline_warns_where_hbm_runs_cooler() {
 
 #[test]
 fn a_node_wide_temperature_rise_on_all_gpus_keeps_every_gpu_under_half() {
-    let all = run_node(9, |m, g, s, _| {
-        if m >= LAST_DAY {
-            let t = 84.0 + f64::from(g) + ((m / STEP_MIN) % 3) as f64 * 0.3;
-            s.temperature_celsius = Some(t);
-            s.memory_temperature_celsius = Some(t + 8.0);
-            // The two hottest slow down now and then.
-            if g >= 6 && m % 60 < 12 {
-                s.clock_events = Some(ClockEvents(
-                    ClockEvents::SW_THERMAL_SLOWDOWN | ClockEvents::HW_SLOWDOWN,
-                ));
-            }
-        }
-    });
+    // 84-91 °C on every GPU from the last day; the two hottest slow down now and then.
+    let all = run_node(9, anchors::node_wide_heat);
     for (g, findings) in all.iter().enumerate() {
         assert!(
             max_score(findings) < 0.5,
@@ -356,15 +253,7 @@ fn a_node_wide_temperature_rise_on_all_gpus_keeps_every_gpu_under_half() {
         );
     }
     // The same heat on one GPU alone stands out.
-    let alone = run(9, |m, s, _| {
-        if m >= LAST_DAY {
-            s.temperature_celsius = Some(91.0);
-            s.memory_temperature_celsius = Some(99.0);
-            if m % 60 < 12 {
-                s.clock_events = Some(ClockEvents(ClockEvents::SW_THERMAL_SLOWDOWN));
-            }
-        }
-    });
+    let alone = run(9, anchors::heat_alone);
     let last = alone.last().unwrap();
     assert!(
         contribution(last, "temperature_vs_peers") > 0.5,
@@ -381,18 +270,10 @@ fn a_node_wide_temperature_rise_on_all_gpus_keeps_every_gpu_under_half() {
 #[test]
 fn a_steady_noisy_link_stays_under_half_and_an_accelerating_one_warns() {
     // 120 replays an hour, every hour, for two weeks.
-    let steady = run(14, |m, s, _| {
-        s.pcie.replay_counter = Some(3 + 2 * m as u64);
-    });
+    let steady = run(14, anchors::steady_noisy_link);
     assert!(max_score(&steady) < 0.5, "{}", max_score(&steady));
     // From a few an hour, doubling every day for six days (to about 60 an hour).
-    let start = 7 * DAY_MIN;
-    let accelerating = run(13, |m, s, _| {
-        let days = (m - start).max(0) as f64 / DAY_MIN as f64;
-        // Replays per hour 1 × 2^days, integrated.
-        let total = 24.0 * (2f64.powf(days) - 1.0) / std::f64::consts::LN_2;
-        s.pcie.replay_counter = Some(3 + total as u64);
-    });
+    let accelerating = run(13, anchors::accelerating_link);
     let last = accelerating.last().unwrap();
     assert!(last.risk.score >= 0.7, "{:?}", last.risk);
     for feature in ["pcie_replays_vs_baseline", "pcie_replays_rising"] {
@@ -647,20 +528,7 @@ fn a_node_wide_heat_that_warms_idle_gpus_most_keeps_every_gpu_under_half() {
     // Inlet air warms until every GPU runs at 86-88 °C: the idle ones, normally at 35 °C,
     // warm by 50 degrees, the busy ones by 22, so the idle ones stand far above the node's
     // median against their own normal. The heat explains them all.
-    let all = run_node(9, |m, g, s, _| {
-        let idle = g < 3;
-        if idle {
-            s.utilization.gpu = Some(0.0);
-            s.power_watts = Some(80.0);
-            s.temperature_celsius = Some(35.0);
-            s.memory_temperature_celsius = Some(37.0);
-        }
-        if (LAST_DAY..LAST_DAY + 8 * 60).contains(&m) {
-            let t = 86.0 + f64::from(g % 3) + ((m / STEP_MIN) % 3) as f64 * 0.3;
-            s.temperature_celsius = Some(t);
-            s.memory_temperature_celsius = Some(t + if idle { 2.0 } else { 5.0 });
-        }
-    });
+    let all = run_node(9, anchors::idle_warming_heat);
     for (g, findings) in all.iter().enumerate() {
         assert!(
             max_score(findings) < 0.5,
