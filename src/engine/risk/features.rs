@@ -121,7 +121,7 @@ pub const FEATURES: [(&str, &str); 29] = [
     ),
     (
         "collect_slowdown",
-        "ln(collection time, last hour ÷ the week's baseline or 50 ms if more), when slower",
+        "ln(collection time, last hour ÷ the week's baseline or 50 ms if more), when slower, beyond the node's median",
     ),
     (
         "temperature_vs_baseline",
@@ -193,7 +193,6 @@ pub struct Signals {
     pub nvlink_rise: f64,
     pub memory_gap: f64,
     pub power_erratic: f64,
-    pub collect_slowdown: f64,
     /// What the node's GPUs may share, peer-subtracted in [`features`].
     pub shared: Shared,
 }
@@ -281,8 +280,8 @@ impl Signals {
             nvlink_rise: (nvlink_hour.ln1p() - nvlink_base.ln1p()).max(0.0),
             memory_gap: hour.memory_gap.mean().unwrap_or(0.0),
             power_erratic: ((power.unexplained - power_floor) / 0.025).max(0.0).ln1p(),
-            collect_slowdown,
             shared: Shared {
+                collect_slowdown,
                 replay_level,
                 replay_rise,
                 replay_rising,
@@ -396,7 +395,7 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         unexplained * s.power_erratic,
         (10.0 * own.failed_per_collection).ln1p(),
         (own.collect_seconds / SLOW_COLLECTION_SECONDS).ln1p(),
-        s.collect_slowdown,
+        own.collect_slowdown,
         unexplained * ((own.temperature_deviation - 4.0) / 4.0).max(0.0),
         unexplained * own.thermal_rise,
         // Persistence: a few degrees held for a day are a cooling that degrades, where the

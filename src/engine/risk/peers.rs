@@ -38,12 +38,15 @@ pub struct Shared {
     pub failed_per_collection: f64,
     /// Mean collection seconds, last hour.
     pub collect_seconds: f64,
+    /// `ln` of that over the GPU's own baseline, when slower: a host under load slows
+    /// every GPU's NVML calls alike.
+    pub collect_slowdown: f64,
     /// The gap's and the GPU temperature's deviations averaged over about a day, °C.
     pub gap_persistent: f64,
     pub temperature_persistent: f64,
 }
 
-const FIELDS: usize = 15;
+const FIELDS: usize = 16;
 
 impl Shared {
     fn to_array(self) -> [f64; FIELDS] {
@@ -63,6 +66,7 @@ impl Shared {
             self.collect_seconds,
             self.gap_persistent,
             self.temperature_persistent,
+            self.collect_slowdown,
         ]
     }
 
@@ -83,6 +87,7 @@ impl Shared {
             collect_seconds: a[12],
             gap_persistent: a[13],
             temperature_persistent: a[14],
+            collect_slowdown: a[15],
         }
     }
 }

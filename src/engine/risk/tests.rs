@@ -446,6 +446,22 @@ fn nvlink_power_brake_and_slow_calls_contribute() {
 }
 
 #[test]
+fn a_host_that_slows_every_gpus_collection_warns_none_of_them() {
+    // The agent's host under load (a job's data loaders on every core): NVML calls take
+    // 0.3 s instead of 4 ms on every GPU of the node for the last day.
+    let node = run_node(8, |m, _, s, _| {
+        if m >= LAST_DAY {
+            s.collect_seconds = 0.3;
+        }
+    });
+    for gpu in &node {
+        let last = gpu.last().unwrap();
+        assert_eq!(contribution(last, "collect_slowdown"), 0.0, "{:?}", last.risk);
+        assert!(max_score(gpu) < 0.1, "{:?}", last.risk);
+    }
+}
+
+#[test]
 fn known_bad_states_score_at_least_0_9_at_once() {
     let first_bad = 7 * 24 * 60 + 300;
     let step_of = |all: &[GpuFindings], minute: i64| all[(minute / STEP_MIN) as usize].clone();
