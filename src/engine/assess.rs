@@ -24,13 +24,6 @@ impl Engine {
         repeated: bool,
     ) {
         let states = &mut self.state.gpus;
-        // Written over the summaries of the step before, in place.
-        scratch
-            .summaries
-            .resize_with(scratch.slots.len(), Default::default);
-        for (summaries, &slot) in scratch.summaries.iter_mut().zip(&scratch.slots) {
-            states.slot_mut(slot).windows.summaries_into(now, summaries);
-        }
         let listed = snapshot.gpus.len();
         // Findings list the snapshot's GPUs first, in its order.
         let sample_of = |i: usize, finding: &GpuFindings| match (i < listed, repeated) {
@@ -46,26 +39,32 @@ impl Engine {
                     .zip(&scratch.slots)
                     .enumerate()
                     .map(|(i, (finding, &slot))| {
-                        repeated
-                            || states
-                                .slot(slot)
-                                .risk
-                                .cadence
-                                .due(now, sample_of(i, finding))
+                        let sample = sample_of(i, finding);
+                        repeated || states.slot(slot).risk.cadence.due(now, sample)
                     }),
             );
-        for (finding, windows) in gpus.iter_mut().zip(&scratch.summaries) {
-            finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
+        let scoring = scratch.due.contains(&true);
+        // Written over the summaries of the step before, in place. A round that scores
+        // nobody needs only the last hour (the capacity advice reads it).
+        scratch
+            .summaries
+            .resize_with(scratch.slots.len(), Default::default);
+        for (summaries, &slot) in scratch.summaries.iter_mut().zip(&scratch.slots) {
+            let windows = &mut states.slot_mut(slot).windows;
+            match scoring {
+                true => windows.summaries_into(now, summaries),
+                false => windows.hour_into(now, &mut summaries.hour),
+            }
         }
-        if !scratch.due.contains(&true) {
+        if !scoring {
             for (finding, &slot) in gpus.iter_mut().zip(&scratch.slots) {
-                states
-                    .slot(slot)
-                    .risk
-                    .cadence
-                    .repeat_into(&mut finding.risk);
+                let cadence = &states.slot(slot).risk.cadence;
+                cadence.repeat_into(&mut finding.risk, &mut finding.uncorrectable_ecc_24h);
             }
             return;
+        }
+        for (finding, windows) in gpus.iter_mut().zip(&scratch.summaries) {
+            finding.uncorrectable_ecc_24h = windows.day.deltas.ecc_uncorrected;
         }
         scratch.signals.clear();
         scratch.signals.extend(
@@ -90,7 +89,9 @@ impl Engine {
         {
             let state = states.slot_mut(slot);
             if !due {
-                state.risk.cadence.repeat_into(&mut finding.risk);
+                // Its uncorrectable count, just summarised, is the one it was scored with.
+                let mut unchanged = finding.uncorrectable_ecc_24h;
+                (state.risk.cadence).repeat_into(&mut finding.risk, &mut unchanged);
                 continue;
             }
             let mut hold = std::mem::take(&mut state.risk.hold);
@@ -110,7 +111,7 @@ impl Engine {
             );
             let state = states.slot_mut(slot);
             state.risk.hold = hold;
-            state.risk.cadence.scored(now, sample, &finding.risk);
+            (state.risk.cadence).scored(now, sample, &finding.risk, finding.uncorrectable_ecc_24h);
         }
     }
 }

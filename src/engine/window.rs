@@ -529,6 +529,11 @@ impl Windows {
         self.baseline_into(now, &mut out.baseline);
     }
 
+    /// [`Windows::summaries_into`]'s last hour alone.
+    pub fn hour_into(&mut self, now: i64, out: &mut Sums) {
+        self.hour.sums_into(now, HOUR, out);
+    }
+
     /// The last `span` seconds, from the finest ring that covers them.
     pub fn last(&self, now: i64, span: i64) -> Bucket {
         if span <= self.hour.span() {

@@ -218,14 +218,14 @@ impl Warnings {
 
 /// GPU samples handed from one stage of the replay to the next at a time: a batch closes
 /// once its snapshots hold this many (or at [`MOST_SNAPSHOTS`]). Counted in samples, not
-/// snapshots, so a narrow log of 64 GPUs a round and a wide one of 8 hand over alike: each
-/// hand-over wakes a thread, and with three stages on two cores, batches of 8 snapshots of
-/// 8 GPUs cost 25,000 context switches and 0.3–0.5 s of system time on a week of 8 GPUs
-/// (1,000,000 rows), 256 samples a batch about 7,000 and 0.1–0.2 s. The findings of every
-/// batch in flight are kept until the report has read them, so the batch is also what the
-/// resident memory grows with: 256 samples keep it under 25 MiB on both shapes
+/// snapshots, so a narrow log of 64 GPUs a round and a wide one of 8 hand over alike. Each
+/// hand-over may wake a thread, and four stages share two cores: batches of 8 snapshots
+/// cost 25,000 context switches and 0.3–0.5 s of system time on the wide log (1,000,000
+/// rows of 8 GPUs), batches of 256 samples 16,000–19,000 on either log, 512 6,000–9,000.
+/// The findings of every batch in flight are kept until the report has read them, so the
+/// batch is also what the resident memory grows with: 23–25 MiB on both logs at 512
 /// (BENCHMARKS.md, replay).
-const BATCH_SAMPLES: usize = 256;
+const BATCH_SAMPLES: usize = 512;
 
 /// Snapshots a batch holds at most, whatever their size (a log of one GPU).
 const MOST_SNAPSHOTS: usize = 64;

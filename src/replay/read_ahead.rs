@@ -15,8 +15,9 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_
 
 use super::smi_lines::{Cells, Records};
 
-/// Records handed over at a time.
-const RECORDS: usize = 256;
+/// Records handed over at a time: as many as the samples of the replay's own batches
+/// (`BATCH_SAMPLES` in src/replay/mod.rs), for the same reason.
+const RECORDS: usize = 512;
 
 /// Batches in flight.
 const IN_FLIGHT: usize = 4;

@@ -38,6 +38,9 @@ struct Last {
     rows: Option<RemappedRows>,
     pages: Option<RetiredPages>,
     assessment: Assessment,
+    /// Uncorrectable errors of the last day, as summarised for the assessment: it changes
+    /// only with a new error (news) or at a window bucket's end (a minute's start).
+    uncorrectable_day: f64,
 }
 
 impl Cadence {
@@ -59,8 +62,15 @@ impl Cadence {
             || sample.retired_pages != last.pages
     }
 
-    /// Remembers `assessment`, just made at `now` on `sample`.
-    pub fn scored(&mut self, now: i64, sample: Option<&GpuSample>, assessment: &Assessment) {
+    /// Remembers `assessment`, just made at `now` on `sample` with the day's
+    /// `uncorrectable_day` errors.
+    pub fn scored(
+        &mut self,
+        now: i64,
+        sample: Option<&GpuSample>,
+        assessment: &Assessment,
+        uncorrectable_day: f64,
+    ) {
         self.news = false;
         let Some(sample) = sample else {
             self.last = None;
@@ -72,19 +82,23 @@ impl Cadence {
             rows: None,
             pages: None,
             assessment: Assessment::default(),
+            uncorrectable_day: 0.0,
         });
         last.period = now.div_euclid(PERIOD);
         last.up = sample.up;
         last.rows = sample.remapped_rows;
         last.pages = sample.retired_pages;
+        last.uncorrectable_day = uncorrectable_day;
         // Into the kept one's buffers: no allocation once they have grown.
         last.assessment.clone_from(assessment);
     }
 
-    /// Writes the last assessment over `out` (the GPU was not due).
-    pub fn repeat_into(&self, out: &mut Assessment) {
+    /// Writes the last assessment and its uncorrectable count over `out` and
+    /// `uncorrectable_day` (the GPU was not due).
+    pub fn repeat_into(&self, out: &mut Assessment, uncorrectable_day: &mut f64) {
         if let Some(last) = &self.last {
             out.clone_from(&last.assessment);
+            *uncorrectable_day = last.uncorrectable_day;
         }
     }
 }
@@ -122,7 +136,7 @@ mod tests {
             score: 0.3,
             ..Assessment::default()
         };
-        cadence.scored(now, Some(sample), &assessment);
+        cadence.scored(now, Some(sample), &assessment, 2.0);
         cadence
     }
 
@@ -139,8 +153,9 @@ mod tests {
         assert!(!cadence.due(125, Some(&up())));
         assert!(!cadence.due(179, Some(&up())));
         let mut out = Assessment::default();
-        cadence.repeat_into(&mut out);
-        assert_eq!(out.score, 0.3);
+        let mut uncorrectable = 0.0;
+        cadence.repeat_into(&mut out, &mut uncorrectable);
+        assert_eq!((out.score, uncorrectable), (0.3, 2.0));
         assert!(cadence.due(180, Some(&up())), "the next minute is scored");
     }
 

@@ -456,7 +456,12 @@ fn a_host_that_slows_every_gpus_collection_warns_none_of_them() {
     });
     for gpu in &node {
         let last = gpu.last().unwrap();
-        assert_eq!(contribution(last, "collect_slowdown"), 0.0, "{:?}", last.risk);
+        assert_eq!(
+            contribution(last, "collect_slowdown"),
+            0.0,
+            "{:?}",
+            last.risk
+        );
         assert!(max_score(gpu) < 0.1, "{:?}", last.risk);
     }
 }
