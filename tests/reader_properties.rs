@@ -84,7 +84,7 @@ fn same_read_ahead(text: &[u8], fields: Option<String>) -> Result<(), TestCaseEr
         fields: fields.clone(),
         timezone: parse_offset("UTC").expect("UTC"),
     };
-    let mut read = |reader: &mut dyn SnapshotReader| {
+    let read = |reader: &mut dyn SnapshotReader| {
         let mut warnings = Warnings::collecting();
         let mut out = Vec::new();
         let mut snapshot = Snapshot::default();

@@ -11,7 +11,7 @@
 //! read as it comes, not in batches' worth.
 
 use std::io::Read;
-use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
 use super::smi_lines::{Cells, Records};
 
@@ -154,10 +154,8 @@ fn read_batches<R: Read>(
     empty: &Receiver<Vec<Cells>>,
 ) {
     loop {
-        let mut batch = match empty.try_recv() {
-            Ok(batch) => batch,
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => Vec::new(),
-        };
+        // A batch the reader has emptied, else a new one (the first few).
+        let mut batch = empty.try_recv().unwrap_or_default();
         let mut filled = 0;
         let mut failed = None;
         let mut ended = false;

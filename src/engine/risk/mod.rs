@@ -116,7 +116,7 @@ pub struct Contribution {
 }
 
 /// A GPU's failure risk and why.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Assessment {
     /// 0–1.
     pub score: f64,
@@ -128,6 +128,27 @@ pub struct Assessment {
     /// The failure families whose evidence holds, strongest first, with when it started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<Evidence>,
+}
+
+impl Clone for Assessment {
+    fn clone(&self) -> Self {
+        Assessment {
+            score: self.score,
+            rule: self.rule.clone(),
+            contributions: self.contributions.clone(),
+            evidence: self.evidence.clone(),
+        }
+    }
+
+    /// Into `self`'s buffers: a GPU not due to be scored repeats its last assessment into
+    /// the findings of every step ([`Cadence`]), which the derived copy did by allocating
+    /// the lists anew.
+    fn clone_from(&mut self, source: &Self) {
+        self.score = source.score;
+        self.rule.clone_from(&source.rule);
+        self.contributions.clone_from(&source.contributions);
+        self.evidence.clone_from(&source.evidence);
+    }
 }
 
 impl Assessment {
