@@ -325,17 +325,9 @@ const POWERS_OF_TEN: [f64; 16] = [
 ];
 
 /// A number in the cell's own unit, else the header's, else the field's usual one,
-/// converted to `want` (the model's base unit for the field).
+/// converted to `want` (the model's base unit for the field). The cell is not a
+/// [`placeholder`]: a row's reader classifies each cell once, before its value is read.
 pub fn quantity(cell: &[u8], header: Unit, field: Field, want: Unit) -> Cell<f64> {
-    match placeholder(cell) {
-        Some(p) => p,
-        None => present_quantity(cell, header, field, want),
-    }
-}
-
-/// [`quantity`] of a cell known not to be a [`placeholder`] (a row's reader classifies each
-/// cell once).
-pub fn present_quantity(cell: &[u8], header: Unit, field: Field, want: Unit) -> Cell<f64> {
     let (number, unit) = number_and_unit(cell);
     let Some(value) = decimal(number) else {
         return Cell::Invalid;

@@ -8,7 +8,9 @@ fn q(cell: &str, header: Unit, field: Field) -> Cell<f64> {
         Unit::Mhz => Unit::Mhz,
         _ => Unit::None,
     };
-    quantity(cell.as_bytes(), header, field, want)
+    // As a row's reader reads a cell: placeholders first.
+    let cell = cell.as_bytes();
+    placeholder(cell).unwrap_or_else(|| quantity(cell, header, field, want))
 }
 
 #[test]

@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 
 use super::Warnings;
 use super::smi_fields::{
-    Cell, ClockKind, Field, TimestampParser, Unit, bitmask, flag, placeholder, present_quantity,
-    pstate, text,
+    Cell, ClockKind, Field, TimestampParser, Unit, bitmask, flag, placeholder, pstate, quantity,
+    text,
 };
 use super::smi_lines::Cells;
 use crate::model::{ClockEvents, GpuSample, HostInfo, RemappedRows, RetiredPages};
@@ -175,7 +175,7 @@ pub fn read(
             continue;
         }
         let mut flags = Flags::default();
-        let number = |want: Unit| present_quantity(cell, column.unit, field, want);
+        let number = |want: Unit| quantity(cell, column.unit, field, want);
         match field {
             Field::Timestamp => match timestamps.parse(cell) {
                 Some(t) => at = Some(t),
