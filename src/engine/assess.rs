@@ -1,5 +1,6 @@
-//! The risk step of [`Engine::step`]: every GPU's windows and signals summarised once, the
-//! node's median once per round, each GPU assessed and its held evidence written back.
+//! The risk step of [`Engine::step`]: in a round where some GPU is due to be scored, every
+//! GPU's windows and signals summarised once, the node's median once, each due GPU assessed
+//! and its held evidence written back; the others repeat their last assessment.
 
 use super::risk;
 use super::slots::Scratch;
@@ -58,8 +59,10 @@ impl Engine {
         }
         if !scoring {
             for (finding, &slot) in gpus.iter_mut().zip(&scratch.slots) {
-                let cadence = &states.slot(slot).risk.cadence;
-                cadence.repeat_into(&mut finding.risk, &mut finding.uncorrectable_ecc_24h);
+                if let Some((last, uncorrectable)) = states.slot(slot).risk.cadence.last() {
+                    finding.risk.clone_from(last);
+                    finding.uncorrectable_ecc_24h = uncorrectable;
+                }
             }
             return;
         }
@@ -89,9 +92,10 @@ impl Engine {
         {
             let state = states.slot_mut(slot);
             if !due {
-                // Its uncorrectable count, just summarised, is the one it was scored with.
-                let mut unchanged = finding.uncorrectable_ecc_24h;
-                (state.risk.cadence).repeat_into(&mut finding.risk, &mut unchanged);
+                // Its uncorrectable count is the one just summarised.
+                if let Some((last, _)) = state.risk.cadence.last() {
+                    finding.risk.clone_from(last);
+                }
                 continue;
             }
             let mut hold = std::mem::take(&mut state.risk.hold);

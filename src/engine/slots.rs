@@ -133,7 +133,8 @@ pub(super) struct Scratch {
     pub seen: Vec<bool>,
     /// Slots of GPUs the snapshot does not list, in UUID order.
     pub missing: Vec<usize>,
-    /// Each finding's windows summarised at this step, in the findings' order.
+    /// Each finding's windows summarised at this step, in the findings' order (the last
+    /// hour only, in a round where no GPU is scored).
     pub summaries: Vec<Summaries>,
     /// Each finding's risk signals at this step, in the findings' order (computed only in
     /// a round where some GPU is due to be scored).

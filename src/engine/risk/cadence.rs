@@ -57,7 +57,7 @@ impl Cadence {
         self.news
             || now.div_euclid(PERIOD) != last.period
             || !sample.up
-            || sample.up != last.up
+            || !last.up
             || sample.remapped_rows != last.rows
             || sample.retired_pages != last.pages
     }
@@ -93,13 +93,10 @@ impl Cadence {
         last.assessment.clone_from(assessment);
     }
 
-    /// Writes the last assessment and its uncorrectable count over `out` and
-    /// `uncorrectable_day` (the GPU was not due).
-    pub fn repeat_into(&self, out: &mut Assessment, uncorrectable_day: &mut f64) {
-        if let Some(last) = &self.last {
-            out.clone_from(&last.assessment);
-            *uncorrectable_day = last.uncorrectable_day;
-        }
+    /// The last assessment and the day's uncorrectable errors it was made with, for a GPU
+    /// that is not due; None before the first.
+    pub fn last(&self) -> Option<(&Assessment, f64)> {
+        (self.last.as_ref()).map(|last| (&last.assessment, last.uncorrectable_day))
     }
 }
 
@@ -152,10 +149,10 @@ mod tests {
         let cadence = scored(120, &up());
         assert!(!cadence.due(125, Some(&up())));
         assert!(!cadence.due(179, Some(&up())));
-        let mut out = Assessment::default();
-        let mut uncorrectable = 0.0;
-        cadence.repeat_into(&mut out, &mut uncorrectable);
-        assert_eq!((out.score, uncorrectable), (0.3, 2.0));
+        let last = cadence
+            .last()
+            .map(|(a, uncorrectable)| (a.score, uncorrectable));
+        assert_eq!(last, Some((0.3, 2.0)));
         assert!(cadence.due(180, Some(&up())), "the next minute is scored");
     }
 
