@@ -24,6 +24,8 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 
+use anyhow::Context;
+
 use crate::engine::risk::{FEATURES, RiskModel};
 use crate::engine::{Engine, EngineConfig, Findings};
 use crate::scenario::{GpuLabel, Library, NodeScenario, TruthKind};
@@ -41,10 +43,10 @@ const N: usize = FEATURES.len();
 /// The hand-set weights every search starts from (and its bias, which the search keeps).
 pub(crate) const HAND_SET: &str = include_str!("../../models/hand-set-risk.toml");
 
-/// The hand-set model: fixed, so a fit does not depend on which model was shipped last. A
-/// unit test checks that it parses.
-pub fn hand_set() -> RiskModel {
-    RiskModel::parse(HAND_SET).unwrap_or_else(|_| RiskModel::shipped())
+/// The hand-set model: fixed, so a fit does not depend on which model was shipped last
+/// (never the shipped one in its place: a file that does not parse is an error).
+pub fn hand_set() -> anyhow::Result<RiskModel> {
+    RiskModel::parse(HAND_SET).context("models/hand-set-risk.toml, the weights a fit starts from")
 }
 
 /// The variant axes held out, one fold per value.
@@ -357,7 +359,7 @@ fn fit_on(
         tracks.iter().any(|t| t.failure.is_some()) && tracks.iter().any(|t| t.failure.is_none()),
         "the training GPUs need both failures with precursors and healthy GPUs"
     );
-    let shipped = Fitted::of_model(&hand_set());
+    let shipped = Fitted::of_model(&hand_set()?);
     let fitted = ensemble::bagged(
         &Rows {
             times: &times,

@@ -165,8 +165,9 @@ pub fn search_in_order(
                 }
                 let mut trial_weights = weights;
                 trial_weights[j] = candidate;
-                let value = judge.value(&trial, &trial_weights);
-                if value.beats(&chosen.map_or(best, |(_, v)| v)) {
+                let to_beat = chosen.map_or(best, |(_, v)| v);
+                let value = judge.value_against(&trial, &trial_weights, &to_beat);
+                if value.beats(&to_beat) {
                     chosen = Some((candidate, value));
                 }
             }
@@ -218,18 +219,22 @@ pub fn shortfall_of(
             scores[r] = super::anchors::score(weights, &rows.features[r]);
         }
     }
+    total_shortfall(constraints, rows, &scores, weights, bias)
+}
+
+/// How far the rows' `scores` under `weights` fall short of `constraints`, summed.
+fn total_shortfall(
+    constraints: &[Constraint],
+    rows: &Rows<'_>,
+    scores: &[f64],
+    weights: &[f64; N],
+    bias: f64,
+) -> f64 {
     constraints
         .iter()
         .map(|c| {
-            shortfall(
-                &c.checks,
-                &c.rows,
-                rows.times,
-                &scores,
-                rows.features,
-                weights,
-                bias,
-            )
+            let (times, features) = (rows.times, rows.features);
+            shortfall(&c.checks, &c.rows, times, scores, features, weights, bias)
         })
         .sum()
 }
@@ -304,25 +309,36 @@ pub enum Verdict {
 
 impl Judge<'_> {
     fn value(&self, scores: &[f64], weights: &[f64; N]) -> Value {
-        let short = self
-            .constraints
-            .iter()
-            .map(|c| {
-                shortfall(
-                    &c.checks,
-                    &c.rows,
-                    self.times,
-                    scores,
-                    self.features,
-                    weights,
-                    self.bias,
-                )
-            })
-            .sum();
+        let short = self.short(scores, weights);
         Value {
             short,
             gain: self.gain(scores),
         }
+    }
+
+    /// [`Judge::value`], without the library's gain (a pass over every track) when the
+    /// anchors already say it cannot beat `to_beat`.
+    fn value_against(&self, scores: &[f64], weights: &[f64; N], to_beat: &Value) -> Value {
+        let short = self.short(scores, weights);
+        if short > to_beat.short + 1e-9 {
+            return Value {
+                short,
+                gain: f64::NEG_INFINITY,
+            };
+        }
+        Value {
+            short,
+            gain: self.gain(scores),
+        }
+    }
+
+    /// How far `weights` fall short of the anchors.
+    fn short(&self, scores: &[f64], weights: &[f64; N]) -> f64 {
+        let rows = Rows {
+            times: self.times,
+            features: self.features,
+        };
+        total_shortfall(self.constraints, &rows, scores, weights, self.bias)
     }
 
     fn gain(&self, scores: &[f64]) -> f64 {
