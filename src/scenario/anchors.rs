@@ -188,6 +188,110 @@ pub fn accelerating_link(m: i64, s: &mut GpuSample, _: &mut Vec<u32>) {
     s.pcie.replay_counter = Some(3 + total as u64);
 }
 
+/// Corrected errors climbing from 0 to 12 a day over six days as [`ecc_climb`], but drawn
+/// Poisson step by step, so days read 3, 1, 4, 6, 5, 9, … rather than a smooth climb.
+pub fn ecc_noisy_climb(m: i64, s: &mut GpuSample, _: &mut Vec<u32>) {
+    static TOTALS: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+    let totals = TOTALS.get_or_init(|| {
+        cumulative(9, 0xECC, |m| {
+            let days = (m - CLIMB_START).clamp(0, 6 * DAY_MIN) as f64 / DAY_MIN as f64;
+            2.0 * days
+        })
+    });
+    let count = total_at(totals, m);
+    s.ecc.corrected_volatile = Some(count);
+    s.ecc.corrected_aggregate = Some(count);
+}
+
+/// Where the two-day replay ramp starts: it runs from half an hour's replay to 300 an hour
+/// over the last two of nine days, Poisson.
+pub const RAMP_START: i64 = 7 * DAY_MIN;
+
+/// A link healthy for a week that dies in two days: replays from 0.3 to 300 an hour,
+/// growing exponentially from [`RAMP_START`], drawn Poisson (nine days).
+pub fn link_two_day_ramp(m: i64, s: &mut GpuSample, _: &mut Vec<u32>) {
+    static TOTALS: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+    let totals = TOTALS.get_or_init(|| {
+        cumulative(9, 0x9C1E, |m| {
+            let days = (m - RAMP_START).clamp(0, 2 * DAY_MIN) as f64 / DAY_MIN as f64;
+            24.0 * 0.3 * 1000f64.powf(days / 2.0)
+        })
+    });
+    s.pcie.replay_counter = Some(3 + total_at(totals, m));
+}
+
+/// Power swinging more and more at steady utilization: Gaussian swings whose standard
+/// deviation grows from nothing to 120 W over days 4 to 9 (nine days), no power-brake bit.
+pub fn power_swings_growing(m: i64, s: &mut GpuSample, _: &mut Vec<u32>) {
+    let days = (m - 4 * DAY_MIN).clamp(0, 5 * DAY_MIN) as f64 / DAY_MIN as f64;
+    let sd = 120.0 * days / 5.0;
+    if let Some(p) = s.power_watts.as_mut() {
+        *p = (*p + sd * normal(m, 0x90E)).clamp(60.0, 700.0);
+    }
+}
+
+/// A draw that always swung: a third of the samples, from the first day, 150 to 270 W
+/// under the job's draw at the same utilization (an all-reduce phase; nine days).
+pub fn power_always_swinging(m: i64, s: &mut GpuSample, _: &mut Vec<u32>) {
+    let u = uniform(m, 0x05C);
+    if u < 0.3
+        && let Some(p) = s.power_watts.as_mut()
+    {
+        *p -= 150.0 + 120.0 * u / 0.3;
+    }
+}
+
+/// Cumulative Poisson counts at every step of `days`, `per_day(m)` events a day at minute
+/// `m`, drawn from `salt`: the same every run.
+fn cumulative(days: i64, salt: u64, per_day: impl Fn(i64) -> f64) -> Vec<u64> {
+    let mut total = 0;
+    (0..=days * DAY_MIN / STEP_MIN)
+        .map(|step| {
+            let m = step * STEP_MIN;
+            let lambda = per_day(m) * STEP_MIN as f64 / DAY_MIN as f64;
+            total += poisson(lambda, uniform(m, salt));
+            total
+        })
+        .collect()
+}
+
+fn total_at(totals: &[u64], m: i64) -> u64 {
+    let step = (m.max(0) / STEP_MIN) as usize;
+    totals.get(step).or(totals.last()).copied().unwrap_or(0)
+}
+
+/// A Poisson draw of mean `lambda` by inversion of the uniform `u`.
+fn poisson(lambda: f64, u: f64) -> u64 {
+    if lambda <= 0.0 {
+        return 0;
+    }
+    let (mut k, mut p) = (0u64, (-lambda).exp());
+    let mut cdf = p;
+    while u > cdf && k < 10_000 {
+        k += 1;
+        p *= lambda / k as f64;
+        cdf += p;
+    }
+    k
+}
+
+/// A uniform draw in [0, 1) for minute `m` and `salt` (splitmix64).
+fn uniform(m: i64, salt: u64) -> f64 {
+    let mut z = (m as u64) ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A standard normal draw for minute `m` and `salt` (Box–Muller).
+fn normal(m: i64, salt: u64) -> f64 {
+    let u1 = uniform(m, salt).max(1e-12);
+    let u2 = uniform(m, salt ^ 0xA5A5);
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
 /// `change` applied to GPU 0 alone.
 pub fn on_gpu_0(
     change: impl Fn(i64, &mut GpuSample, &mut Vec<u32>) + Send + Sync,

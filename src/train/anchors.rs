@@ -18,7 +18,7 @@
 use crate::engine::risk::FEATURES;
 use crate::engine::{Engine, EngineConfig};
 use crate::scenario::anchors::{
-    self as history, CLIMB_END, CLIMB_START, DAY_MIN, NodeChange, on_gpu_0,
+    self as history, CLIMB_END, CLIMB_START, DAY_MIN, NodeChange, RAMP_START, on_gpu_0,
 };
 
 use super::parallel::in_parallel;
@@ -100,8 +100,8 @@ const MEMORY_TEMPERATURE_GAP: usize = feature("memory_temperature_gap");
 const TEMPERATURE_VS_PEERS: usize = feature("temperature_vs_peers");
 const TEMPERATURE_VS_BASELINE: usize = feature("temperature_vs_baseline");
 const THERMAL_SLOWDOWN_24H: usize = feature("thermal_slowdown_24h");
-const PCIE_REPLAYS_VS_BASELINE: usize = feature("pcie_replays_vs_baseline");
-const PCIE_REPLAYS_RISING: usize = feature("pcie_replays_rising");
+const ECC_CORRECTED_RATE: usize = feature("ecc_corrected_rate");
+const PCIE_REPLAYS_RATE: usize = feature("pcie_replays_rate");
 
 /// The warning threshold the anchor tests assert (the default one).
 const WARN: f64 = crate::config::DEFAULT_RISK_THRESHOLD;
@@ -126,9 +126,57 @@ pub fn anchors() -> Vec<Anchor> {
                         from: (CLIMB_END - DAY_MIN) as f64 * MIN,
                         to: CLIMB_END as f64 * MIN,
                     },
-                    Check::LastTop(&[ECC_CORRECTED_DAYS]),
+                    Check::LastTop(&[ECC_CORRECTED_DAYS, ECC_CORRECTED_RATE]),
                 ],
             )],
+        },
+        Anchor {
+            name: "a noisy climb of corrected errors warns a day ahead and holds",
+            days: 9,
+            change: Box::new(on_gpu_0(history::ecc_noisy_climb)),
+            checks: vec![(
+                0,
+                vec![Check::WarnsHeld {
+                    score: WARN,
+                    quiet_until: (CLIMB_START + 2 * DAY_MIN) as f64 * MIN,
+                    from: (CLIMB_END - DAY_MIN) as f64 * MIN,
+                    to: CLIMB_END as f64 * MIN,
+                }],
+            )],
+        },
+        Anchor {
+            name: "a link that dies in two days warns a day ahead",
+            days: 9,
+            change: Box::new(on_gpu_0(history::link_two_day_ramp)),
+            checks: vec![(
+                0,
+                vec![Check::WarnsHeld {
+                    score: WARN,
+                    quiet_until: RAMP_START as f64 * MIN,
+                    from: (8 * DAY_MIN) as f64 * MIN,
+                    to: (9 * DAY_MIN) as f64 * MIN,
+                }],
+            )],
+        },
+        Anchor {
+            name: "power swinging more and more at steady load warns a day ahead",
+            days: 9,
+            change: Box::new(on_gpu_0(history::power_swings_growing)),
+            checks: vec![(
+                0,
+                vec![Check::WarnsHeld {
+                    score: WARN,
+                    quiet_until: (4 * DAY_MIN + DAY_MIN / 2) as f64 * MIN,
+                    from: (8 * DAY_MIN) as f64 * MIN,
+                    to: (9 * DAY_MIN) as f64 * MIN,
+                }],
+            )],
+        },
+        Anchor {
+            name: "a draw that always swung stays under half",
+            days: 9,
+            change: Box::new(on_gpu_0(history::power_always_swinging)),
+            checks: vec![(0, vec![Check::Below(0.5)])],
         },
         Anchor {
             name: "a handful of corrected errors a day for a few days stays under half",
@@ -197,8 +245,7 @@ pub fn anchors() -> Vec<Anchor> {
                 0,
                 vec![
                     Check::EndsAtLeast(WARN),
-                    Check::LastContributionAbove(PCIE_REPLAYS_VS_BASELINE, 0.5),
-                    Check::LastContributionAbove(PCIE_REPLAYS_RISING, 0.5),
+                    Check::LastContributionAbove(PCIE_REPLAYS_RATE, 1.0),
                 ],
             )],
         },

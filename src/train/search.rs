@@ -50,6 +50,20 @@ const HEALTHY_NEAR_MISS: f64 = 0.1;
 /// Largest weight the search may give a feature: features are in e-folds, days or shares,
 /// so more than this on one unit would let a trace of one signal warn alone.
 const MAX_WEIGHT: f64 = 8.0;
+/// Largest weight of a rate test's log-likelihood ratio: it is evidence in nats already,
+/// and a weight above one would count more evidence than the counts hold (on the library,
+/// whose healthy GPUs never fail a call alone, a fit would otherwise let one failed call
+/// in ten collections warn).
+const MAX_LIKELIHOOD_WEIGHT: f64 = 1.0;
+
+/// The largest weight of feature `j`.
+fn max_weight(j: usize) -> f64 {
+    if crate::engine::risk::is_likelihood_ratio(j) {
+        MAX_LIKELIHOOD_WEIGHT
+    } else {
+        MAX_WEIGHT
+    }
+}
 const MAX_SWEEPS: usize = 30;
 
 /// One GPU's rows for the search.
@@ -130,7 +144,10 @@ pub fn search_in_order(
             }
         }
     }
-    let mut weights = start.map(|w| w.clamp(0.0, MAX_WEIGHT));
+    let mut weights = *start;
+    for (j, w) in weights.iter_mut().enumerate() {
+        *w = w.clamp(0.0, max_weight(j));
+    }
     // Per row, each family's held sum, and the log-odds they combine to.
     let mut families: Vec<[f64; FAMILIES.len()]> = rows
         .features
@@ -155,7 +172,7 @@ pub fn search_in_order(
             let family = family_of(j).index();
             let w = weights[j];
             let mut chosen: Option<(f64, Value)> = None;
-            for candidate in candidates(w) {
+            for candidate in candidates(w, max_weight(j)) {
                 let delta = candidate - w;
                 trial.copy_from_slice(&scores);
                 for &(r, v) in &columns[j] {
@@ -241,10 +258,10 @@ fn total_shortfall(
 
 /// The weights tried in place of `w`: smaller and larger by factors, and added steps so a
 /// weight at zero can grow.
-fn candidates(w: f64) -> impl Iterator<Item = f64> {
+fn candidates(w: f64, most: f64) -> impl Iterator<Item = f64> {
     [0.0, 0.5 * w, 0.75 * w, 1.33 * w, 2.0 * w, w + 0.25, w + 1.0]
         .into_iter()
-        .map(|c| c.clamp(0.0, MAX_WEIGHT))
+        .map(move |c| c.clamp(0.0, most))
         .filter(move |&c| (c - w).abs() > 1e-12)
 }
 

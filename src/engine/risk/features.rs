@@ -2,9 +2,11 @@
 //! as numbers that mean the same on every GPU (docs/detection.md, "What is scored").
 //!
 //! Three normalisations replace absolute levels:
-//! - **persistence and acceleration**: how many of the last days showed a signal, whether
-//!   each day exceeded the one before, what the GPU did on most of the last three days —
-//!   so a one-off burst weighs little and a steady climb a lot;
+//! - **rates with their uncertainty**: every error counter (corrected ECC, PCIe replays,
+//!   NVLink errors, hardware XIDs, failed NVML calls, hours of unstable power) is read as a
+//!   noisy rate against the GPU's own baseline, a likelihood ratio in nats of "the rate went
+//!   up and stayed up" over hourly counts that are capped, so a one-off burst is one bad
+//!   hour and a climb is many ([`super::rate`]);
 //! - **the GPU's own baseline**: a rate against its own previous days, the memory–GPU gap
 //!   against its own gap at similar utilization, power spread against its own; a warm-up
 //!   without history gives these features nothing rather than a guess;
@@ -25,18 +27,14 @@ use crate::model::GpuSample;
 /// Every feature the model can weigh, with what it measures. The order is the order of
 /// [`features`]' output, of training columns and of the held terms in saved state: new
 /// features are appended, never inserted, so state saved by an older agent loads.
-pub const FEATURES: [(&str, &str); 29] = [
+pub const FEATURES: [(&str, &str); 30] = [
     (
         "ecc_corrected_days",
         "rolling days of the last 7 with corrected ECC errors, each counting up to 1 at 3 errors",
     ),
     (
-        "ecc_corrected_rising",
-        "consecutive rolling days, newest back, each with more corrected errors than the day before",
-    ),
-    (
-        "ecc_corrected_sustained",
-        "ln(1 + the middle one of the last 3 rolling days' corrected ECC counts, at most 6 counted per 2-hour bucket)",
+        "ecc_corrected_rate",
+        "the corrected ECC rate test: log-likelihood ratio (nats) of hourly counts, capped, against the GPU's own baseline rate or one error every four days, over windows of 6 h to 8 days",
     ),
     (
         "ecc_uncorrected_7d",
@@ -60,12 +58,12 @@ pub const FEATURES: [(&str, &str); 29] = [
         "ln(1 + hardware-fault XIDs, last 7 days)",
     ),
     (
-        "pcie_replays_vs_baseline",
-        "ln(1 + last day's replays ÷ 240) over the same for the median of the GPU's previous days, less the node's median and what a node running hot explains",
+        "xid_hardware_rate",
+        "the hardware-XID rate test (nats) against the GPU's own baseline or one a month, less the node's median",
     ),
     (
-        "pcie_replays_rising",
-        "consecutive rolling days each with 1.5× the replays of the day before (and 24 or more), less the node's median",
+        "pcie_replays_rate",
+        "the PCIe replay rate test (nats) against the GPU's own baseline or 0.5 an hour, less the node's median",
     ),
     (
         "pcie_replays_vs_peers",
@@ -80,8 +78,8 @@ pub const FEATURES: [(&str, &str); 29] = [
         "ln(1 + NVLink CRC, replay and recovery errors per hour over the last 24 h), less the node's median",
     ),
     (
-        "nvlink_errors_vs_baseline",
-        "ln(1 + NVLink errors per hour, last 24 h) − ln(1 + the week's baseline), when rising",
+        "nvlink_errors_rate",
+        "the NVLink error rate test (nats) against the GPU's own baseline or one an hour, less the node's median",
     ),
     (
         "memory_gap_vs_baseline",
@@ -109,11 +107,19 @@ pub const FEATURES: [(&str, &str); 29] = [
     ),
     (
         "power_erratic",
-        "ln(1 + power's spread unexplained by utilization, over the GPU's own baseline or 2% of the limit, ÷ 2.5% of the limit), less what a node running hot explains",
+        "ln(1 + last hour's power residual against the GPU's own utilization → power line, over the GPU's normal residual or 2% of the limit, ÷ 2.5% of the limit), less what a node running hot explains",
+    ),
+    (
+        "power_unstable_hours",
+        "the rate test (nats) of hours whose power residual is over twice the GPU's normal and 2% of the limit beyond it, against the GPU's own rate or one every two days, less the node's median and what a node running hot explains",
     ),
     (
         "failed_calls_per_collection",
         "ln(1 + 10 × NVML calls failing per collection, last hour, beyond the node's median)",
+    ),
+    (
+        "failed_calls_rate",
+        "the failed NVML call rate test (nats) against the GPU's own baseline or one an hour, less the node's median",
     ),
     (
         "collect_seconds_level",
@@ -141,6 +147,14 @@ pub const FEATURES: [(&str, &str); 29] = [
     ),
 ];
 
+/// Whether feature `i` ([`FEATURES`] order) is a rate test's log-likelihood ratio
+/// ([`super::rate`]): evidence in nats, which a model should weigh by at most one.
+pub fn is_likelihood_ratio(i: usize) -> bool {
+    FEATURES
+        .get(i)
+        .is_some_and(|(name, _)| name.ends_with("_rate") || *name == "power_unstable_hours")
+}
+
 /// The collection time at which a GPU's NVML calls count as slow: healthy reads take
 /// milliseconds, GSP RPC timeouts take seconds.
 const SLOW_COLLECTION_SECONDS: f64 = 0.25;
@@ -157,8 +171,8 @@ const ORDINARY_REPLAYS_PER_DAY: f64 = 240.0;
 /// isolated error is a third of a day of evidence.
 const CORRECTED_FULL_DAY: f64 = 3.0;
 
-/// Power spread a GPU shows at steady load from sensor noise and clock boosts, as a share
-/// of its power limit; below this no baseline is needed.
+/// Power residual a GPU shows at steady load from sensor noise and clock boosts, as a share
+/// of its power limit: a normal below it counts as it.
 const STEADY_POWER_SPREAD: f64 = 0.02;
 
 /// Previous days a rate baseline needs before it is trusted.
@@ -181,8 +195,7 @@ impl Ln1p for f64 {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Signals {
     pub ecc_days: f64,
-    pub ecc_rising: f64,
-    pub ecc_sustained: f64,
+    pub ecc_rate: f64,
     pub uncorrected: f64,
     pub remaps: f64,
     pub remap_pending: bool,
@@ -190,7 +203,6 @@ pub struct Signals {
     pub retired_pending: bool,
     pub xids: f64,
     pub link_degraded: f64,
-    pub nvlink_rise: f64,
     pub memory_gap: f64,
     pub power_erratic: f64,
     /// What the node's GPUs may share, peer-subtracted in [`features`].
@@ -232,27 +244,14 @@ impl Signals {
         let ecc_days = (0..DAYS)
             .map(|d| (corrected(d) / CORRECTED_FULL_DAY).min(1.0))
             .sum();
-        let ecc_rising = (0..DAYS - 1)
-            .take_while(|&d| corrected(d) >= 1.0 && corrected(d) > corrected(d + 1))
-            .count() as f64;
-        // Spread counts: a burst cut in two by the days' boundary is not two days.
-        let mut last_three = [days.spread(0), days.spread(1), days.spread(2)];
-        last_three.sort_by(f64::total_cmp);
         let replay_level = replay_scale(replays(0));
-        // The median of the previous days the GPU was watched: one noisy day does not
-        // move it, and a link that was always noisy is its own normal.
-        let replay_rise = previous_median(days, |d| Some(replays(d)))
-            .map_or(0.0, |median| (replay_level - replay_scale(median)).max(0.0));
-        let replay_rising = (0..DAYS - 1)
-            .take_while(|&d| replays(d) >= 24.0 && replays(d) >= 1.5 * replays(d + 1))
-            .count() as f64;
+        let rates = &risk.rates;
 
         let thermal_rise = thermal_rise(days);
 
         let rows = sample.and_then(|s| s.remapped_rows);
         let pages = sample.and_then(|s| s.retired_pages);
         let nvlink_hour = per_hour(day.deltas.nvlink_errors, day.seconds);
-        let nvlink_base = per_hour(base.deltas.nvlink_errors, base.seconds);
         let collect_now = hour.collect_seconds.mean();
         let collect_slowdown = match (collect_now, base.collect_seconds.mean()) {
             (Some(now), Some(base)) if now > base.max(COLLECTION_FLOOR_SECONDS) => {
@@ -261,15 +260,16 @@ impl Signals {
             _ => 0.0,
         };
         let power = &risk.power;
-        let power_floor = power
-            .baseline
-            .get()
-            .unwrap_or(STEADY_POWER_SPREAD)
-            .max(STEADY_POWER_SPREAD);
+        // Against the GPU's own normal spread only: before it is learnt, a draw that always
+        // swings (an all-reduce phase) would read as erratic.
+        let power_erratic = power.normal.get().map_or(0.0, |normal| {
+            ((power.unexplained - normal.max(STEADY_POWER_SPREAD)) / 0.025)
+                .max(0.0)
+                .ln1p()
+        });
         Signals {
             ecc_days,
-            ecc_rising,
-            ecc_sustained: last_three[1].ln1p(),
+            ecc_rate: rates.ecc_corrected.llr(),
             uncorrected: windows.week.deltas.ecc_uncorrected.ln1p(),
             remaps: risk.remaps.at_time(now).ln1p(),
             remap_pending: rows.is_some_and(|r| r.pending),
@@ -277,14 +277,16 @@ impl Signals {
             retired_pending: pages.is_some_and(|p| p.pending),
             xids: windows.week.deltas.xid_hardware.ln1p(),
             link_degraded: risk.link_degraded.clamp(0.0, 1.0),
-            nvlink_rise: (nvlink_hour.ln1p() - nvlink_base.ln1p()).max(0.0),
             memory_gap: hour.memory_gap.mean().unwrap_or(0.0),
-            power_erratic: ((power.unexplained - power_floor) / 0.025).max(0.0).ln1p(),
+            power_erratic,
             shared: Shared {
                 collect_slowdown,
                 replay_level,
-                replay_rise,
-                replay_rising,
+                replay_rate: rates.pcie_replays.llr(),
+                nvlink_rate: rates.nvlink_errors.llr(),
+                xid_rate: rates.xid_hardware.llr(),
+                failed_rate: rates.failed_calls.llr(),
+                power_unstable: power.unstable.llr(),
                 nvlink_level: nvlink_hour.ln1p(),
                 gap_deviation: risk.gap.deviation.unwrap_or(0.0),
                 temperature_excess: (hour.temperature.mean().unwrap_or(0.0) - 80.0).max(0.0),
@@ -372,20 +374,19 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
     let percent = |share: f64| (100.0 * share).ln1p();
     [
         s.ecc_days,
-        s.ecc_rising,
-        s.ecc_sustained,
+        s.ecc_rate,
         s.uncorrected,
         s.remaps,
         flag(s.remap_pending),
         s.retired,
         flag(s.retired_pending),
         s.xids,
-        own.replay_rise,
-        own.replay_rising,
+        own.xid_rate,
+        own.replay_rate,
         own.replay_level,
         s.link_degraded,
         own.nvlink_level,
-        s.nvlink_rise,
+        own.nvlink_rate,
         ((own.gap_deviation - 5.0) / 5.0).max(0.0),
         ((s.memory_gap - 15.0) / 5.0).max(0.0),
         ((own.temperature_excess - 3.0) / 5.0).max(0.0),
@@ -393,7 +394,9 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         percent(own.hw_slowdown_share),
         percent(own.brake_share),
         unexplained * s.power_erratic,
+        unexplained * own.power_unstable,
         (10.0 * own.failed_per_collection).ln1p(),
+        own.failed_rate,
         (own.collect_seconds / SLOW_COLLECTION_SECONDS).ln1p(),
         own.collect_slowdown,
         unexplained * ((own.temperature_deviation - 4.0) / 4.0).max(0.0),

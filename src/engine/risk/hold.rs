@@ -80,24 +80,93 @@ pub const EVIDENCE_ENDS: f64 = 1.0;
 pub struct Hold {
     /// Unix seconds of the last assessment.
     at: Option<i64>,
-    /// Held contribution per feature, in FEATURES order.
-    #[serde(deserialize_with = "held_of_any_length")]
+    /// Held contribution per feature, in FEATURES order; saved by name.
+    #[serde(
+        serialize_with = "held_by_name",
+        deserialize_with = "held_of_any_version"
+    )]
     held: [f64; FEATURES.len()],
     /// Unix seconds each family's evidence started, while it lasts.
     since: [Option<i64>; FAMILIES.len()],
 }
 
-/// Held terms as saved by any version: features are only appended to FEATURES, so a
-/// shorter list is an older agent's and the newer features start at zero (a longer one,
-/// a newer agent's, loses its tail).
-fn held_of_any_length<'de, D: serde::Deserializer<'de>>(
+/// The features of agents that saved their held terms as a list, in that list's order:
+/// their terms load by name, and those of features since retired are dropped.
+const LISTED_FEATURES: [&str; 29] = [
+    "ecc_corrected_days",
+    "ecc_corrected_rising",
+    "ecc_corrected_sustained",
+    "ecc_uncorrected_7d",
+    "remapped_rows_new",
+    "remap_pending",
+    "retired_pages_new",
+    "retired_pages_pending",
+    "xid_hardware_7d",
+    "pcie_replays_vs_baseline",
+    "pcie_replays_rising",
+    "pcie_replays_vs_peers",
+    "pcie_link_degraded",
+    "nvlink_errors_per_hour",
+    "nvlink_errors_vs_baseline",
+    "memory_gap_vs_baseline",
+    "memory_temperature_gap",
+    "temperature_vs_peers",
+    "thermal_slowdown_24h",
+    "hw_slowdown_share",
+    "power_brake_24h",
+    "power_erratic",
+    "failed_calls_per_collection",
+    "collect_seconds_level",
+    "collect_slowdown",
+    "temperature_vs_baseline",
+    "thermal_slowdown_rise",
+    "memory_gap_persistent",
+    "temperature_persistent",
+];
+
+/// Held terms by feature name, the non-zero ones only.
+fn held_by_name<S: serde::Serializer>(
+    held: &[f64; FEATURES.len()],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let nonzero = held.iter().filter(|h| **h != 0.0).count();
+    let mut map = s.serialize_map(Some(nonzero))?;
+    for (h, (name, _)) in held.iter().zip(&FEATURES) {
+        if *h != 0.0 {
+            map.serialize_entry(name, h)?;
+        }
+    }
+    map.end()
+}
+
+/// Held terms as saved by any version: a map by name (unknown names, a newer or an older
+/// agent's features, are dropped), or the list older agents saved in [`LISTED_FEATURES`]
+/// order.
+fn held_of_any_version<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<[f64; FEATURES.len()], D::Error> {
-    let saved = Vec::<f64>::deserialize(d)?;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Saved {
+        ByName(std::collections::BTreeMap<String, f64>),
+        Listed(Vec<f64>),
+    }
+    let named: Vec<(String, f64)> = match Saved::deserialize(d)? {
+        Saved::ByName(map) => map.into_iter().collect(),
+        Saved::Listed(list) => LISTED_FEATURES
+            .iter()
+            .zip(list)
+            .map(|(name, h)| (name.to_string(), h))
+            .collect(),
+    };
     let mut held = [0.0; FEATURES.len()];
-    for (h, s) in held.iter_mut().zip(saved) {
-        if s.is_finite() && s >= 0.0 {
-            *h = s;
+    for (name, s) in named {
+        if let Some(i) = FEATURES.iter().position(|(n, _)| *n == name)
+            && s.is_finite()
+            && s >= 0.0
+        {
+            held[i] = s;
         }
     }
     Ok(held)
@@ -209,14 +278,49 @@ pub fn combine_families(by_family: &[f64; FAMILIES.len()]) -> f64 {
     strongest + CORROBORATION * (total - strongest)
 }
 
-/// The family of each feature, in FEATURES order (a test checks it against the names).
+/// A feature's family, by its name's prefix: the names say what they measure.
+const fn family_by_name(name: &str) -> Family {
+    const fn starts(name: &[u8], prefix: &[u8]) -> bool {
+        if name.len() < prefix.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < prefix.len() {
+            if name[i] != prefix[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    let n = name.as_bytes();
+    if starts(n, b"ecc_") || starts(n, b"remap") || starts(n, b"retired_") {
+        Family::Memory
+    } else if starts(n, b"xid_") {
+        Family::Xid
+    } else if starts(n, b"pcie_") {
+        Family::Pcie
+    } else if starts(n, b"nvlink_") {
+        Family::NvLink
+    } else if starts(n, b"power_") {
+        Family::Power
+    } else if starts(n, b"failed_") || starts(n, b"collect_") {
+        Family::Structural
+    } else {
+        // memory_, temperature_, thermal_, hw_slowdown: what heat and cooling do.
+        Family::Cooling
+    }
+}
+
+/// The family of each feature, in FEATURES order.
 const FAMILY_OF: [Family; FEATURES.len()] = {
-    use Family::*;
-    [
-        Memory, Memory, Memory, Memory, Memory, Memory, Memory, Memory, // ECC, remaps, pages
-        Xid, Pcie, Pcie, Pcie, Pcie, NvLink, NvLink, Cooling, Cooling, Cooling, Cooling, Cooling,
-        Power, Power, Structural, Structural, Structural, Cooling, Cooling, Cooling, Cooling,
-    ]
+    let mut out = [Family::Structural; FEATURES.len()];
+    let mut i = 0;
+    while i < FEATURES.len() {
+        out[i] = family_by_name(FEATURES[i].0);
+        i += 1;
+    }
+    out
 };
 
 /// The family of feature `i` (FEATURES order).
@@ -324,7 +428,7 @@ mod combined_tests {
             .position(|(n, _)| *n == "ecc_corrected_days");
         let rising = FEATURES
             .iter()
-            .position(|(n, _)| *n == "ecc_corrected_rising");
+            .position(|(n, _)| *n == "ecc_corrected_rate");
         let replays = FEATURES.iter().position(|(n, _)| n.starts_with("pcie_"));
         let (Some(days), Some(rising), Some(replays)) = (days, rising, replays) else {
             panic!("features renamed");
@@ -348,23 +452,46 @@ mod saved_tests {
     use super::*;
 
     #[test]
-    fn held_terms_saved_by_an_agent_with_fewer_features_load_with_the_new_ones_at_zero() {
+    fn held_terms_load_by_name_and_an_older_agents_list_by_its_features() {
+        let index = |name: &str| FEATURES.iter().position(|(n, _)| *n == name);
+        let (Some(days), Some(gap), Some(rate)) = (
+            index("ecc_corrected_days"),
+            index("temperature_persistent"),
+            index("ecc_corrected_rate"),
+        ) else {
+            panic!("features renamed");
+        };
+        // A list as agents saved it before held terms were saved by name: 29 terms in
+        // LISTED_FEATURES order. Kept features keep their evidence, retired ones
+        // (ecc_corrected_rising, second) are dropped, new ones start at zero.
+        let listed: Vec<String> = (1..=LISTED_FEATURES.len())
+            .map(|i| format!("{i}.0"))
+            .collect();
         let older = format!(
             r#"{{"at": 100, "held": [{}], "since": [null, null, null, null, null, null, null]}}"#,
-            vec!["2.0"; FEATURES.len() - 2].join(", ")
+            listed.join(", ")
         );
         let hold: Hold = match serde_json::from_str(&older) {
             Ok(hold) => hold,
             Err(e) => panic!("{e}"),
         };
-        assert_eq!(hold.held[0], 2.0);
-        assert_eq!(hold.held[FEATURES.len() - 3], 2.0);
-        assert_eq!(hold.held[FEATURES.len() - 1], 0.0);
-        // Garbage in a saved term is no evidence.
-        let bad: Hold = match serde_json::from_str(r#"{"held": [-1.0, 3.0]}"#) {
+        assert_eq!(hold.held[days], 1.0);
+        assert_eq!(hold.held[gap], 29.0);
+        assert_eq!(hold.held[rate], 0.0);
+        assert!(!hold.held.contains(&2.0), "a retired feature's term loaded");
+        // By name, round trip; unknown names and garbage are no evidence.
+        let again: Hold = match serde_json::to_string(&hold).map(|j| serde_json::from_str(&j)) {
+            Ok(Ok(hold)) => hold,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(again, hold);
+        let bad: Hold = match serde_json::from_str(
+            r#"{"held": {"ecc_corrected_days": -1.0, "ecc_corrected_rate": 3.0, "gone": 4.0}}"#,
+        ) {
             Ok(hold) => hold,
             Err(e) => panic!("{e}"),
         };
-        assert_eq!((bad.held[0], bad.held[1]), (0.0, 3.0));
+        assert_eq!((bad.held[days], bad.held[rate]), (0.0, 3.0));
+        assert_eq!(bad.held.iter().sum::<f64>(), 3.0);
     }
 }

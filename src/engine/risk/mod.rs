@@ -25,9 +25,11 @@ mod cadence;
 mod features;
 mod hold;
 mod peers;
+mod power;
+mod rate;
 mod state;
 pub use cadence::Cadence;
-pub use features::{FEATURES, Signals, features};
+pub use features::{FEATURES, Signals, features, is_likelihood_ratio};
 pub use hold::{
     CORROBORATION, Evidence, FAMILIES, Family, Hold, combine_families, combined, family_of,
 };

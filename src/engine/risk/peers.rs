@@ -15,10 +15,14 @@ pub const MIN_PEERS: usize = 3;
 pub struct Shared {
     /// `ln(1 + replays in the last day ÷ 240)`.
     pub replay_level: f64,
-    /// That over the GPU's own previous days.
-    pub replay_rise: f64,
-    /// Rolling days of accelerating replays.
-    pub replay_rising: f64,
+    /// The replay counter's rate test against the GPU's own baseline, nats.
+    pub replay_rate: f64,
+    /// The same of NVLink errors, hardware XIDs and failed NVML calls.
+    pub nvlink_rate: f64,
+    pub xid_rate: f64,
+    pub failed_rate: f64,
+    /// Unstable power hours' rate test, nats.
+    pub power_unstable: f64,
     /// `ln(1 + NVLink errors per hour)`.
     pub nvlink_level: f64,
     /// Memory–GPU gap over the GPU's own at similar utilization, °C.
@@ -46,14 +50,14 @@ pub struct Shared {
     pub temperature_persistent: f64,
 }
 
-const FIELDS: usize = 16;
+const FIELDS: usize = 19;
 
 impl Shared {
     fn to_array(self) -> [f64; FIELDS] {
         [
             self.replay_level,
-            self.replay_rise,
-            self.replay_rising,
+            self.replay_rate,
+            self.nvlink_rate,
             self.nvlink_level,
             self.gap_deviation,
             self.temperature_excess,
@@ -67,14 +71,17 @@ impl Shared {
             self.gap_persistent,
             self.temperature_persistent,
             self.collect_slowdown,
+            self.xid_rate,
+            self.failed_rate,
+            self.power_unstable,
         ]
     }
 
     fn from_array(a: [f64; FIELDS]) -> Shared {
         Shared {
             replay_level: a[0],
-            replay_rise: a[1],
-            replay_rising: a[2],
+            replay_rate: a[1],
+            nvlink_rate: a[2],
             nvlink_level: a[3],
             gap_deviation: a[4],
             temperature_excess: a[5],
@@ -88,6 +95,9 @@ impl Shared {
             gap_persistent: a[13],
             temperature_persistent: a[14],
             collect_slowdown: a[15],
+            xid_rate: a[16],
+            failed_rate: a[17],
+            power_unstable: a[18],
         }
     }
 }

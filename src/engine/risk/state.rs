@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use super::cadence::Cadence;
 use super::hold::Hold;
+use super::power::PowerResidual;
+use super::rate::{RateTest, floor};
 use crate::engine::window::{DAY, HOUR, Point, Windows};
 use crate::model::{ClockEvents, GpuSample};
 
@@ -29,9 +31,6 @@ pub const DAYS: usize = 7;
 const COUNTS: usize = 2;
 pub const CORRECTED: usize = 0;
 pub const REPLAYS: usize = 1;
-/// Corrected errors a 2-hour bucket contributes at most to a day's spread count
-/// ([`RollingDays::spread`]).
-pub const SPREAD_PER_BUCKET: f64 = 6.0;
 
 /// Observed time a baseline needs before it is trusted.
 const WARM_UP_SECONDS: f64 = 12.0 * 3600.0;
@@ -57,7 +56,10 @@ pub struct RiskState {
     /// GPU temperature against the GPU's own at similar power; absent from state
     /// saved before it existed.
     pub temperature: BandedBaseline,
-    pub power: PowerSpread,
+    /// Power against utilization: its residual spread and unstable hours.
+    pub power: PowerResidual,
+    /// Every error counter read as a rate against the GPU's own baseline.
+    pub rates: CounterRates,
     /// Share of recent time in hardware slowdown that neither the power brake nor a
     /// thermal reason explains (e-fold 6 h).
     pub hw_slowdown: f64,
@@ -78,6 +80,7 @@ impl RiskState {
     /// Folds one sample in; `windows` already holds it.
     pub fn observe(&mut self, p: &Point, sample: &GpuSample, windows: &Windows) {
         self.days.observe(p, windows);
+        self.rates.observe(p);
         if !sample.up {
             return;
         }
@@ -104,7 +107,7 @@ impl RiskState {
         let scale = sample
             .power_limit_watts
             .filter(|l| *l > 0.0)
-            .unwrap_or(self.power.peak);
+            .unwrap_or(self.power.peak());
         if let (Some(power), Some(gpu)) = (p.power, p.temperature)
             && scale > 0.0
         {
@@ -158,6 +161,34 @@ impl RiskState {
     }
 }
 
+/// The rate tests of a GPU's error counters ([`RateTest`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CounterRates {
+    pub ecc_corrected: RateTest,
+    pub pcie_replays: RateTest,
+    pub nvlink_errors: RateTest,
+    pub xid_hardware: RateTest,
+    pub failed_calls: RateTest,
+}
+
+impl CounterRates {
+    fn observe(&mut self, p: &Point) {
+        let d = &p.deltas;
+        let (at, s) = (p.at, p.seconds);
+        self.ecc_corrected
+            .observe(at, d.ecc_corrected, s, floor::ECC_CORRECTED);
+        self.pcie_replays
+            .observe(at, d.pcie_replays, s, floor::PCIE_REPLAYS);
+        self.nvlink_errors
+            .observe(at, d.nvlink_errors, s, floor::NVLINK_ERRORS);
+        self.xid_hardware
+            .observe(at, d.xid_hardware, s, floor::XID_HARDWARE);
+        self.failed_calls
+            .observe(at, d.failed_calls, s, floor::FAILED_CALLS);
+    }
+}
+
 fn flag(on: bool) -> f64 {
     if on { 1.0 } else { 0.0 }
 }
@@ -186,9 +217,6 @@ pub struct RollingDays {
     /// newest bucket; absent from state saved before they existed.
     slowdown_closed: [Slowdown; DAYS],
     slowdown_live: Slowdown,
-    /// Corrected errors of the closed buckets of each day, at most
-    /// [`SPREAD_PER_BUCKET`] a bucket; absent from state saved before it existed.
-    spread_closed: [f64; DAYS],
 }
 
 /// Seconds under load, and of those in thermal slowdown.
@@ -211,7 +239,6 @@ impl RollingDays {
             self.live = [0.0; COUNTS];
             self.slowdown_closed = [Slowdown::default(); DAYS];
             self.slowdown_live = Slowdown::default();
-            self.spread_closed = [0.0; DAYS];
             for b in windows.week.buckets() {
                 let counts = [b.deltas.ecc_corrected, b.deltas.pcie_replays];
                 // A bucket's loaded seconds from its mean utilization; its thermal
@@ -231,7 +258,6 @@ impl RollingDays {
                         *sum += c;
                     }
                     self.observed[day] += b.seconds;
-                    self.spread_closed[day] += b.deltas.ecc_corrected.min(SPREAD_PER_BUCKET);
                     self.slowdown_closed[day].loaded += slowdown.loaded;
                     self.slowdown_closed[day].thermal += slowdown.thermal;
                 }
@@ -265,19 +291,6 @@ impl RollingDays {
         let closed = self.closed.get(day).map_or(0.0, |d| d[signal]);
         if day == 0 {
             closed + self.live[signal]
-        } else {
-            closed
-        }
-    }
-
-    /// Corrected errors on rolling day `day` counted at most [`SPREAD_PER_BUCKET`] per
-    /// 2-hour bucket: how far the day's errors spread over it. A one-hour burst is one or
-    /// two buckets however large, and when the rolling days' boundary falls inside it, it
-    /// must not read as two days of errors.
-    pub fn spread(&self, day: usize) -> f64 {
-        let closed = self.spread_closed.get(day).copied().unwrap_or(0.0);
-        if day == 0 {
-            closed + self.live[CORRECTED].min(SPREAD_PER_BUCKET)
         } else {
             closed
         }
@@ -335,7 +348,7 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    fn learn(&mut self, x: f64, seconds: f64, drift_per_day: f64) {
+    pub(super) fn learn(&mut self, x: f64, seconds: f64, drift_per_day: f64) {
         if seconds <= 0.0 || !x.is_finite() {
             return;
         }
@@ -414,57 +427,6 @@ impl BandedBaseline {
             self.deviation_day = Some(day);
         }
         self.bands[band].learn(reading, seconds, drift_per_day);
-    }
-}
-
-/// Power's spread beyond what utilization explains, as a share of the power limit, and
-/// the GPU's own baseline of it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct PowerSpread {
-    /// Mean and mean square of power and utilization over about an hour.
-    moments: [f64; 4],
-    samples: u32,
-    /// The most power drawn, the scale where the limit is unknown.
-    peak: f64,
-    /// The last spread computed.
-    pub unexplained: f64,
-    pub baseline: Baseline,
-}
-
-/// Samples the spread needs before it means anything.
-const SPREAD_SAMPLES: u32 = 6;
-
-impl PowerSpread {
-    fn observe(&mut self, p: &Point, limit: Option<f64>) {
-        let (Some(power), Some(util)) = (p.power, p.utilization) else {
-            return;
-        };
-        if !power.is_finite() || !util.is_finite() || power.abs() > 1e6 {
-            return;
-        }
-        self.peak = self.peak.max(power);
-        let x = [power, power * power, util, util * util];
-        if self.samples == 0 {
-            self.moments = x;
-        } else {
-            for (m, x) in self.moments.iter_mut().zip(x) {
-                ewma(m, x, p.seconds, HOUR as f64);
-            }
-        }
-        self.samples = self.samples.saturating_add(1);
-        let scale = limit.filter(|l| *l > 0.0).unwrap_or(self.peak);
-        if self.samples < SPREAD_SAMPLES || scale <= 0.0 {
-            return;
-        }
-        let [p1, p2, u1, u2] = self.moments;
-        let power_sd = (p2 - p1 * p1).max(0.0).sqrt();
-        let util_sd = (u2 - u1 * u1).max(0.0).sqrt();
-        // Power follows utilization at most one limit per unit of utilization: swings of
-        // the draw up to that are the workload's, the rest is the board's.
-        self.unexplained = ((power_sd - scale * util_sd) / scale).max(0.0);
-        // At most 1% of the limit a day.
-        self.baseline.learn(self.unexplained, p.seconds, 0.01);
     }
 }
 
