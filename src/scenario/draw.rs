@@ -16,7 +16,7 @@ use super::{
 };
 use crate::source::simulate::quirks::{EccBurst, InletEvent};
 use crate::source::simulate::{
-    Curve, FaultKind, GpuPlan, GpuSpec, LinkMode, Quirks, Shape, Sku, WorkloadKind,
+    Curve, FaultKind, GpuPlan, GpuSpec, LinkMode, NoiseModel, Quirks, Shape, Sku, WorkloadKind,
 };
 
 /// GPUs per node (an HGX baseboard).
@@ -242,6 +242,7 @@ fn healthy(sku: Sku, workload: WorkloadKind, rng: &mut SmallRng) -> (GpuSpec, Gp
         shape: None,
         link_mode: LinkMode::Both,
         quirks: Quirks::default(),
+        noise: NoiseModel::Poisson,
     };
     let label = GpuLabel {
         kind: TruthKind::Healthy,

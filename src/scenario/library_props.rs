@@ -1,5 +1,5 @@
-//! Property tests: random library options and random fault shapes never panic, and every
-//! nvidia-smi row written has the header's cells.
+//! Property tests: random library options and random fault shapes under every noise model
+//! never panic, and every nvidia-smi row written has the header's cells.
 
 use proptest::prelude::*;
 
@@ -7,11 +7,16 @@ use super::emit::{FileFormat, write_node};
 use super::{Library, LibraryOptions};
 use crate::source::simulate::quirks::{EccBurst, InletEvent};
 use crate::source::simulate::{
-    Curve, FaultKind, Fleet, GpuPlan, GpuSpec, LinkMode, Quirks, Shape, Sku, WorkloadKind,
+    Curve, FaultKind, Fleet, GpuPlan, GpuSpec, LinkMode, NoiseModel, Quirks, Shape, Sku,
+    WorkloadKind,
 };
 
 fn curve() -> impl Strategy<Value = Curve> {
     prop::sample::select(Curve::ALL.to_vec())
+}
+
+fn noise() -> impl Strategy<Value = NoiseModel> {
+    prop::sample::select(NoiseModel::ALL.to_vec())
 }
 
 proptest! {
@@ -50,6 +55,8 @@ proptest! {
         kind in prop::sample::select(FaultKind::EVERY.to_vec()),
         sku in prop::sample::select(Sku::ALL.to_vec()),
         curve in curve(),
+        noise in noise(),
+        step in 5.0f64..3600.0,
         rate in 0.0f64..20.0,
         growth in 0.0f64..1000.0,
         precursor_days in 0.0f64..30.0,
@@ -82,11 +89,16 @@ proptest! {
             shape: Some(shape),
             link_mode: LinkMode::Both,
             quirks,
+            noise,
         };
         let start = LibraryOptions::new(0, 1, 1.0).start;
         let mut fleet = Fleet::from_specs(seed, start, &[spec]);
-        for _ in 0..48 {
-            fleet.advance(3600.0);
+        // Two days at most, in at most 600 steps.
+        let step = step.max(2.0 * 86_400.0 / 600.0);
+        let mut t = 0.0;
+        while t < 2.0 * 86_400.0 {
+            fleet.advance(step);
+            t += step;
             let snapshot = fleet.snapshot();
             prop_assert_eq!(snapshot.gpus.len(), 1);
         }

@@ -31,6 +31,7 @@ use rand::Rng;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution, Poisson};
 
+use super::noise::{Counter, Counts};
 use super::shape::Shape;
 use crate::model::NvLinkErrors;
 
@@ -53,6 +54,45 @@ pub enum FaultKind {
 }
 
 const DAY: f64 = 86_400.0;
+
+/// The step a fault advances over: `dt` seconds ending at `t`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Step {
+    pub t: f64,
+    pub dt: f64,
+}
+
+impl Step {
+    pub fn hours(self) -> f64 {
+        self.dt / 3600.0
+    }
+}
+
+/// What a shaped fault's counted precursor counts at its onset, per hour, before the drawn
+/// shape's rate multiplies it (the intensity then grows by the shape's growth to the
+/// failure point). The scenario library draws the rate at the failure point and divides
+/// by these to get the shape's rate.
+#[derive(Debug, Clone, Copy)]
+pub struct ShapedBase {
+    /// Corrected ECC errors of memory wear.
+    pub memory_corrected: f64,
+    /// Corrected ECC errors of page retirement (a page retired for every 20).
+    pub page_corrected: f64,
+    /// Rows remapped by row remapping.
+    pub rows_remapped: f64,
+    /// PCIe replays (a tenth of it for a link that trains down).
+    pub pcie_replays: f64,
+    /// CRC errors of the degrading NVLink.
+    pub nvlink_errors: f64,
+}
+
+pub const SHAPED_BASE: ShapedBase = ShapedBase {
+    memory_corrected: 2.0,
+    page_corrected: 0.5,
+    rows_remapped: 0.1,
+    pcie_replays: 100.0,
+    nvlink_errors: 4.0,
+};
 
 impl FaultKind {
     /// Every family, in the order `[simulation] faults` lists them.
@@ -143,16 +183,47 @@ pub struct Wear {
     /// NVLinks the GPU has; 0 where the simulation leaves it at the built-in 18.
     pub nvlinks: u32,
     /// Counts at the last reset of the volatile counters (driver reload, GPU reset): the
-    /// volatile ECC counters and the replay counter read the growth since.
+    /// volatile ECC counters, the replay counter and the NVLink error counters read the
+    /// growth since.
     pub volatile_base: VolatileBase,
+    /// How the error counts arrive around their rates (see [`super::noise`]).
+    pub noise: Counts,
 }
 
 /// See [`Wear::volatile_base`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct VolatileBase {
     pub corrected: u64,
     pub uncorrected: u64,
     pub pcie_replays: u64,
+    /// Each NVLink's counters at the reset (links without errors then: absent).
+    pub nvlink: Vec<NvLinkErrors>,
+}
+
+impl VolatileBase {
+    /// The volatile counters' readings now: everything since the last reset.
+    pub fn of(wear: &Wear) -> VolatileBase {
+        VolatileBase {
+            corrected: wear.corrected,
+            uncorrected: wear.uncorrected,
+            pcie_replays: wear.pcie_replays,
+            nvlink: wear.nvlink.clone(),
+        }
+    }
+
+    /// NVLink `now`'s counters since the reset.
+    pub fn nvlink_since(&self, now: &NvLinkErrors) -> NvLinkErrors {
+        let Some(base) = self.nvlink.iter().find(|l| l.link == now.link) else {
+            return *now;
+        };
+        NvLinkErrors {
+            link: now.link,
+            crc_flit: now.crc_flit.saturating_sub(base.crc_flit),
+            crc_data: now.crc_data.saturating_sub(base.crc_data),
+            replay: now.replay.saturating_sub(base.replay),
+            recovery: now.recovery.saturating_sub(base.recovery),
+        }
+    }
 }
 
 impl Wear {
@@ -307,12 +378,13 @@ impl Fault {
         }
         self.progress = p;
         let hours = dt / 3600.0;
+        let at = Step { t, dt };
         let mut xids = Vec::new();
         match self.kind {
-            FaultKind::MemoryWear => self.memory_wear(p, hours, wear, rng, &mut xids),
-            FaultKind::RowRemap => self.row_remap(p, hours, wear, rng, &mut xids),
-            FaultKind::PageRetirement => self.page_retirement(p, hours, wear, rng, &mut xids),
-            FaultKind::PcieLink => self.pcie(p, hours, wear, rng, &mut xids),
+            FaultKind::MemoryWear => self.memory_wear(p, at, wear, rng, &mut xids),
+            FaultKind::RowRemap => self.row_remap(p, at, wear, rng, &mut xids),
+            FaultKind::PageRetirement => self.page_retirement(p, at, wear, rng, &mut xids),
+            FaultKind::PcieLink => self.pcie(p, at, wear, rng, &mut xids),
             FaultKind::Thermal => {}
             FaultKind::FellOffBus => {
                 if self.first(0, p >= 1.0) {
@@ -320,7 +392,7 @@ impl Fault {
                     xids.push(79);
                 }
             }
-            FaultKind::NvLink => self.nvlink(p, hours, wear, rng, &mut xids),
+            FaultKind::NvLink => self.nvlink(p, at, wear, rng, &mut xids),
             FaultKind::GspFirmware => self.gsp(p, hours, wear, rng, &mut xids),
             FaultKind::PowerDelivery => self.power(p, wear, rng, &mut xids),
         }
@@ -328,26 +400,34 @@ impl Fault {
     }
 
     /// Replay bursts growing from 0.5/h; the link trains down to x8, then to Gen3 at the
-    /// failure point. A shaped fault shows its [`LinkMode`]: replays, a train-down (x16 to
-    /// x8, then two generations lower) or both, and the link then drops (XID 79).
-    fn pcie(
-        &mut self,
-        p: f64,
-        hours: f64,
-        wear: &mut Wear,
-        rng: &mut SmallRng,
-        xids: &mut Vec<u32>,
-    ) {
+    /// failure point. A shaped fault counts replays ([`SHAPED_BASE`]: 100/h at onset, 10/h
+    /// for a link that trains down), drawn by the GPU's noise model, and shows its
+    /// [`LinkMode`]: replays, a train-down (x16 to x8, then two generations lower) or both,
+    /// and the link then drops (XID 79).
+    fn pcie(&mut self, p: f64, at: Step, wear: &mut Wear, rng: &mut SmallRng, xids: &mut Vec<u32>) {
         let mode = self.link_mode;
         if p >= 0.2 {
-            let base = if mode == LinkMode::TrainDown {
-                0.05
+            if let Some(shape) = &self.shape {
+                let base = SHAPED_BASE.pcie_replays
+                    * if mode == LinkMode::TrainDown {
+                        0.1
+                    } else {
+                        1.0
+                    };
+                let per_hour = base * shape.intensity(self.since_onset(p));
+                let n = wear.noise.draw(
+                    Counter::PcieReplays,
+                    per_hour * at.hours(),
+                    at.t,
+                    at.dt,
+                    rng,
+                );
+                wear.pcie_replays += n;
             } else {
-                0.5
-            };
-            let bursts_per_hour = self.intensity(p, base, || 0.5 + 8.0 * (p.min(1.5) - 0.2));
-            for _ in 0..poisson(bursts_per_hour * hours, rng) {
-                wear.pcie_replays += rng.random_range(20..400);
+                let bursts_per_hour = 0.5 + 8.0 * (p.min(1.5) - 0.2);
+                for _ in 0..poisson(bursts_per_hour * at.hours(), rng) {
+                    wear.pcie_replays += rng.random_range(20..400);
+                }
             }
         }
         if self.shape.is_none() {
@@ -378,7 +458,7 @@ impl Fault {
     fn nvlink(
         &mut self,
         p: f64,
-        hours: f64,
+        at: Step,
         wear: &mut Wear,
         rng: &mut SmallRng,
         xids: &mut Vec<u32>,
@@ -390,15 +470,25 @@ impl Fault {
             let links = if wear.nvlinks == 0 { 18 } else { wear.nvlinks };
             self.link = Some(rng.random_range(0..links));
         }
+        let hours = at.hours();
+        let per_hour = self.intensity(p, SHAPED_BASE.nvlink_errors, || {
+            4.0 * (5.0 * (p.min(1.5) - 0.2)).exp()
+        });
+        let flits = wear
+            .noise
+            .draw(Counter::NvLinkErrors, per_hour * hours, at.t, at.dt, rng);
+        let recoveries = if p >= 0.6 {
+            let mean = 0.3 * (3.0 * (p.min(1.5) - 0.6)).exp() * hours;
+            wear.noise
+                .draw(Counter::NvLinkRecoveries, mean, at.t, at.dt, rng)
+        } else {
+            0
+        };
         let link = wear.nvlink_mut(self.link.unwrap_or(0));
-        let per_hour = self.intensity(p, 4.0, || 4.0 * (5.0 * (p.min(1.5) - 0.2)).exp());
-        let flits = poisson(per_hour * hours, rng);
         link.crc_flit += flits;
         link.crc_data += flits / 8;
         link.replay += flits;
-        if p >= 0.6 {
-            link.recovery += poisson(0.3 * (3.0 * (p.min(1.5) - 0.6)).exp() * hours, rng);
-        }
+        link.recovery += recoveries;
         if self.first(0, p >= 1.0) {
             xids.push(74);
         }

@@ -9,7 +9,8 @@
 use rand::Rng;
 use rand::rngs::SmallRng;
 
-use super::fault::{Fault, Wear, poisson};
+use super::fault::{Fault, SHAPED_BASE, Step, Wear, poisson};
+use super::noise::Counter;
 
 impl Fault {
     /// Corrected ECC from 2/h growing ~e^4.5 (or the drawn shape), every 40 of them a row
@@ -18,15 +19,20 @@ impl Fault {
     pub(super) fn memory_wear(
         &mut self,
         p: f64,
-        hours: f64,
+        at: Step,
         wear: &mut Wear,
         rng: &mut SmallRng,
         xids: &mut Vec<u32>,
     ) {
+        let hours = at.hours();
         if p >= 0.1 {
             // 2/h at onset (48/day, far past the 10/day warning level), growing ~e^4.5.
-            let per_hour = self.intensity(p, 2.0, || 2.0 * (4.5 * (p.min(1.5) - 0.1)).exp());
-            let n = poisson(per_hour * hours, rng);
+            let per_hour = self.intensity(p, SHAPED_BASE.memory_corrected, || {
+                2.0 * (4.5 * (p.min(1.5) - 0.1)).exp()
+            });
+            let n = wear
+                .noise
+                .draw(Counter::Corrected, per_hour * hours, at.t, at.dt, rng);
             wear.corrected += n;
             self.remap_budget += n;
         }
@@ -63,15 +69,22 @@ impl Fault {
     pub(super) fn row_remap(
         &mut self,
         p: f64,
-        hours: f64,
+        at: Step,
         wear: &mut Wear,
         rng: &mut SmallRng,
         xids: &mut Vec<u32>,
     ) {
         if p >= 0.1 {
-            wear.corrected += poisson(0.04 * hours, rng);
-            let per_hour = self.intensity(p, 0.1, || 0.1 * (3.0 * (p.min(1.5) - 0.1)).exp());
-            wear.remap_correctable += poisson(per_hour * hours, rng);
+            let hours = at.hours();
+            wear.corrected += wear
+                .noise
+                .draw(Counter::Corrected, 0.04 * hours, at.t, at.dt, rng);
+            let per_hour = self.intensity(p, SHAPED_BASE.rows_remapped, || {
+                0.1 * (3.0 * (p.min(1.5) - 0.1)).exp()
+            });
+            wear.remap_correctable +=
+                wear.noise
+                    .draw(Counter::RowsRemapped, per_hour * hours, at.t, at.dt, rng);
         }
         if p >= 0.6 && self.first(2, rng.random_bool(0.5)) {
             // One uncorrectable error contained by a remap: recorded, not fatal.
@@ -97,14 +110,18 @@ impl Fault {
     pub(super) fn page_retirement(
         &mut self,
         p: f64,
-        hours: f64,
+        at: Step,
         wear: &mut Wear,
         rng: &mut SmallRng,
         xids: &mut Vec<u32>,
     ) {
         if p >= 0.1 {
-            let per_hour = self.intensity(p, 0.5, || 0.5 * (4.0 * (p.min(1.5) - 0.1)).exp());
-            let n = poisson(per_hour * hours, rng);
+            let per_hour = self.intensity(p, SHAPED_BASE.page_corrected, || {
+                0.5 * (4.0 * (p.min(1.5) - 0.1)).exp()
+            });
+            let n = wear
+                .noise
+                .draw(Counter::Corrected, per_hour * at.hours(), at.t, at.dt, rng);
             wear.corrected += n;
             self.remap_budget += n;
             let pages = self.remap_budget / 20;

@@ -8,7 +8,8 @@
 use rand::Rng;
 use rand::rngs::SmallRng;
 
-use super::fault::{Fault, FaultKind, Wear, poisson};
+use super::fault::{Fault, FaultKind, Wear};
+use super::noise::{Counter, Counts};
 use super::quirks::Quirks;
 use super::sku::{H100, MemoryRepair, SkuSpec};
 use super::workload::{SimProcess, Workload};
@@ -225,6 +226,13 @@ impl SimGpu {
         self
     }
 
+    /// Error counts (the fault's, the confounders', the background noise's) arrive as
+    /// `counts` says (see [`super::noise`]) instead of Poisson.
+    pub fn with_noise(mut self, counts: Counts) -> SimGpu {
+        self.wear.noise = counts;
+        self
+    }
+
     pub fn lost(&self) -> bool {
         self.wear.lost
     }
@@ -325,9 +333,13 @@ impl SimGpu {
         self.memory_temperature += (memory_target - self.memory_temperature) * relax;
 
         // A healthy link sees a replay now and then.
-        self.wear.pcie_replays += poisson(0.2 * dt / 3600.0, rng);
+        let replays = self
+            .wear
+            .noise
+            .draw(Counter::PcieReplays, 0.2 * dt / 3600.0, t, dt, rng);
+        self.wear.pcie_replays += replays;
         let mut xids = match self.noise.as_mut() {
-            Some(noise) => background_noise(&mut self.wear, spec.nvlinks, dt, noise),
+            Some(noise) => background_noise(&mut self.wear, spec.nvlinks, t, dt, noise),
             None => Vec::new(),
         };
         if let Some(fault) = self.fault.as_mut() {
@@ -401,7 +413,7 @@ impl SimGpu {
         sample.performance_state = Some(0);
         sample.clock_events = Some(ClockEvents(self.clock_events));
         let w = &self.wear;
-        let base = w.volatile_base;
+        let base = &w.volatile_base;
         let old_uncorrected = self.quirks().map_or(0, |q| q.old_uncorrected);
         sample.ecc = Ecc {
             corrected_volatile: Some(w.corrected - base.corrected),
@@ -445,7 +457,7 @@ impl SimGpu {
                 w.nvlink
                     .iter()
                     .find(|l| l.link == link)
-                    .copied()
+                    .map(|l| base.nvlink_since(l))
                     .unwrap_or(NvLinkErrors {
                         link,
                         ..NvLinkErrors::default()
@@ -517,14 +529,34 @@ const NOISE_PCIE_BURST_DAYS: f64 = 7.0;
 const NOISE_NVLINK_DAYS: f64 = 10.0;
 const NOISE_APP_XID_DAYS: f64 = 3.0;
 
-/// One step of background noise; returns the application XIDs it raised.
-fn background_noise(wear: &mut Wear, nvlinks: u32, dt: f64, rng: &mut SmallRng) -> Vec<u32> {
+/// One step of background noise, `dt` seconds ending at `t`; returns the application XIDs
+/// it raised. The error counts draw from the GPU's noise model: corrected errors as counts,
+/// replay bursts and NVLink error bursts as events (each already a train).
+fn background_noise(
+    wear: &mut Wear,
+    nvlinks: u32,
+    t: f64,
+    dt: f64,
+    rng: &mut SmallRng,
+) -> Vec<u32> {
     let days = dt / 86_400.0;
-    wear.corrected += poisson(days / NOISE_ECC_DAYS, rng);
-    for _ in 0..poisson(days / NOISE_PCIE_BURST_DAYS, rng) {
+    wear.corrected += wear
+        .noise
+        .draw(Counter::Corrected, days / NOISE_ECC_DAYS, t, dt, rng);
+    let bursts = wear.noise.events(
+        Counter::PcieReplays,
+        days / NOISE_PCIE_BURST_DAYS,
+        t,
+        dt,
+        rng,
+    );
+    for _ in 0..bursts {
         wear.pcie_replays += rng.random_range(10..120);
     }
-    for _ in 0..poisson(days / NOISE_NVLINK_DAYS, rng) {
+    let nvlink_bursts =
+        wear.noise
+            .events(Counter::NvLinkErrors, days / NOISE_NVLINK_DAYS, t, dt, rng);
+    for _ in 0..nvlink_bursts {
         let link = wear.nvlink_mut(rng.random_range(0..nvlinks.max(1)));
         let n = rng.random_range(1..20);
         link.crc_flit += n;
@@ -536,7 +568,7 @@ fn background_noise(wear: &mut Wear, nvlinks: u32, dt: f64, rng: &mut SmallRng) 
         wear.collect_seconds += rng.random_range(0.05..0.3);
     }
     wear.failed_calls = 0;
-    (0..poisson(days / NOISE_APP_XID_DAYS, rng))
+    (0..super::fault::poisson(days / NOISE_APP_XID_DAYS, rng))
         .map(|_| [13, 31, 43][rng.random_range(0..3)])
         .collect()
 }

@@ -10,6 +10,7 @@
 mod fault;
 mod fault_memory;
 mod gpu;
+pub mod noise;
 pub mod quirks;
 pub mod shape;
 pub mod sku;
@@ -22,8 +23,9 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::{Deserialize, Serialize};
 
-pub use fault::{FaultKind, LinkMode};
+pub use fault::{FaultKind, LinkMode, SHAPED_BASE, ShapedBase, poisson};
 pub use gpu::SimGpu;
+pub use noise::NoiseModel;
 pub use quirks::Quirks;
 pub use shape::{Curve, Shape};
 pub use sku::Sku;
@@ -85,6 +87,8 @@ pub struct GpuSpec {
     pub shape: Option<Shape>,
     pub link_mode: LinkMode,
     pub quirks: Quirks,
+    /// How the GPU's error counts arrive around their rates.
+    pub noise: NoiseModel,
 }
 
 /// A simulated fleet of GPUs on one host.
@@ -189,6 +193,7 @@ impl Fleet {
             // The confounders draw from a stream of their own, so adding one leaves the
             // GPU's other draws as they were.
             let quirk_rng = SmallRng::seed_from_u64(gpu_seed ^ 0x7175_6972_6B73_0001);
+            let counts = noise::Counts::new(spec.noise, gpu_seed ^ 0x636F_756E_7473_0001);
             SimGpu::for_sku(
                 i as u32,
                 spec.sku.spec(),
@@ -199,6 +204,7 @@ impl Fleet {
                 spec.quirks.clone(),
                 quirk_rng,
             )
+            .with_noise(counts)
         })
     }
 

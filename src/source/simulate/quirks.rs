@@ -6,7 +6,8 @@
 
 use rand::rngs::SmallRng;
 
-use super::fault::{Wear, poisson};
+use super::fault::{VolatileBase, Wear, poisson};
+use super::noise::Counter;
 
 /// A one-off burst of corrected ECC errors: `count` in the hour from `at`, then silence.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,8 +30,8 @@ pub struct InletEvent {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Quirks {
     pub ecc_burst: Option<EccBurst>,
-    /// Times the volatile counters (ECC, PCIe replays) go back to zero: a driver reload of
-    /// the node or a reset of this GPU.
+    /// Times the volatile counters (ECC, PCIe replays, NVLink errors) go back to zero: a
+    /// driver reload of the node or a reset of this GPU.
     pub counter_resets: Vec<f64>,
     /// Aggregate ECC errors from before the recording, which never grow.
     pub old_corrected: u64,
@@ -76,14 +77,11 @@ impl Quirks {
             }
         }
         if self.steady_replays_per_hour > 0.0 {
-            wear.pcie_replays += poisson(self.steady_replays_per_hour * hours, rng);
+            let mean = self.steady_replays_per_hour * hours;
+            wear.pcie_replays += wear.noise.draw(Counter::PcieReplays, mean, t, dt, rng);
         }
         if self.counter_resets.iter().any(|&r| r > t - dt && r <= t) {
-            wear.volatile_base = super::fault::VolatileBase {
-                corrected: wear.corrected,
-                uncorrected: wear.uncorrected,
-                pcie_replays: wear.pcie_replays,
-            };
+            wear.volatile_base = VolatileBase::of(wear);
         }
     }
 }

@@ -16,8 +16,11 @@ pub enum Curve {
     Linear,
     /// Intensity multiplies by the same factor every hour: quiet for long, then steep.
     Exponential,
-    /// The exponential run-up, but all of it in episodes of a few hours separated by silence
-    /// (a weak cell that errs when the memory is hot, a connector that acts up under load).
+    /// Recurring bursts: the exponential run-up, but all of it in episodes of a few hours
+    /// separated by silence (a weak cell that errs when the memory is hot, a connector that
+    /// acts up under load). The episodes recur every [`Shape::cluster_hours`], each a fifth
+    /// of the period, and the curve is not the noise model: how the counts arrive within an
+    /// episode is the GPU's [`super::noise::NoiseModel`].
     Clustered,
     /// Flat plateaus with jumps between them (each jump a new weak row, a further crack).
     Stepwise,

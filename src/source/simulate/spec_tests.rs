@@ -17,6 +17,7 @@ fn spec(sku: Sku, workload: WorkloadKind) -> GpuSpec {
         shape: None,
         link_mode: LinkMode::Both,
         quirks: Quirks::default(),
+        noise: NoiseModel::Poisson,
     }
 }
 
