@@ -5,6 +5,11 @@
 //! covers every family with every curve and workload and every model; a family a node's
 //! model cannot show (NVLink on an L40S, page retirement after Volta, row remapping before
 //! Ampere) waits in the deck for a node that can, and the rarest ones are served first.
+//! Noise models come from decks of their own: one per family for failing GPUs, one for the
+//! healthy ones, so each family shows each noise model.
+//!
+//! What was added to the library later (noise models) draws from streams of its own, so the GPUs, families, shapes and node events a seed drew before
+//! stay what they were.
 
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -16,7 +21,8 @@ use super::{
 };
 use crate::source::simulate::quirks::{EccBurst, InletEvent};
 use crate::source::simulate::{
-    Curve, FaultKind, GpuPlan, GpuSpec, LinkMode, NoiseModel, Quirks, Shape, Sku, WorkloadKind,
+    Curve, FaultKind, GpuPlan, GpuSpec, LinkMode, NoiseModel, Quirks, SHAPED_BASE, Shape, Sku,
+    WorkloadKind,
 };
 
 /// GPUs per node (an HGX baseboard).
@@ -45,6 +51,11 @@ struct Decks {
     skus: Vec<Sku>,
     rates: Vec<RateClass>,
     confounders: Vec<Confounder>,
+    /// Noise models: a stream of their own, a deck per family (in [`FaultKind::EVERY`]'s
+    /// order) and one for healthy GPUs.
+    noise_rng: SmallRng,
+    noise_failing: Vec<Vec<NoiseModel>>,
+    noise_healthy: Vec<NoiseModel>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -89,6 +100,16 @@ impl Decks {
         let all = [RateClass::Low, RateClass::Medium, RateClass::High];
         Decks::refill(&mut self.rng, &mut self.rates, &all);
         self.rates.pop().unwrap_or(RateClass::Medium)
+    }
+
+    /// The next noise model for a GPU failing of `family`, or for a healthy one.
+    fn noise(&mut self, family: Option<FaultKind>) -> NoiseModel {
+        let deck = match family.and_then(|k| FaultKind::EVERY.iter().position(|&e| e == k)) {
+            Some(i) => &mut self.noise_failing[i],
+            None => &mut self.noise_healthy,
+        };
+        Decks::refill(&mut self.noise_rng, deck, &NoiseModel::ALL);
+        deck.pop().unwrap_or_default()
     }
 
     fn confounder(&mut self) -> Confounder {
@@ -140,6 +161,9 @@ pub fn draw(options: LibraryOptions) -> Library {
         skus: Vec::new(),
         rates: Vec::new(),
         confounders: Vec::new(),
+        noise_rng: SmallRng::seed_from_u64(options.seed ^ 0x6E6F_6973_6500_0001),
+        noise_failing: vec![Vec::new(); FaultKind::EVERY.len()],
+        noise_healthy: Vec::new(),
     };
     let nodes = (0..options.nodes)
         .map(|n| draw_node(&options, n, &mut decks))
@@ -202,6 +226,9 @@ fn draw_node(options: &LibraryOptions, n: usize, decks: &mut Decks) -> NodeScena
                 .extend(driver_reloads.iter().copied());
             label.confounders.push(Confounder::DriverReload);
         }
+        let noise = decks.noise(gpu.plan.fault);
+        gpu.noise = noise;
+        label.variants.noise = noise.name().to_string();
         gpus.push(gpu);
         labels.push(label);
     }
@@ -254,6 +281,7 @@ fn healthy(sku: Sku, workload: WorkloadKind, rng: &mut SmallRng) -> (GpuSpec, Gp
             curve: None,
             rate_class: None,
             link_mode: None,
+            noise: NoiseModel::Poisson.name().to_string(),
         },
         precursor_start_s: None,
         failure_s: None,
@@ -263,16 +291,38 @@ fn healthy(sku: Sku, workload: WorkloadKind, rng: &mut SmallRng) -> (GpuSpec, Gp
     (gpu, label)
 }
 
-/// Days of precursors each family is drawn with.
-fn precursor_days(kind: FaultKind) -> std::ops::Range<f64> {
+/// Days from first sign to failure, every family with precursors: log-uniform between.
+const RAMP_DAYS: (f64, f64) = (1.0, 10.0);
+
+/// The counted precursor's rate at the failure point, per hour, log-uniform between the
+/// two (a rate class takes its third of the range), and its rate at onset before the
+/// shape's rate multiplies it (see [`SHAPED_BASE`]); None for families whose precursors are
+/// levels or shares (thermal, GSP, power) or none (bus drops).
+fn end_rate(kind: FaultKind) -> Option<((f64, f64), f64)> {
+    let b = SHAPED_BASE;
     match kind {
-        FaultKind::MemoryWear | FaultKind::PageRetirement => 3.0..14.0,
-        FaultKind::RowRemap | FaultKind::Thermal => 2.0..12.0,
-        FaultKind::PcieLink => 1.0..7.0,
-        FaultKind::NvLink => 1.0..6.0,
-        FaultKind::PowerDelivery => 1.0..5.0,
-        FaultKind::GspFirmware => 1.0..4.0,
-        FaultKind::FellOffBus => 0.0..0.0,
+        // Corrected ECC: 3 to 500 a day.
+        FaultKind::MemoryWear => Some(((3.0 / 24.0, 500.0 / 24.0), b.memory_corrected)),
+        FaultKind::PageRetirement => Some(((3.0 / 24.0, 500.0 / 24.0), b.page_corrected)),
+        // Rows remapped: 1 to 24 a day.
+        FaultKind::RowRemap => Some(((1.0 / 24.0, 1.0), b.rows_remapped)),
+        // Replays: 3 to 1,000 an hour (a link that trains down shows a tenth).
+        FaultKind::PcieLink => Some(((3.0, 1000.0), b.pcie_replays)),
+        // CRC errors of one link: 3 to 1,000 an hour.
+        FaultKind::NvLink => Some(((3.0, 1000.0), b.nvlink_errors)),
+        FaultKind::Thermal
+        | FaultKind::GspFirmware
+        | FaultKind::PowerDelivery
+        | FaultKind::FellOffBus => None,
+    }
+}
+
+/// Where in its range a rate class draws: its third of the (log) range.
+fn rate_share(rate: RateClass) -> std::ops::Range<f64> {
+    match rate {
+        RateClass::Low => 0.0..1.0 / 3.0,
+        RateClass::Medium => 1.0 / 3.0..2.0 / 3.0,
+        RateClass::High => 2.0 / 3.0..1.0,
     }
 }
 
@@ -290,11 +340,11 @@ fn failing(
     let days = options.days.max(0.01);
     let baseline = (0.25 * days).min(2.0);
     let last = (days - 0.5).max(baseline + 0.02).min(days);
-    let range = precursor_days(kind);
-    let wanted = if range.is_empty() {
-        0.0
+    let wanted = if kind.has_precursors() {
+        let (lo, hi) = RAMP_DAYS;
+        rng.random_range(lo.ln()..hi.ln()).exp()
     } else {
-        rng.random_range(range)
+        0.0
     };
     // In a library too short for the span drawn, a share of the room left, so failures
     // still spread over the run.
@@ -311,13 +361,27 @@ fn failing(
     } else {
         first
     };
-    let shape = curve.map(|curve| Shape {
-        curve,
-        rate: rng.random_range(rate.range()),
+    let shape = curve.map(|curve| {
+        let counted = end_rate(kind);
+        // A counted precursor draws its rate at the failure point; the others a multiplier
+        // of the family's base rate.
+        let draw = match counted {
+            Some(_) => rng.random_range(rate_share(rate)),
+            None => rng.random_range(rate.range()),
+        };
         // Intensity at failure over intensity at onset: 3 to 60, log-uniform.
-        growth: rng.random_range(3f64.ln()..60f64.ln()).exp(),
-        precursor_days: precursor.max(0.01),
-        cluster_hours: rng.random_range(6.0..36.0),
+        let growth = rng.random_range(3f64.ln()..60f64.ln()).exp();
+        let rate = match counted {
+            Some(((lo, hi), base)) => lo * (hi / lo).powf(draw) / (base * growth),
+            None => draw,
+        };
+        Shape {
+            curve,
+            rate,
+            growth,
+            precursor_days: precursor.max(0.01),
+            cluster_hours: rng.random_range(6.0..36.0),
+        }
     });
     let link_mode =
         [LinkMode::Replays, LinkMode::TrainDown, LinkMode::Both][rng.random_range(0..3)];

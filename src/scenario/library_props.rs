@@ -50,6 +50,34 @@ proptest! {
     }
 
     #[test]
+    fn every_gpu_of_a_library_has_a_noise_model_and_its_aggregate_counters_never_fall(
+        seed in any::<u64>(),
+        days in 0.05f64..3.0,
+        longest in 60.0f64..1800.0,
+    ) {
+        let library = Library::new(LibraryOptions::new(seed, 1, days));
+        let node = &library.nodes[0];
+        for (gpu, label) in node.gpus.iter().zip(&node.labels) {
+            prop_assert_eq!(gpu.noise.name(), label.variants.noise.as_str());
+            prop_assert_eq!(label.variants.axis("noise"), Some(label.variants.noise.clone()));
+        }
+        let start = library.options.start;
+        let mut last: Vec<Option<u64>> = vec![None; node.gpus.len()];
+        node.run(start, days, longest, |step| {
+            for (i, g) in step.snapshot.gpus.iter().enumerate() {
+                let now = g.ecc.corrected_aggregate;
+                if let (Some(before), Some(now)) = (last[i], now) {
+                    prop_assert!(now >= before, "aggregate ECC fell: {} then {}", before, now);
+                }
+                if now.is_some() {
+                    last[i] = now;
+                }
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
     fn random_shapes_and_quirks_never_panic(
         seed in any::<u64>(),
         kind in prop::sample::select(FaultKind::EVERY.to_vec()),

@@ -5,10 +5,11 @@
 //! A [`Library`] is a set of nodes of eight GPUs (one GPU model per node). Each GPU is
 //! failing (one of [`FaultKind::EVERY`], its precursors drawn with a curve, rate, growth and
 //! span; see [`crate::source::simulate::shape`]), a confounder (healthy but noisy: see
-//! [`Confounder`]), or plainly healthy. Nodes may have a node-wide cooling event or driver
-//! reloads on top. Every GPU carries its [`GpuTruth`]: family or confounders, the variant
-//! labels an evaluator holds out ([`Variants`]: curve, SKU, workload, rate class, link mode),
-//! the precursor start and the failure time.
+//! [`Confounder`]), or plainly healthy, and its error counts arrive by a noise model of its
+//! own ([`crate::source::simulate::noise`]). Nodes may have a node-wide cooling event or
+//! driver reloads on top. Every GPU carries its [`GpuTruth`]: family or confounders, the
+//! variant labels an evaluator holds out ([`Variants`]: curve, SKU, workload, rate class,
+//! link mode, noise model), the precursor start and the failure time.
 //!
 //! Emission: [`NodeScenario::run`] steps a node's simulated fleet and hands over each
 //! snapshot (in-process, for an engine stepped directly), [`smi_csv`] writes snapshots as
@@ -25,7 +26,7 @@ pub mod smi_csv;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::source::simulate::{FaultKind, Fleet, GpuSpec, Sku, WorkloadKind};
+use crate::source::simulate::{FaultKind, Fleet, GpuSpec, NoiseModel, Sku, WorkloadKind};
 
 pub use draw::draw;
 
@@ -161,12 +162,20 @@ pub struct Variants {
     pub rate_class: Option<String>,
     /// How a PCIe fault shows: `replays`, `train_down` or `both`.
     pub link_mode: Option<String>,
+    /// How the GPU's error counts arrive (failing and healthy GPUs alike): `poisson`,
+    /// `overdispersed` or `diurnal`.
+    #[serde(default = "poisson")]
+    pub noise: String,
+}
+
+fn poisson() -> String {
+    NoiseModel::Poisson.name().to_string()
 }
 
 impl Variants {
     /// The value of variant axis `axis` (`family` is not one: see [`GpuLabel::family`]):
-    /// `sku`, `workload`, `curve`, `rate_class`, `link_mode`; None for an unknown axis or
-    /// a GPU without that variant.
+    /// `sku`, `workload`, `curve`, `rate_class`, `link_mode`, `noise`; None for an unknown
+    /// axis or a GPU without that variant.
     pub fn axis(&self, axis: &str) -> Option<String> {
         match axis {
             "sku" => Some(self.sku.name().to_string()),
@@ -174,6 +183,7 @@ impl Variants {
             "curve" => self.curve.clone(),
             "rate_class" => self.rate_class.clone(),
             "link_mode" => self.link_mode.clone(),
+            "noise" => Some(self.noise.clone()),
             _ => None,
         }
     }

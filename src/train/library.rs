@@ -3,7 +3,8 @@
 //!
 //! A model judged on the shapes it was fitted on says little about failures shaped
 //! otherwise. So every figure published comes from a fold that never saw the variant it is
-//! judged on: for each variant axis (GPU model, precursor curve, workload, rate class) and
+//! judged on: for each variant axis (GPU model, precursor curve, workload, rate class, noise
+//! model of the error counts) and
 //! each value of it, the model is fitted on the GPUs without that value and judged on the
 //! GPUs with it (leave one variant out). The per-family and per-confounder tables come from
 //! the GPU-model folds, where every GPU is judged exactly once, by a model fitted without
@@ -49,8 +50,9 @@ pub fn hand_set() -> anyhow::Result<RiskModel> {
     RiskModel::parse(HAND_SET).context("models/hand-set-risk.toml, the weights a fit starts from")
 }
 
-/// The variant axes held out, one fold per value.
-pub const AXES: [&str; 4] = ["sku", "curve", "workload", "rate_class"];
+/// The variant axes held out, one fold per value: a noise-model fold leaves out every GPU,
+/// failing or healthy, whose counts arrive by that model.
+pub const AXES: [&str; 5] = ["sku", "curve", "workload", "rate_class", "noise"];
 
 /// What to fit on and how.
 #[derive(Debug, Clone)]
@@ -217,8 +219,8 @@ impl LibraryReport {
                 .markdown("family", Columns::Failures, Some(&self.by_family.total())),
             self.by_confounder
                 .markdown("shows", Columns::Healthy, Some(&self.healthy)),
-            // A GPU is in one fold of each axis: a total over all folds would count it four
-            // times.
+            // A GPU is in one fold of each axis: a total over all folds would count it once
+            // per axis.
             self.by_variant.markdown("held out", Columns::Both, None),
             self.shipped_by_family.markdown(
                 "family",

@@ -55,7 +55,9 @@ const CLUSTER_DUTY: f64 = 0.2;
 pub struct Shape {
     pub curve: Curve,
     /// Multiplies the family's intensity at onset (its base rate, documented per family in
-    /// docs/detection.md): 0.3 is a faint precursor, 3 a loud one.
+    /// docs/detection.md): 0.3 is a faint precursor, 3 a loud one. The scenario library
+    /// draws a counted precursor's rate at the failure point instead and sets this to that
+    /// over the base rate times the growth.
     pub rate: f64,
     /// Intensity at the failure point over intensity at the first sign (≥ 1).
     pub growth: f64,
