@@ -26,6 +26,8 @@ fn write(dir: &Path, format: &str) -> String {
         "3d",
         "--interval",
         "10m",
+        "--min-interval",
+        "5m",
         "--format",
         format,
     ]);

@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::output;
 use crate::scenario::emit::{FileFormat, write_library};
-use crate::scenario::{Library, LibraryOptions, TruthKind};
+use crate::scenario::{Library, LibraryOptions, Polling, TruthKind};
 
 #[derive(Debug, Clone, Args)]
 pub struct ScenariosArgs {
@@ -25,9 +25,13 @@ pub struct ScenariosArgs {
     /// Simulated time each node runs (e.g. 30d); failures fall inside it.
     #[arg(long, value_name = "D", default_value = "30d", value_parser = humantime::parse_duration)]
     pub duration: Duration,
-    /// Simulated time between collections.
+    /// The longest simulated time between collections: each node is collected at an
+    /// interval of its own, from --min-interval to this (whole seconds).
     #[arg(long, value_name = "D", default_value = "60s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
+    /// The shortest simulated time between collections (capped at --interval).
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub min_interval: Duration,
     /// `smi-csv` (nvidia-smi --format=csv, units after values), `smi-csv-nounits`
     /// (--format=csv,nounits) or `jsonl` (snapshots and failure labels, as `record` writes).
     #[arg(long, value_enum, default_value_t = ScenarioFormat::SmiCsv)]
@@ -54,9 +58,15 @@ pub fn scenarios(args: &ScenariosArgs) -> anyhow::Result<()> {
         "--duration {}: give between 1h and 3650d",
         humantime::format_duration(args.duration)
     );
+    let shortest = args.min_interval.as_secs_f64().min(interval);
     anyhow::ensure!(
-        days * 86_400.0 / interval <= 10_000_000.0,
-        "--duration over --interval is more than 10,000,000 collections per node"
+        shortest >= 1.0,
+        "--min-interval {}: give at least one second",
+        humantime::format_duration(args.min_interval)
+    );
+    anyhow::ensure!(
+        days * 86_400.0 / shortest <= 10_000_000.0,
+        "--duration over --min-interval is more than 10,000,000 collections per node"
     );
     let format = match args.format {
         ScenarioFormat::SmiCsv => FileFormat::SmiCsv,
@@ -64,7 +74,8 @@ pub fn scenarios(args: &ScenariosArgs) -> anyhow::Result<()> {
         ScenarioFormat::Jsonl => FileFormat::Jsonl,
     };
     let library = Library::new(LibraryOptions::new(args.seed, args.nodes.into(), days));
-    let written = write_library(&library, &args.out, format, interval)?;
+    let polling = Polling::between(shortest, interval);
+    let written = write_library(&library, &args.out, format, polling)?;
     let labels = library.nodes.iter().flat_map(|n| &n.labels);
     let count = |kind| labels.clone().filter(|l| l.kind == kind).count();
     output::print(&format!(

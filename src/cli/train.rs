@@ -28,9 +28,14 @@ pub struct TrainArgs {
         requires = "scenarios"
     )]
     pub days: f64,
-    /// With --scenarios: time between two collections of a node.
+    /// With --scenarios: the longest time between two collections of a node (each node is
+    /// collected at an interval of its own, from --min-interval to this).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration, requires = "scenarios")]
     pub interval: Duration,
+    /// With --scenarios: the shortest time between two collections of a node [default:
+    /// half of --interval; shorter intervals cost time in proportion].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, requires = "scenarios")]
+    pub min_interval: Option<Duration>,
     /// With --scenarios: also write the evaluation tables (Markdown) to this file.
     #[arg(long, value_name = "FILE", requires = "scenarios")]
     pub tables: Option<PathBuf>,
@@ -109,6 +114,13 @@ fn scenarios(args: &TrainArgs, row_every: i64) -> anyhow::Result<()> {
     );
     let interval = args.interval.as_secs_f64();
     anyhow::ensure!(interval >= 1.0, "--interval must be at least 1s");
+    let shortest = args
+        .min_interval
+        .map_or(interval / 2.0, |d| d.as_secs_f64());
+    anyhow::ensure!(
+        (1.0..=interval).contains(&shortest),
+        "--min-interval must be at least 1s and at most --interval"
+    );
     let library = Library::new(LibraryOptions::new(args.seed, nodes, args.days));
     let report = library::run(
         &library,
@@ -117,6 +129,7 @@ fn scenarios(args: &TrainArgs, row_every: i64) -> anyhow::Result<()> {
             nodes,
             days: args.days,
             interval,
+            shortest_interval: shortest.max(1.0).min(interval),
             row_every: row_every as f64,
             threshold: args.threshold,
             false_per_1000_days: SEARCH_FALSE_PER_1000_DAYS,

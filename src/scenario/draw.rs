@@ -8,7 +8,8 @@
 //! Noise models come from decks of their own: one per family for failing GPUs, one for the
 //! healthy ones, so each family shows each noise model.
 //!
-//! What was added to the library later (noise models) draws from streams of its own, so the GPUs, families, shapes and node events a seed drew before
+//! What was added to the library later (noise models, polling intervals, gaps) draws from
+//! streams of its own, so the GPUs, families, shapes and node events a seed drew before
 //! stay what they were.
 
 use rand::rngs::SmallRng;
@@ -22,7 +23,7 @@ use super::{
 use crate::source::simulate::quirks::{EccBurst, InletEvent};
 use crate::source::simulate::{
     Curve, FaultKind, GpuPlan, GpuSpec, LinkMode, NoiseModel, Quirks, SHAPED_BASE, Shape, Sku,
-    WorkloadKind,
+    WorkloadKind, poisson,
 };
 
 /// GPUs per node (an HGX baseboard).
@@ -232,6 +233,10 @@ fn draw_node(options: &LibraryOptions, n: usize, decks: &mut Decks) -> NodeScena
         gpus.push(gpu);
         labels.push(label);
     }
+    let mut polling = SmallRng::seed_from_u64(seed ^ 0x706F_6C6C_0000_0001);
+    let interval_share = polling.random();
+    let failures: Vec<f64> = labels.iter().filter_map(|l| l.failure_s).collect();
+    let gaps = draw_gaps(span, &failures, &mut polling);
     NodeScenario {
         hostname: format!("scn-node-{:03}", n + 1),
         sku,
@@ -240,7 +245,42 @@ fn draw_node(options: &LibraryOptions, n: usize, decks: &mut Decks) -> NodeScena
         labels,
         driver_reloads,
         cooling,
+        interval_share,
+        gaps,
     }
+}
+
+/// Gaps a node's log has per day, on average, and their shortest and longest length
+/// (seconds; log-uniform between).
+const GAPS_PER_DAY: f64 = 0.25;
+const GAP_SECONDS: (f64, f64) = (120.0, 8.0 * 3600.0);
+/// A gap keeps this far from every failure of the node, so that a failure's moment is in
+/// the log.
+const GAP_CLEARANCE: f64 = 3600.0;
+
+/// Gaps in the log of a node run for `span` seconds: no rows from `.0` to `.1`, in order
+/// and apart, none near a failure at `failures`.
+fn draw_gaps(span: f64, failures: &[f64], rng: &mut SmallRng) -> Vec<(f64, f64)> {
+    let mean = GAPS_PER_DAY * span / DAY;
+    let count = poisson(mean, rng).min(1000);
+    let mut gaps: Vec<(f64, f64)> = (0..count)
+        .map(|_| {
+            let start = rng.random_range(0.02..0.98) * span;
+            let (lo, hi) = GAP_SECONDS;
+            let length = rng.random_range(lo.ln()..hi.ln()).exp();
+            (start, (start + length).min(span))
+        })
+        .collect();
+    gaps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut kept: Vec<(f64, f64)> = Vec::new();
+    for (start, end) in gaps {
+        let near = |&f: &f64| f > start - GAP_CLEARANCE && f < end + GAP_CLEARANCE;
+        if failures.iter().any(near) || kept.last().is_some_and(|&(_, e)| start <= e) {
+            continue;
+        }
+        kept.push((start, end));
+    }
+    kept
 }
 
 /// Inlet degrees that bring a GPU of model `sku` under its usual `workload` to `target` °C:

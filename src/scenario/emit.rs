@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::smi_csv::{SmiCsvWriter, Units};
-use super::{DAY, Library, NodeScenario};
+use super::{DAY, Library, NodeScenario, Polling};
 use crate::model::Snapshot;
 use crate::source::simulate::Failure;
 
@@ -23,19 +23,22 @@ pub struct Step<'a> {
 }
 
 impl NodeScenario {
-    /// Steps the node's fleet from `start` for `days` days, a collection every `interval`
-    /// seconds, and hands each to `each`. The collection a driver reload interrupts is
-    /// skipped (the monitor was restarting).
+    /// Steps the node's fleet from `start` for `days` days, a collection every
+    /// [`NodeScenario::interval`] seconds of `polling` (a number: that many seconds), and
+    /// hands each to `each`. The collection a driver reload interrupts is skipped (the
+    /// monitor was restarting), and so are those in the node's gaps (their XIDs come with
+    /// the next collection, as the kernel log keeps them); a collection that reaches a
+    /// failure is handed over all the same.
     pub fn run<E>(
         &self,
         start: DateTime<Utc>,
         days: f64,
-        interval: f64,
+        polling: impl Into<Polling>,
         mut each: impl FnMut(Step<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut fleet = self.fleet(start);
         let end = days.max(0.0) * DAY;
-        let interval = interval.max(1.0);
+        let interval = self.interval(polling);
         let mut reload = false;
         let mut t = 0.0;
         while t + interval <= end + 1e-6 {
@@ -53,6 +56,9 @@ impl NodeScenario {
                 if failures.is_empty() {
                     continue;
                 }
+            }
+            if self.in_gap(t) && failures.is_empty() {
+                continue;
             }
             let snapshot = fleet.snapshot();
             each(Step {
@@ -89,14 +95,16 @@ pub struct Written {
     pub rows: u64,
 }
 
-/// Writes every node of `library` into `dir` (one file per node, named after it) and the
-/// ground truth as `truth.json`.
+/// Writes every node of `library` into `dir` (one file per node, named after it), each
+/// collected as `polling` says, and the ground truth as `truth.json` (with each node's
+/// interval).
 pub fn write_library(
     library: &Library,
     dir: &Path,
     format: FileFormat,
-    interval: f64,
+    polling: impl Into<Polling>,
 ) -> anyhow::Result<Written> {
+    let polling = polling.into();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Written {
         files: Vec::new(),
@@ -111,12 +119,16 @@ pub fn write_library(
         let path = dir.join(format!("{}.{ext}", node.hostname));
         let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         let out = BufWriter::new(file);
-        written.rows += write_node(library, node, out, format, interval)
+        written.rows += write_node(library, node, out, format, polling)
             .with_context(|| format!("writing {}", path.display()))?;
         written.files.push(path);
     }
     let path = dir.join("truth.json");
-    let truth = serde_json::to_vec_pretty(&library.truth())?;
+    let mut truth = library.truth();
+    for (node, scenario) in truth.nodes.iter_mut().zip(&library.nodes) {
+        node.interval_s = Some(scenario.interval(polling));
+    }
+    let truth = serde_json::to_vec_pretty(&truth)?;
     std::fs::write(&path, truth).with_context(|| format!("writing {}", path.display()))?;
     written.files.push(path);
     Ok(written)
@@ -128,13 +140,14 @@ pub fn write_node(
     node: &NodeScenario,
     mut out: impl Write,
     format: FileFormat,
-    interval: f64,
+    polling: impl Into<Polling>,
 ) -> anyhow::Result<u64> {
     let (start, days) = (library.options.start, library.options.days);
+    let polling: Polling = polling.into();
     let rows = match format {
         FileFormat::Jsonl => {
             let mut lines = 0;
-            node.run(start, days, interval, |step| -> anyhow::Result<()> {
+            node.run(start, days, polling, |step| -> anyhow::Result<()> {
                 serde_json::to_writer(&mut out, step.snapshot)?;
                 out.write_all(b"\n")?;
                 for failure in step.failures {
@@ -154,7 +167,7 @@ pub fn write_node(
             };
             let mut csv = SmiCsvWriter::new(&mut out, units);
             csv.header()?;
-            node.run(start, days, interval, |step| -> anyhow::Result<()> {
+            node.run(start, days, polling, |step| -> anyhow::Result<()> {
                 if step.after_reload {
                     csv.header()?;
                 }
@@ -191,8 +204,11 @@ mod tests {
             Ok::<(), ()>(())
         })
         .expect("no errors");
-        // One collection a reload interrupts is missing.
-        assert_eq!(steps, 3 * 144 - 2);
+        // One collection a reload interrupts is missing, and those in the node's gaps.
+        let in_gaps = (1..=3 * 144)
+            .filter(|&k| node.in_gap(k as f64 * interval))
+            .count();
+        assert_eq!(steps, 3 * 144 - 2 - in_gaps);
         assert_eq!(restarts, 2);
         let mut expected = 0;
         for (i, label) in node.labels.iter().enumerate() {
@@ -214,5 +230,72 @@ mod tests {
         }
         assert_eq!(failures.len(), expected);
         assert!(expected >= 2);
+    }
+
+    #[test]
+    fn nodes_poll_at_their_own_interval_with_gaps_and_reloads_zero_the_volatile_counters() {
+        let library = Library::new(LibraryOptions::new(5, 12, 20.0));
+        let start = library.options.start;
+        let polling = Polling::between(5.0, 60.0);
+        let intervals: Vec<f64> = library.nodes.iter().map(|n| n.interval(polling)).collect();
+        assert!(
+            intervals
+                .iter()
+                .all(|&i| (5.0..=60.0).contains(&i) && i.fract() == 0.0)
+        );
+        assert!(intervals.iter().any(|&i| i < 20.0) && intervals.iter().any(|&i| i > 30.0));
+        assert_eq!(library.nodes[0].interval(600.0), 600.0);
+        assert!(library.nodes.iter().any(|n| !n.gaps.is_empty()));
+        let mut reset = 0;
+        for node in library
+            .nodes
+            .iter()
+            .filter(|n| !n.driver_reloads.is_empty())
+        {
+            for gpu in &node.gpus {
+                assert!(
+                    node.driver_reloads
+                        .iter()
+                        .all(|r| gpu.quirks.counter_resets.contains(r))
+                );
+            }
+            let reload = node.driver_reloads[0];
+            let (mut before, mut after) = (None, None);
+            let mut last = f64::NEG_INFINITY;
+            node.run(start, 20.0, 300.0, |step| {
+                let t = (step.snapshot.at - start).num_seconds() as f64;
+                for &(a, b) in &node.gaps {
+                    assert!(!(t > a && t < b), "a row in the gap at {t}");
+                    if t >= b && last <= a {
+                        assert!(t - last >= b - a, "the gap shows in the log");
+                    }
+                }
+                last = t;
+                let ecc: Vec<_> = step.snapshot.gpus.iter().map(|g| g.ecc).collect();
+                if t <= reload {
+                    before = Some(ecc);
+                } else if after.is_none() {
+                    after = Some(ecc);
+                }
+                Ok::<(), ()>(())
+            })
+            .expect("no errors");
+            let (before, after) = (before.expect("before"), after.expect("after"));
+            for (b, a) in before.iter().zip(&after) {
+                let (Some(vb), Some(va)) = (b.corrected_volatile, a.corrected_volatile) else {
+                    continue;
+                };
+                let (Some(gb), Some(ga)) = (b.corrected_aggregate, a.corrected_aggregate) else {
+                    continue;
+                };
+                // The volatile counter holds only what came after the reload.
+                assert!(
+                    va <= ga - gb,
+                    "volatile {vb} then {va}, aggregate {gb} then {ga}"
+                );
+                reset += usize::from(vb > va);
+            }
+        }
+        assert!(reset > 0, "some GPU had errors before a reload");
     }
 }

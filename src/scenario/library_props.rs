@@ -1,10 +1,10 @@
-//! Property tests: random library options and random fault shapes under every noise model
-//! never panic, and every nvidia-smi row written has the header's cells.
+//! Property tests: random library options, polling and fault shapes under every noise
+//! model never panic, and every nvidia-smi row written has the header's cells.
 
 use proptest::prelude::*;
 
 use super::emit::{FileFormat, write_node};
-use super::{Library, LibraryOptions};
+use super::{Library, LibraryOptions, Polling};
 use crate::source::simulate::quirks::{EccBurst, InletEvent};
 use crate::source::simulate::{
     Curve, FaultKind, Fleet, GpuPlan, GpuSpec, LinkMode, NoiseModel, Quirks, Shape, Sku,
@@ -28,13 +28,16 @@ proptest! {
         nodes in 1usize..3,
         days in 0.01f64..1.0,
         interval in 120.0f64..3600.0,
+        shortest in 0.0f64..1.0,
         nounits in any::<bool>(),
     ) {
         let library = Library::new(LibraryOptions::new(seed, nodes, days));
         let format = if nounits { FileFormat::SmiCsvNoUnits } else { FileFormat::SmiCsv };
+        // Each node at its own interval, some as short as a tenth of the longest.
+        let polling = Polling::between(interval * (0.1 + 0.9 * shortest), interval);
         for node in &library.nodes {
             let mut out = Vec::new();
-            let rows = write_node(&library, node, &mut out, format, interval)
+            let rows = write_node(&library, node, &mut out, format, polling)
                 .map_err(|e| TestCaseError::fail(format!("{e:#}")))?;
             let text = String::from_utf8(out).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let mut lines = text.lines();
@@ -50,7 +53,7 @@ proptest! {
     }
 
     #[test]
-    fn every_gpu_of_a_library_has_a_noise_model_and_its_aggregate_counters_never_fall(
+    fn every_gpu_of_a_library_has_a_noise_model_and_its_counters_never_fall_between_resets(
         seed in any::<u64>(),
         days in 0.05f64..3.0,
         longest in 60.0f64..1800.0,
@@ -63,7 +66,9 @@ proptest! {
         }
         let start = library.options.start;
         let mut last: Vec<Option<u64>> = vec![None; node.gpus.len()];
-        node.run(start, days, longest, |step| {
+        node.run(start, days, Polling::between(longest / 4.0, longest), |step| {
+            let t = (step.snapshot.at - start).num_milliseconds() as f64 / 1000.0;
+            prop_assert!(!node.in_gap(t) || !step.failures.is_empty());
             for (i, g) in step.snapshot.gpus.iter().enumerate() {
                 let now = g.ecc.corrected_aggregate;
                 if let (Some(before), Some(now)) = (last[i], now) {

@@ -7,7 +7,8 @@
 //! span; see [`crate::source::simulate::shape`]), a confounder (healthy but noisy: see
 //! [`Confounder`]), or plainly healthy, and its error counts arrive by a noise model of its
 //! own ([`crate::source::simulate::noise`]). Nodes may have a node-wide cooling event or
-//! driver reloads on top. Every GPU carries its [`GpuTruth`]: family or confounders, the
+//! driver reloads on top, are collected at an interval of their own ([`Polling`]) and have
+//! gaps in their logs. Every GPU carries its [`GpuTruth`]: family or confounders, the
 //! variant labels an evaluator holds out ([`Variants`]: curve, SKU, workload, rate class,
 //! link mode, noise model), the precursor start and the failure time.
 //!
@@ -78,6 +79,47 @@ pub struct NodeScenario {
     pub driver_reloads: Vec<f64>,
     /// A node-wide cooling event: (start, end) in simulated seconds.
     pub cooling: Option<(f64, f64)>,
+    /// Where the node's collection interval lies between the shortest and the longest of a
+    /// [`Polling`], 0 to 1 on a log scale.
+    pub interval_share: f64,
+    /// Spans of simulated seconds without a collection (the collector down, the node
+    /// unreachable): no rows from `.0` to `.1`. None comes near a failure.
+    pub gaps: Vec<(f64, f64)>,
+}
+
+/// How often the nodes of a library are collected: each node at an interval of its own,
+/// from `shortest` to `longest` seconds (log-uniform by the node's
+/// [`NodeScenario::interval_share`], whole seconds). A plain number of seconds is that
+/// interval for every node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Polling {
+    pub shortest: f64,
+    pub longest: f64,
+}
+
+impl Polling {
+    /// Every node every `seconds`.
+    pub fn every(seconds: f64) -> Polling {
+        Polling {
+            shortest: seconds,
+            longest: seconds,
+        }
+    }
+
+    /// Each node at its own interval from `shortest` to `longest` seconds (`shortest` is
+    /// capped at `longest`).
+    pub fn between(shortest: f64, longest: f64) -> Polling {
+        Polling {
+            shortest: shortest.min(longest),
+            longest,
+        }
+    }
+}
+
+impl From<f64> for Polling {
+    fn from(seconds: f64) -> Polling {
+        Polling::every(seconds)
+    }
 }
 
 /// The ground truth of one GPU before its identity is known.
@@ -218,6 +260,12 @@ pub struct NodeTruth {
     pub sku: Sku,
     pub driver_reloads: Vec<DateTime<Utc>>,
     pub cooling: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    /// Spans without a collection.
+    #[serde(default)]
+    pub gaps: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// Seconds between the node's collections, where the library was run (written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_s: Option<f64>,
 }
 
 /// One GPU's ground truth.
@@ -275,6 +323,12 @@ impl Library {
                     sku: n.sku,
                     driver_reloads: n.driver_reloads.iter().map(|&s| at(start, s)).collect(),
                     cooling: n.cooling.map(|(a, b)| (at(start, a), at(start, b))),
+                    gaps: n
+                        .gaps
+                        .iter()
+                        .map(|&(a, b)| (at(start, a), at(start, b)))
+                        .collect(),
+                    interval_s: None,
                 })
                 .collect(),
             gpus,
@@ -286,6 +340,33 @@ impl NodeScenario {
     /// The node's simulated fleet at time zero.
     pub fn fleet(&self, start: DateTime<Utc>) -> Fleet {
         Fleet::from_specs(self.seed, start, &self.gpus).with_hostname(&self.hostname)
+    }
+
+    /// Seconds between the node's collections under `polling`.
+    pub fn interval(&self, polling: impl Into<Polling>) -> f64 {
+        let Polling { shortest, longest } = polling.into();
+        let longest = if longest.is_finite() {
+            longest.max(1.0)
+        } else {
+            1.0
+        };
+        let shortest = if shortest.is_finite() {
+            shortest.clamp(1.0, longest)
+        } else {
+            longest
+        };
+        if shortest >= longest {
+            return longest;
+        }
+        let share = self.interval_share.clamp(0.0, 1.0);
+        (shortest * (longest / shortest).powf(share))
+            .round()
+            .clamp(shortest, longest)
+    }
+
+    /// Whether a collection at `t` falls in one of the node's gaps.
+    pub fn in_gap(&self, t: f64) -> bool {
+        self.gaps.iter().any(|&(a, b)| t > a && t < b)
     }
 
     /// The failure family of GPU `index`, if it fails.

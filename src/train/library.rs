@@ -29,7 +29,7 @@ use anyhow::Context;
 
 use crate::engine::risk::{FEATURES, RiskModel};
 use crate::engine::{Engine, EngineConfig, Findings};
-use crate::scenario::{GpuLabel, Library, NodeScenario, TruthKind};
+use crate::scenario::{GpuLabel, Library, NodeScenario, Polling, TruthKind};
 use crate::source::simulate::Failure;
 
 use super::anchors::{self, AnchorRows, Constraint};
@@ -60,8 +60,10 @@ pub struct LibraryOptions {
     pub seed: u64,
     pub nodes: usize,
     pub days: f64,
-    /// Seconds between collections of a node.
+    /// Seconds between collections of a node: each node at its own interval from
+    /// `shortest_interval` to `interval` (see [`crate::scenario::Polling`]).
     pub interval: f64,
+    pub shortest_interval: f64,
     /// Seconds between the training rows kept per GPU.
     pub row_every: f64,
     /// Score at which a warning is raised.
@@ -261,7 +263,8 @@ fn step_node(
         risk_threshold: options.threshold,
         ..EngineConfig::default()
     });
-    let _ = node.run(start, options.days, options.interval, |step| {
+    let polling = Polling::between(options.shortest_interval, options.interval);
+    let _ = node.run(start, options.days, polling, |step| {
         let t = (step.snapshot.at - start).num_milliseconds() as f64 / 1000.0;
         let findings = engine.step(step.snapshot);
         each(t, &findings, step.failures);
