@@ -105,6 +105,9 @@ pub struct LibraryReport {
     /// From the GPU-model folds: by failure family, and healthy GPUs by each confounder
     /// they show (a GPU with two counts in both rows) ...
     pub by_family: Table,
+    /// The same failures by how long before the failure their precursor starts: a
+    /// precursor of under two days leaves little to warn on a day ahead.
+    pub by_span: Table,
     pub by_confounder: Table,
     /// ... and every healthy GPU once.
     pub healthy: Figures,
@@ -136,6 +139,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         by_confounder: Table::default(),
         healthy: Figures::default(),
         by_variant: Table::default(),
+        by_span: Table::default(),
         shipped_by_family: Table::default(),
         shipped_healthy: Figures::default(),
         anchors: anchors.len(),
@@ -175,6 +179,9 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
                         Outcome::Failed { .. } => {
                             let family = label.family.as_deref().unwrap_or("unnamed");
                             report.by_family.add(family, &outcome);
+                            if let Some(span) = span_class(label) {
+                                report.by_span.add(span, &outcome);
+                            }
                         }
                         Outcome::Healthy { .. } => {
                             for confounder in confounders(label) {
@@ -200,13 +207,14 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
 }
 
 impl LibraryReport {
-    /// The three evaluation tables, as Markdown with their headings.
+    /// The evaluation tables, as Markdown with their headings.
     pub fn tables(&self) -> String {
         format!(
             "{} GPUs ({} failing), {} training rows; every figure from folds that never saw \
              the GPU's variant, every fit held to {} operators' anchor GPUs.\n\n\
              By failure family (GPU-model folds: each GPU judged by a model fitted without \
              its GPU model):\n\n{}\n\
+             The same failures by how long before the failure the precursor starts:\n\n{}\n\
              Healthy GPUs by what they show, a GPU under each thing it shows (GPU-model \
              folds):\n\n{}\n\
              By held-out variant (one fold per value):\n\n{}\n\
@@ -219,6 +227,8 @@ impl LibraryReport {
             self.anchors,
             self.by_family
                 .markdown("family", Columns::Failures, Some(&self.by_family.total())),
+            self.by_span
+                .markdown("precursor span", Columns::Failures, None),
             self.by_confounder
                 .markdown("shows", Columns::Healthy, Some(&self.healthy)),
             // A GPU is in one fold of each axis: a total over all folds would count it once
@@ -232,6 +242,18 @@ impl LibraryReport {
             Table::default().markdown("healthy", Columns::Healthy, Some(&self.shipped_healthy)),
         )
     }
+}
+
+/// How long before its failure a GPU's precursor starts, as a row of the span table.
+fn span_class(label: &GpuLabel) -> Option<&'static str> {
+    let days = (label.failure_s? - label.precursor_start_s?) / 86_400.0;
+    Some(if days < 2.0 {
+        "under 2 days"
+    } else if days < 5.0 {
+        "2 to 5 days"
+    } else {
+        "5 days or more"
+    })
 }
 
 /// The confounders a healthy GPU shows (`none` for a plain healthy GPU).
