@@ -50,10 +50,8 @@ const HEALTHY_NEAR_MISS: f64 = 0.1;
 /// Largest weight the search may give a feature: features are in e-folds, days or shares,
 /// so more than this on one unit would let a trace of one signal warn alone.
 const MAX_WEIGHT: f64 = 8.0;
-/// Largest weight of a rate test's log-likelihood ratio: it is evidence in nats already,
-/// and a weight above one would count more evidence than the counts hold (on the library,
-/// whose healthy GPUs never fail a call alone, a fit would otherwise let one failed call
-/// in ten collections warn).
+/// Largest weight of a rate test's log-likelihood ratio, evidence in nats already: above
+/// one a fit would count more evidence than the counts hold.
 const MAX_LIKELIHOOD_WEIGHT: f64 = 1.0;
 
 /// The largest weight of feature `j`.
