@@ -399,7 +399,7 @@ mod tests {
     #[test]
     fn three_a_day_from_nothing_stands_out_within_a_week() {
         // The lowest rate the test must see: a step to 3 a day on day 3. Poisson noise
-        // spreads the evidence widely (2 to 15 nats after a week over these seeds, the
+        // spreads the evidence widely (3 to 18 nats after a week over these seeds, the
         // baseline growing towards the new rate meanwhile); most pass what years of a
         // healthy GPU's isolated errors ever give.
         let mut ends = vec![];
