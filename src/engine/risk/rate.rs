@@ -122,11 +122,6 @@ impl RateTest {
         self.llr
     }
 
-    /// The baseline's rate per hour, once warm.
-    pub fn baseline(&self) -> Option<f64> {
-        (self.hours >= WARM_UP_HOURS).then_some(self.mean)
-    }
-
     fn close(&mut self, floor: f64) {
         let floor = if floor.is_finite() {
             floor.max(0.0)
