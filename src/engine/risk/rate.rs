@@ -533,6 +533,38 @@ mod tests {
         assert!(at_day(&s, 4.5) > 10.0, "{}", at_day(&s, 4.5));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// Any samples — times out of order or far apart, counts negative, huge or not a
+        /// number, spans of any length, any floor — leave a finite, non-negative statistic.
+        #[test]
+        fn any_samples_give_a_finite_statistic(
+            samples in proptest::collection::vec(
+                (
+                    -2_000_000i64..2_000_000,
+                    proptest::prelude::any::<f64>(),
+                    proptest::prelude::any::<f64>(),
+                    proptest::prelude::prop_oneof![
+                        proptest::prelude::Just(floor::ECC_CORRECTED),
+                        proptest::prelude::Just(floor::PCIE_REPLAYS),
+                        proptest::prelude::any::<f64>(),
+                    ],
+                ),
+                0..400,
+            )
+        ) {
+            let mut test = RateTest::default();
+            let mut at = 1_700_000_000i64;
+            for (step, count, seconds, floor) in samples {
+                at = at.saturating_add(step);
+                test.observe(at, count, seconds, floor);
+                let llr = test.llr();
+                proptest::prop_assert!(llr.is_finite() && llr >= 0.0, "{llr}");
+            }
+        }
+    }
+
     #[test]
     fn the_likelihood_ratio_is_zero_at_or_below_the_expectation() {
         assert_eq!(poisson_llr(1.0, 2.0), 0.0);
