@@ -49,7 +49,7 @@ fn binary_model() -> String {
     path.display().to_string()
 }
 
-/// Every reproduction of issue 7's D2, and their neighbours.
+/// Every reproduction of the configurations check-config once passed and run refused, and their neighbours.
 fn cases() -> Vec<Case> {
     let case = |name, text: String, expect| Case {
         name,

@@ -132,7 +132,7 @@ fn retry_after_is_a_minimum_wait() {
 
 #[test]
 fn a_retry_after_beyond_max_backoff_is_cut_to_it_and_counted() {
-    // 2^64 - 1 seconds and a date in 2099: issue 7's receiver killed the worker with the
+    // 2^64 - 1 seconds and a date in 2099: a receiver once killed the worker with the
     // first and scheduled a retry 73 years out with the second.
     for asked in ["18446744073709551615", "Thu, 01 Jan 2099 00:00:00 GMT"] {
         let calls = Arc::new(AtomicUsize::new(0));

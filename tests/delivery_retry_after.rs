@@ -1,7 +1,7 @@
 //! A receiver that answers 429 with an absurd `Retry-After`, through the real binary (fake
-//! NVML, a GPU lost after a second): issue 7 saw `Retry-After: 18446744073709551615` kill
-//! the receiver's delivery thread (`overflow when adding duration to instant`) and an
-//! HTTP-date in 2099 schedule the retry 73 years out. Now the wait is cut to the receiver's
+//! NVML, a GPU lost after a second): `Retry-After: 18446744073709551615` once killed the
+//! receiver's delivery thread (`overflow when adding duration to instant`) and an
+//! HTTP-date in 2099 scheduled the retry 73 years out. Now the wait is cut to the receiver's
 //! `max_backoff`, counted, and the notification delivered once the receiver answers 200 —
 //! no panic, `/healthz` healthy throughout.
 

@@ -164,7 +164,7 @@ mod tests {
             || {
                 runs += 1;
                 if runs <= 2 {
-                    // What killed the worker in issue 7: arithmetic on a huge Retry-After.
+                    // What once killed the worker: arithmetic on a huge Retry-After.
                     let asked = Duration::from_secs(u64::MAX);
                     let _ = std::hint::black_box(Instant::now()) + asked;
                 }
