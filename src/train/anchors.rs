@@ -15,7 +15,7 @@
 //! from held features and the weights, and a bound met by a hair there would be a test
 //! failing by a hair in the engine.
 
-use crate::engine::risk::FEATURES;
+use crate::engine::risk::{FEATURES, feature_index};
 use crate::engine::{Engine, EngineConfig};
 use crate::scenario::anchors::{
     self as history, CLIMB_END, CLIMB_START, DAY_MIN, NodeChange, RAMP_START, on_gpu_0,
@@ -65,43 +65,16 @@ pub struct Anchor {
     pub checks: Vec<(u32, Vec<Check>)>,
 }
 
-/// The index of a feature by name; a name that is not one fails to compile (the constants
-/// below are evaluated at compile time).
-const fn feature(name: &str) -> usize {
-    let mut i = 0;
-    while i < N {
-        if str_eq(FEATURES[i].0, name) {
-            return i;
-        }
-        i += 1;
-    }
-    panic!("not a risk feature's name")
-}
-
-const fn str_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
-
-const ECC_CORRECTED_DAYS: usize = feature("ecc_corrected_days");
-const MEMORY_GAP_VS_BASELINE: usize = feature("memory_gap_vs_baseline");
-const MEMORY_GAP_PERSISTENT: usize = feature("memory_gap_persistent");
-const MEMORY_TEMPERATURE_GAP: usize = feature("memory_temperature_gap");
-const TEMPERATURE_VS_PEERS: usize = feature("temperature_vs_peers");
-const TEMPERATURE_VS_BASELINE: usize = feature("temperature_vs_baseline");
-const THERMAL_SLOWDOWN_24H: usize = feature("thermal_slowdown_24h");
-const ECC_CORRECTED_RATE: usize = feature("ecc_corrected_rate");
-const PCIE_REPLAYS_RATE: usize = feature("pcie_replays_rate");
+/// Feature indices; a name that is not a feature's fails to compile.
+const ECC_CORRECTED_DAYS: usize = feature_index("ecc_corrected_days");
+const MEMORY_GAP_VS_BASELINE: usize = feature_index("memory_gap_vs_baseline");
+const MEMORY_GAP_PERSISTENT: usize = feature_index("memory_gap_persistent");
+const MEMORY_TEMPERATURE_GAP: usize = feature_index("memory_temperature_gap");
+const TEMPERATURE_VS_PEERS: usize = feature_index("temperature_vs_peers");
+const TEMPERATURE_VS_BASELINE: usize = feature_index("temperature_vs_baseline");
+const THERMAL_SLOWDOWN_24H: usize = feature_index("thermal_slowdown_24h");
+const ECC_CORRECTED_RATE: usize = feature_index("ecc_corrected_rate");
+const PCIE_REPLAYS_RATE: usize = feature_index("pcie_replays_rate");
 
 /// The warning threshold the anchor tests assert (the default one).
 const WARN: f64 = crate::config::DEFAULT_RISK_THRESHOLD;

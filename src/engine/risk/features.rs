@@ -147,6 +147,36 @@ pub const FEATURES: [(&str, &str); 30] = [
     ),
 ];
 
+/// Whether `name` begins with `prefix`, usable where a constant is computed.
+pub const fn starts_with(name: &str, prefix: &str) -> bool {
+    let (name, prefix) = (name.as_bytes(), prefix.as_bytes());
+    if name.len() < prefix.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < prefix.len() {
+        if name[i] != prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The index of feature `name` in [`FEATURES`]; evaluated for a constant, a name that is
+/// not a feature's fails to compile.
+pub const fn feature_index(name: &str) -> usize {
+    let mut i = 0;
+    while i < FEATURES.len() {
+        let known = FEATURES[i].0;
+        if known.len() == name.len() && starts_with(known, name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("not a risk feature's name")
+}
+
 /// Whether feature `i` ([`FEATURES`] order) is a rate test's log-likelihood ratio
 /// ([`super::rate`]): evidence in nats, which a model should weigh by at most one.
 pub fn is_likelihood_ratio(i: usize) -> bool {

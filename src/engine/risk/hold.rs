@@ -280,31 +280,18 @@ pub fn combine_families(by_family: &[f64; FAMILIES.len()]) -> f64 {
 
 /// A feature's family, by its name's prefix: the names say what they measure.
 const fn family_by_name(name: &str) -> Family {
-    const fn starts(name: &[u8], prefix: &[u8]) -> bool {
-        if name.len() < prefix.len() {
-            return false;
-        }
-        let mut i = 0;
-        while i < prefix.len() {
-            if name[i] != prefix[i] {
-                return false;
-            }
-            i += 1;
-        }
-        true
-    }
-    let n = name.as_bytes();
-    if starts(n, b"ecc_") || starts(n, b"remap") || starts(n, b"retired_") {
+    use super::features::starts_with as starts;
+    if starts(name, "ecc_") || starts(name, "remap") || starts(name, "retired_") {
         Family::Memory
-    } else if starts(n, b"xid_") {
+    } else if starts(name, "xid_") {
         Family::Xid
-    } else if starts(n, b"pcie_") {
+    } else if starts(name, "pcie_") {
         Family::Pcie
-    } else if starts(n, b"nvlink_") {
+    } else if starts(name, "nvlink_") {
         Family::NvLink
-    } else if starts(n, b"power_") {
+    } else if starts(name, "power_") {
         Family::Power
-    } else if starts(n, b"failed_") || starts(n, b"collect_") {
+    } else if starts(name, "failed_") || starts(name, "collect_") {
         Family::Structural
     } else {
         // memory_, temperature_, thermal_, hw_slowdown: what heat and cooling do.

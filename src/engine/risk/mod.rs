@@ -29,7 +29,7 @@ mod power;
 mod rate;
 mod state;
 pub use cadence::Cadence;
-pub use features::{FEATURES, Signals, features, is_likelihood_ratio};
+pub use features::{FEATURES, Signals, feature_index, features, is_likelihood_ratio};
 pub use hold::{
     CORROBORATION, Evidence, FAMILIES, Family, Hold, combine_families, combined, family_of,
 };
