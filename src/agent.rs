@@ -12,6 +12,7 @@
 
 mod persistence;
 mod saver;
+mod state_lock;
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -31,6 +32,7 @@ use crate::source::Source;
 pub use persistence::Persistence;
 use persistence::StateKeeper;
 pub use saver::EngineSaver;
+pub use state_lock::{LOCK_FILE, StateLock};
 
 /// Reads the source, and runs each collection through analysis, alerting, delivery,
 /// publication and persistence.

@@ -185,3 +185,65 @@ fn kill_minus_nine_loses_at_most_the_save_interval() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_second_agent_on_the_same_state_dir_exits_naming_it_and_the_holder() {
+    let dir = state_dir("locked");
+    let mut first = start("locked-first", &dir, "", &[]);
+    // The second agent, same directory: it must stop before serving, not run beside.
+    let mut second = Agent::spawn(
+        &[
+            "--nvml-lib",
+            fake_nvml_lib().to_str().unwrap(),
+            "--config",
+            temp_file(
+                "locked-second-config.toml",
+                &format!(
+                    "[collect]\ninterval = \"200ms\"\nkmsg = \"off\"\n[state]\ndir = \"{}\"\n",
+                    dir.display()
+                ),
+            )
+            .to_str()
+            .unwrap(),
+        ],
+        &[(
+            "FAKE_NVML_SCENARIO",
+            temp_file("locked-second.toml", "[simulation]\ngpus = 2\n")
+                .to_str()
+                .unwrap(),
+        )],
+    );
+    let began = Instant::now();
+    let status = loop {
+        if let Some(status) = second.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the second agent is still running on a locked state directory"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{status:?}");
+    let mut stderr = String::new();
+    use std::io::Read;
+    second
+        .child
+        .stderr
+        .take()
+        .expect("piped stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    assert!(stderr.contains(&dir.display().to_string()), "{stderr}");
+    assert!(
+        stderr.contains(&format!("PID {}", first.child.id())),
+        "{stderr}"
+    );
+    // The first one still serves, and once it is gone (kill -9: no clean-up) the lock is
+    // free again.
+    assert_eq!(first.get("/healthz").status, 200);
+    first.kill9();
+    let third = start("locked-third", &dir, "", &[]);
+    assert_eq!(third.get("/healthz").status, 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}

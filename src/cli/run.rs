@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::{RunArgs, preflight};
-use crate::agent::{Collector, Persistence};
+use crate::agent::{Collector, Persistence, StateLock};
 use crate::alert::alerting::Alerting;
 use crate::alert::outgoing::Outgoing;
 use crate::alert::route::Route;
@@ -55,6 +55,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     } else {
         usable_state_dir(&config.state.dir)
     };
+    // Before anything opens a file there: a second agent on the directory stops here.
+    let _state_lock = state_dir.as_deref().map(StateLock::acquire).transpose()?;
     let Parts {
         engine,
         alerting,
