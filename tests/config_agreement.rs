@@ -158,6 +158,11 @@ fn cases() -> Vec<Case> {
             Expect::Refused(2, "export.web_config"),
         ),
         case(
+            "outbox_holds_nothing",
+            "[alerting]\noutbox_max_entries = 0\n".into(),
+            Expect::Refused(2, "alerting.outbox_max_entries"),
+        ),
+        case(
             "advice_base_url",
             "[advice]\nbase_url = \"api.deepseek.com\"\n".into(),
             Expect::Refused(2, "advice.base_url"),

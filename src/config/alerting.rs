@@ -378,6 +378,14 @@ pub(super) fn problems(alerting: &AlertingConfig, advice: &AdviceConfig) -> Vec<
             "a model name is needed when advice is enabled".into(),
         ));
     }
+    if alerting.outbox_max_entries == 0 {
+        out.push((
+            "alerting.outbox_max_entries".into(),
+            "must be at least 1: an outbox that holds nothing would drop every notification \
+             a receiver has not taken yet"
+                .into(),
+        ));
+    }
     if advice.max_tokens == 0 {
         out.push(("advice.max_tokens".into(), "must be above 0".into()));
     }
