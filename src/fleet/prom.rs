@@ -8,9 +8,19 @@
 //! crowding out the store's other clients.
 //! A 5xx or a connection failure is retried (the store may be restarting or overloaded); a
 //! 4xx is not (the query or the credentials are wrong, and asking again changes nothing).
+//! The endpoint's timeout is one deadline per query, its retries included, so a store that
+//! never answers costs `--timeout`, not a multiple of it.
+//! Answers are parsed as they arrive, values straight into numbers; the bytes of all the
+//! answers in flight together are capped ([`ANSWER_BYTES_IN_FLIGHT`]), so a store sending
+//! hundreds of megabytes fails the query that crossed the cap instead of the process.
+//! Values that are not finite (`NaN`, `±Inf`: a division by zero in a query, a broken
+//! exporter) are dropped where they are read, counted, and named in one warning per query:
+//! no figure downstream has to guard against them.
 //! Every error names the URL and the query; no error carries a credential.
 
-use std::time::Duration;
+use std::io::Read;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -78,6 +88,11 @@ const ATTEMPTS: u32 = 3;
 /// Queries one client keeps in flight at most, however many threads share it.
 pub const CONCURRENT: usize = 4;
 
+/// Bytes of the answers in flight, all queries together, at most. The report's systemd
+/// unit caps the process at 256 MB; parsed answers (16 bytes a point) take less than their
+/// JSON (about 20 a point), so this leaves room for the report's own tables.
+pub const ANSWER_BYTES_IN_FLIGHT: usize = 128 << 20;
+
 /// A counting semaphore: the bound on queries in flight.
 struct Permits {
     free: std::sync::Mutex<usize>,
@@ -128,6 +143,9 @@ pub struct Client {
     endpoint: Endpoint,
     agent: ureq::Agent,
     permits: Permits,
+    /// Bytes read of the answers in flight.
+    reading: AtomicUsize,
+    answer_budget: usize,
 }
 
 impl Client {
@@ -142,7 +160,15 @@ impl Client {
             endpoint: Endpoint { base, ..endpoint },
             agent,
             permits: Permits::new(CONCURRENT),
+            reading: AtomicUsize::new(0),
+            answer_budget: ANSWER_BYTES_IN_FLIGHT,
         }
+    }
+
+    /// The same client with another cap on the answer bytes in flight (tests).
+    pub fn with_answer_budget(mut self, bytes: usize) -> Client {
+        self.answer_budget = bytes;
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -153,23 +179,33 @@ impl Client {
     pub fn instant(&self, query: &str, at: DateTime<Utc>) -> anyhow::Result<Vec<Sample>> {
         let time = at.timestamp().to_string();
         let data: Data = self.call("query", query, &[("time", time.as_str())])?;
-        match data {
+        let mut dropped = Dropped::default();
+        let samples = match data {
             Data::Vector(series) => series
                 .into_iter()
-                .map(|s| {
-                    Ok(Sample {
+                .filter_map(|s| {
+                    let value = s.value.1.0;
+                    dropped.keep(&s.metric, value).then_some(Sample {
                         labels: s.metric,
-                        value: parse_value(&s.value.1)?,
+                        value,
                     })
                 })
-                .collect::<anyhow::Result<Vec<_>>>()
-                .with_context(|| self.context(query)),
-            Data::Scalar((_, value)) => Ok(vec![Sample {
-                labels: Default::default(),
-                value: parse_value(&value).with_context(|| self.context(query))?,
-            }]),
+                .collect(),
+            Data::Scalar((_, value)) => {
+                let labels = Default::default();
+                if dropped.keep(&labels, value.0) {
+                    vec![Sample {
+                        labels,
+                        value: value.0,
+                    }]
+                } else {
+                    Vec::new()
+                }
+            }
             Data::Matrix(_) => anyhow::bail!("{}: answered a range vector", self.context(query)),
-        }
+        };
+        dropped.warn(&self.context(query));
+        Ok(samples)
     }
 
     /// A range query from `start` to `end` every `step`.
@@ -197,25 +233,30 @@ impl Client {
         let Data::Matrix(series) = data else {
             anyhow::bail!("{}: did not answer a range vector", self.context(query));
         };
-        series
-            .into_iter()
-            .map(|s| {
-                let points = s
-                    .values
-                    .into_iter()
-                    .map(|(t, v)| {
-                        let at = DateTime::from_timestamp_millis((t * 1000.0).round() as i64)
-                            .context("a timestamp out of range")?;
-                        Ok((at, parse_value(&v)?))
-                    })
-                    .collect::<anyhow::Result<Vec<_>>>()?;
-                Ok(Series {
+        let mut dropped = Dropped::default();
+        let mut out = Vec::with_capacity(series.len());
+        for s in series {
+            let mut points = Vec::with_capacity(s.values.len());
+            for (t, v) in s.values {
+                if !dropped.keep(&s.metric, v.0) {
+                    continue;
+                }
+                let at = DateTime::from_timestamp_millis((t * 1000.0).round() as i64)
+                    .with_context(|| {
+                        format!("{}: timestamp {t} out of range", self.context(query))
+                    })?;
+                points.push((at, v.0));
+            }
+            // A series whose every value was dropped says nothing.
+            if !points.is_empty() {
+                out.push(Series {
                     labels: s.metric,
                     points,
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()
-            .with_context(|| self.context(query))
+                });
+            }
+        }
+        dropped.warn(&self.context(query));
+        Ok(out)
     }
 
     /// The values `label` takes in series matching `matcher` that have samples between
@@ -249,14 +290,28 @@ impl Client {
     ) -> anyhow::Result<D> {
         let url = format!("{}/api/v1/{api}", self.endpoint.base);
         let mut last = None;
+        // Set when the first attempt starts (a query queued behind others for a permit
+        // has not been asked yet); every retry and its pause come out of it.
+        let mut deadline: Option<Instant> = None;
+        let mut made = 0;
         for attempt in 0..ATTEMPTS {
-            if attempt > 0 {
-                std::thread::sleep(Duration::from_millis(500 << attempt));
+            if let Some(deadline) = deadline {
+                let pause = Duration::from_millis(500 << attempt);
+                if deadline.saturating_duration_since(Instant::now()) <= pause {
+                    break;
+                }
+                std::thread::sleep(pause);
             }
             // Held for the attempt only, not for the pause before a retry.
             let permit = self.permits.take();
-            let began = std::time::Instant::now();
-            let outcome = self.once::<D>(api, &url, query, params);
+            let began = Instant::now();
+            let deadline = *deadline.get_or_insert(began + self.endpoint.timeout);
+            let left = deadline.saturating_duration_since(began);
+            if left.is_zero() {
+                break;
+            }
+            made += 1;
+            let outcome = self.once::<D>(api, &url, query, params, left);
             drop(permit);
             match outcome {
                 Ok(data) => {
@@ -275,8 +330,11 @@ impl Client {
                 Err(Failure::Retry(error)) => last = Some(error),
             }
         }
-        Err(last.unwrap_or_else(|| anyhow::anyhow!("no attempt made")))
-            .with_context(|| format!("gave up after {ATTEMPTS} attempts"))
+        let timeout = humantime::format_duration(self.endpoint.timeout);
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("{}: no attempt made", self.context(query))))
+            .with_context(|| {
+                format!("gave up after {made} attempt(s) within the query's timeout of {timeout}")
+            })
     }
 
     fn once<D: DeserializeOwned>(
@@ -285,18 +343,27 @@ impl Client {
         url: &str,
         query: &str,
         params: &[(&str, &str)],
+        left: Duration,
     ) -> Result<D, Failure> {
         let shown = self.context(query);
         // The query endpoints take a form (a long query fits no URL); the label-values
-        // endpoint is served for GET only, its matcher in `match[]`.
+        // endpoint is served for GET only, its matcher in `match[]`. The attempt gets what
+        // is left of the query's deadline, reading the answer included.
         let sent = if api.starts_with("label/") {
             self.authorize(self.agent.get(url))
+                .config()
+                .timeout_global(Some(left))
+                .build()
                 .query_pairs(params.iter().copied().chain([("match[]", query)]))
                 .call()
         } else {
             let mut form: Vec<(&str, &str)> = vec![("query", query)];
             form.extend_from_slice(params);
-            self.authorize(self.agent.post(url)).send_form(form)
+            self.authorize(self.agent.post(url))
+                .config()
+                .timeout_global(Some(left))
+                .build()
+                .send_form(form)
         };
         let mut response = sent.map_err(|e| {
             Failure::Retry(anyhow::anyhow!(
@@ -305,18 +372,54 @@ impl Client {
             ))
         })?;
         let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(256 << 20)
-            .read_to_string()
-            .map_err(|e| Failure::Retry(anyhow::anyhow!("{shown}: reading the answer: {e}")))?;
-        let answer: Answer<D> = match serde_json::from_str(&body) {
+        let mut reader = Budgeted {
+            inner: response.body_mut().with_config().reader(),
+            reading: &self.reading,
+            budget: self.answer_budget,
+            read: 0,
+            start: Vec::new(),
+            over: None,
+        };
+        // serde_json reads a byte at a time: the buffer is outside the count, so the
+        // count moves per chunk.
+        let parsed = serde_json::from_reader::<_, Answer<D>>(std::io::BufReader::with_capacity(
+            64 << 10,
+            &mut reader,
+        ));
+        let (over, start) = (reader.over, std::mem::take(&mut reader.start));
+        drop(reader);
+        let answer = match parsed {
             Ok(answer) => answer,
+            Err(_) if over.is_some() => {
+                let others = over.unwrap_or(0);
+                let error = anyhow::anyhow!(
+                    "{shown}: the answers in flight passed {} MB; this one alone {}; \
+                     ask for a shorter period or fewer hosts",
+                    self.answer_budget >> 20,
+                    if others == 0 {
+                        "is larger than that".to_string()
+                    } else {
+                        "crossed it beside other answers".to_string()
+                    }
+                );
+                // Alone over the cap, it will be again; beside others, a later attempt may
+                // find the room they leave.
+                return Err(if others == 0 {
+                    Failure::Final(error)
+                } else {
+                    Failure::Retry(error)
+                });
+            }
+            Err(e) if e.is_io() => {
+                return Err(Failure::Retry(anyhow::anyhow!(
+                    "{shown}: reading the answer: {}",
+                    redact::scrub(&e.to_string())
+                )));
+            }
             Err(_) => {
                 let error = anyhow::anyhow!(
                     "{shown}: HTTP {status}, not a Prometheus API answer: {}",
-                    excerpt(&body)
+                    excerpt(&String::from_utf8_lossy(&start))
                 );
                 return Err(match status {
                     401 | 403 => Failure::Final(anyhow::anyhow!(
@@ -371,6 +474,99 @@ fn excerpt(body: &str) -> String {
     line.replace(['\n', '\r'], " ")
 }
 
+/// Reads an answer while counting its bytes against the client's cap on answers in
+/// flight, and keeps its first bytes for an error message.
+struct Budgeted<'a, R> {
+    inner: R,
+    reading: &'a AtomicUsize,
+    budget: usize,
+    /// Bytes this answer added to `reading` (given back on drop).
+    read: usize,
+    start: Vec<u8>,
+    /// Set when the cap was crossed: the bytes the other answers held then.
+    over: Option<usize>,
+}
+
+/// Bytes of an answer kept for the message when it is not a Prometheus API answer.
+const EXCERPT_BYTES: usize = 800;
+
+impl<R: Read> Read for Budgeted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let total = self.reading.fetch_add(n, Ordering::Relaxed) + n;
+        self.read += n;
+        if total > self.budget {
+            self.over = Some(total - self.read);
+            return Err(std::io::Error::other(
+                "the answers in flight are over the cap",
+            ));
+        }
+        if self.start.len() < EXCERPT_BYTES {
+            let keep = (EXCERPT_BYTES - self.start.len()).min(n);
+            self.start.extend_from_slice(&buf[..keep]);
+        }
+        Ok(n)
+    }
+}
+
+impl<R> Drop for Budgeted<'_, R> {
+    fn drop(&mut self) {
+        self.reading.fetch_sub(self.read, Ordering::Relaxed);
+    }
+}
+
+/// Values that are not finite numbers, dropped from one answer.
+#[derive(Default)]
+struct Dropped {
+    count: usize,
+    first: Option<String>,
+}
+
+impl Dropped {
+    /// Whether `value` is kept; a dropped one is counted, the first with its series.
+    fn keep(&mut self, labels: &std::collections::BTreeMap<String, String>, value: f64) -> bool {
+        if value.is_finite() {
+            return true;
+        }
+        self.count += 1;
+        if self.first.is_none() {
+            let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+            self.first = Some(format!("{{{}}} ({value})", pairs.join(", ")));
+        }
+        false
+    }
+
+    fn warn(&self, context: &str) {
+        if let Some(first) = &self.first {
+            tracing::warn!(
+                "{context}: dropped {} value(s) that are not finite numbers (NaN or ±Inf); \
+                 the first in series {first}",
+                self.count
+            );
+        }
+    }
+}
+
+/// A sample value, parsed from the string Prometheus writes (`"1.5"`, `"NaN"`, `"+Inf"`)
+/// while the answer is read: no string is kept per point.
+struct Value(f64);
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<De: serde::Deserializer<'de>>(deserializer: De) -> Result<Value, De::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Value;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sample value as a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Value, E> {
+                parse_value(text).map(Value).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
 /// Prometheus writes sample values as strings (`"1.5"`, `"NaN"`, `"+Inf"`).
 fn parse_value(text: &str) -> anyhow::Result<f64> {
     match text {
@@ -397,7 +593,7 @@ struct Answer<D> {
 enum Data {
     Vector(Vec<VectorSeries>),
     Matrix(Vec<MatrixSeries>),
-    Scalar((f64, String)),
+    Scalar((f64, Value)),
 }
 
 /// How much an answer holds, for the debug log.
@@ -438,14 +634,14 @@ impl Shape for Vec<String> {
 struct VectorSeries {
     #[serde(default)]
     metric: std::collections::BTreeMap<String, String>,
-    value: (f64, String),
+    value: (f64, Value),
 }
 
 #[derive(Deserialize)]
 struct MatrixSeries {
     #[serde(default)]
     metric: std::collections::BTreeMap<String, String>,
-    values: Vec<(f64, String)>,
+    values: Vec<(f64, Value)>,
 }
 
 #[cfg(test)]
