@@ -2,6 +2,14 @@ use std::io::Write as _;
 
 use clap::Parser;
 
+/// Runs before `main` and before Rust's runtime hides a closed standard output behind
+/// `/dev/null` (see `cli::output::note_closed_stdout`). `.init_array` entries are run by
+/// the C runtime (glibc and musl) at program start.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static NOTE_CLOSED_STDOUT: extern "C" fn() = gpu_sentinel::cli::output::note_closed_stdout;
+
 fn main() -> std::process::ExitCode {
     gpu_sentinel::cli::logging::init();
     let cli = gpu_sentinel::cli::Cli::parse();

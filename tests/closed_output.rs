@@ -1,7 +1,8 @@
 //! A reader that goes away early (`gpu-sentinel replay FILE 2>&1 | head -1`): the one-shot
 //! commands end quietly, killed by SIGPIPE as `cat` would be, never with a panic (exit 101);
 //! `run` survives a closed standard error and keeps collecting. Output that cannot be
-//! written for another reason (a full disk) is an error message, not a panic.
+//! written for another reason (a full disk, a standard output closed at start) is an error
+//! message, not a panic and not exit status 0.
 
 mod common;
 
@@ -208,6 +209,35 @@ fn output_to_a_full_device_is_an_error_not_a_panic() {
         assert!(
             stderr.contains("error: cannot write to standard output: No space left on device"),
             "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn output_to_a_closed_descriptor_is_an_error_not_exit_zero() {
+    // `gpu-sentinel snapshot >&-`: Rust's standard output would report success on the
+    // closed descriptor, and the output would be lost with exit status 0.
+    let fixture = repo().join("tests/fixtures/smi/units.csv");
+    let fixture = fixture.to_str().unwrap();
+    for command in [
+        format!("exec {:?} snapshot --simulate >&-", binary()),
+        format!("exec {:?} replay {fixture:?} >&-", binary()),
+        format!(
+            "exec {:?} record --simulate --simulated-duration 1m --out - >&-",
+            binary()
+        ),
+    ] {
+        let output = Command::new("sh")
+            .args(["-c", &command])
+            .env("RUST_LOG", "warn")
+            .stderr(Stdio::piped())
+            .output()
+            .expect("sh runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{command}: {stderr}");
+        assert!(
+            stderr.contains("standard output: it is closed"),
+            "{command}: {stderr}"
         );
     }
 }

@@ -136,6 +136,7 @@ pub fn record(args: &RecordArgs) -> anyhow::Result<()> {
     );
     let target = args.out.display().to_string();
     let sink: Box<dyn Write> = if target == "-" {
+        super::output::stdout_is_open()?;
         Box::new(std::io::stdout().lock())
     } else {
         Box::new(File::create(&args.out).with_context(|| format!("cannot create {target}"))?)
