@@ -507,3 +507,24 @@ fn query_gpu_sections(text: &str) -> Vec<(String, String)> {
     }
     out
 }
+
+#[test]
+fn a_gzip_compressed_log_gives_the_same_report_and_a_binary_file_is_named() {
+    use std::io::Write as _;
+    let plain = std::fs::read(fixture("units.csv")).expect("fixture");
+    let gz = temp_file("units.csv.gz", "");
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(&plain).expect("gzip");
+    std::fs::write(&gz, encoder.finish().expect("gzip")).expect("write");
+    let (from_plain, _) = replay_json(&[path(&fixture("units.csv"))]);
+    let (from_gzip, _) = replay_json(&[path(&gz)]);
+    assert_eq!(from_plain, from_gzip);
+
+    let out = run(&["replay", path(&common::binary())]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("is not text") && !stderr.contains("no header line"),
+        "{stderr}"
+    );
+}

@@ -102,6 +102,9 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     } else {
         Box::new(File::open(file).with_context(|| format!("cannot open the recording {origin}"))?)
     };
+    // A gzip-compressed log (as logrotate keeps them) is decompressed; a binary file or
+    // another compression is refused by name.
+    let input = crate::replay::unpack::text_of(input, &origin)?;
     let mut input = BufReader::with_capacity(READ_BUFFER, input);
     let format = match args.format {
         Some(ReplayFormat::SmiCsv) => Format::SmiCsv,

@@ -23,6 +23,7 @@ pub mod smi_fields;
 mod smi_lines;
 mod smi_round;
 mod smi_row;
+pub mod unpack;
 
 use std::fmt::Display;
 use std::io::BufRead;
