@@ -159,6 +159,10 @@ pub struct ExportConfig {
     pub max_process_series: usize,
     /// Longest label value; longer values (command names, pod names) are truncated.
     pub max_label_length: usize,
+    /// One `gpu_nvlink_errors_total` series per link and error instead of per GPU and
+    /// error: 18 links make 72 series a GPU, nearly always zero. The API and the risk's
+    /// reasons keep per-link detail either way.
+    pub nvlink_per_link: bool,
     /// Value of the `hostname` label; empty means `$NODE_NAME` when set (the Kubernetes
     /// downward API), else the host's name.
     pub hostname: String,
@@ -176,6 +180,7 @@ impl Default for ExportConfig {
             dcgm_hostname_label: "Hostname".into(),
             max_process_series: 256,
             max_label_length: 128,
+            nvlink_per_link: false,
             hostname: String::new(),
             web_config: None,
         }

@@ -358,6 +358,7 @@ fn findings() -> Findings {
         hardware_xids_24h: vec![79],
         row_remap_failure: false,
         uncorrectable_ecc_24h: 0.0,
+        failing_nvlink: None,
         cost: Default::default(),
         readings: Default::default(),
     };

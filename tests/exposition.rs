@@ -6,6 +6,7 @@
 //! `GPU_SENTINEL_REQUIRE_TOOLS=1` turns a missing promtool from a skip into a failure
 //! (`scripts/test.sh` sets it and installs promtool).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 mod common;
@@ -270,4 +271,111 @@ fn promtool_accepts_hostile_label_values() {
     );
     let (ok, printed) = common::promtool_check(&promtool, &[], &text(&exposition));
     assert!(ok && printed.trim().is_empty(), "promtool:\n{printed}");
+}
+
+/// Series of one exposition per GPU: each series with a `gpu` label counts for its GPU,
+/// the node's own (`gpu_node_*`, `gpu_scale_*`) are shared out over the GPUs; the agent's
+/// (`gpu_sentinel_*`) and per-process series (`gpu_process_*`, bounded by
+/// `max_process_series`) are not counted. Returns (the most any GPU has, per family the
+/// most any GPU has).
+fn series_per_gpu(text: &str) -> (f64, BTreeMap<String, usize>) {
+    let mut per_gpu: BTreeMap<String, usize> = BTreeMap::new();
+    let mut per_family: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut shared = 0usize;
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name = line.split(['{', ' ']).next().unwrap_or("");
+        if name.starts_with("gpu_sentinel_") || name.starts_with("gpu_process_") {
+            continue;
+        }
+        let gpu = line
+            .split_once("gpu=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(gpu, _)| gpu.to_string());
+        match gpu {
+            Some(gpu) => {
+                *per_gpu.entry(gpu.clone()).or_default() += 1;
+                *per_family.entry((name.to_string(), gpu)).or_default() += 1;
+            }
+            None => shared += 1,
+        }
+    }
+    let gpus = per_gpu.len().max(1);
+    let most = per_gpu.values().copied().max().unwrap_or(0) as f64 + shared as f64 / gpus as f64;
+    let mut families: BTreeMap<String, usize> = BTreeMap::new();
+    for ((name, _), n) in per_family {
+        let most = families.entry(name).or_default();
+        *most = (*most).max(n);
+    }
+    (most, families)
+}
+
+#[test]
+fn series_a_gpu_stay_within_the_budget() {
+    use gpu_sentinel::export::budget::{self, Cost};
+    for (dcgm_compat, limit) in [
+        (false, budget::DEFAULT_PER_GPU),
+        (true, budget::DCGM_COMPAT_PER_GPU),
+    ] {
+        let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+        let options = RenderOptions {
+            dcgm_compat,
+            ..RenderOptions::default()
+        };
+        let mut state = ExportState::new();
+        let mut engine = Engine::new(EngineConfig::default());
+        let mut most = 0.0f64;
+        let mut families: BTreeMap<String, usize> = BTreeMap::new();
+        // Every tick of a day of the default fleet: faults develop, jobs come and go, a GPU
+        // is lost; the busiest moment counts.
+        for _ in 0..24 * 3600 / STEP_SECONDS {
+            fleet.advance(f64::from(STEP_SECONDS));
+            let snapshot = fleet.snapshot();
+            let findings = engine.step(&snapshot);
+            let health = health();
+            let input = RenderInput {
+                findings: Some(&findings),
+                ..RenderInput::new(&snapshot, &health)
+            };
+            let exposition = export::render(&input, &mut state, &options);
+            let (tick_most, tick_families) =
+                series_per_gpu(&String::from_utf8_lossy(&exposition.text));
+            most = most.max(tick_most);
+            for (name, n) in tick_families {
+                let seen = families.entry(name).or_default();
+                *seen = (*seen).max(n);
+            }
+        }
+        assert!(
+            most <= f64::from(limit),
+            "dcgm_compat {dcgm_compat}: {most:.1} series a GPU, over the budget of {limit}: {families:?}"
+        );
+        // Each native family within what docs/metrics.md says it costs.
+        for (name, n) in &families {
+            if name.starts_with("DCGM_FI_") {
+                assert!(*n <= 1, "{name}: {n} series a GPU");
+                continue;
+            }
+            match budget::of(name).map(|b| b.cost) {
+                Some(Cost::PerGpu(most)) => {
+                    assert!(
+                        *n <= most as usize,
+                        "{name}: {n} series a GPU, budget {most}"
+                    )
+                }
+                Some(Cost::UpTo { per_gpu, .. }) => {
+                    assert!(
+                        *n <= per_gpu as usize,
+                        "{name}: {n} series a GPU, budget {per_gpu}"
+                    )
+                }
+                Some(Cost::PerHost(_) | Cost::PerHostVarying(_)) | None => {
+                    panic!("{name} has a gpu label but no per-GPU budget")
+                }
+            }
+        }
+        eprintln!("dcgm_compat {dcgm_compat}: at most {most:.1} series a GPU (budget {limit})");
+    }
 }

@@ -19,6 +19,15 @@ const HOURS_PER_YEAR: f64 = 365.25 * 24.0;
 /// that runs thousands of short pods keeps bounded state and series.
 const MAX_OWNERS: usize = 256;
 
+/// Owners of a GPU with series (`gpu_owner_seconds_total`): those that held it within this
+/// many seconds. Every owner since start would be two series each, for good, on a host of
+/// short jobs; an owner's counter that stops keeps its samples in the store, and resumes
+/// from its total if the owner comes back.
+pub const OWNER_SERIES_SECONDS: i64 = 3600;
+
+/// Most owners of a GPU with series at once, the most recently seen first.
+pub const MAX_EXPOSED_OWNERS: usize = 4;
+
 /// Accumulated cost and owner time of one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CostState {
@@ -51,10 +60,28 @@ pub struct CostView {
     pub hourly: f64,
     /// `(owner, team, busy seconds, idle seconds)`, by owner name.
     pub owners: Vec<(String, String, f64, f64)>,
+    /// Per entry of `owners`: whether it has series in the exposition (held the GPU in
+    /// the last [`OWNER_SERIES_SECONDS`], among the [`MAX_EXPOSED_OWNERS`] latest).
+    #[serde(skip)]
+    pub exposed: Vec<bool>,
 }
 
 impl CostState {
-    pub fn view(&self) -> CostView {
+    /// The totals at `now`.
+    pub fn view(&self, now: i64) -> CostView {
+        let mut recent: Vec<i64> = self
+            .owners
+            .values()
+            .map(|t| t.last_seen)
+            .filter(|&seen| now - seen <= OWNER_SERIES_SECONDS)
+            .collect();
+        recent.sort_unstable_by(|a, b| b.cmp(a));
+        // The latest seen of the owners kept; ties at the cut all stay (a GPU shared by
+        // several pods charges them at the same instant).
+        let cut = recent
+            .get(MAX_EXPOSED_OWNERS.saturating_sub(1))
+            .copied()
+            .unwrap_or(i64::MIN);
         CostView {
             busy: self.busy,
             idle: self.idle,
@@ -66,6 +93,11 @@ impl CostState {
                     let team = t.team.clone().unwrap_or_else(|| UNASSIGNED.to_string());
                     (o.clone(), team, t.busy_seconds, t.idle_seconds)
                 })
+                .collect(),
+            exposed: self
+                .owners
+                .values()
+                .map(|t| now - t.last_seen <= OWNER_SERIES_SECONDS && t.last_seen >= cut)
                 .collect(),
         }
     }
@@ -182,7 +214,7 @@ pub fn update(
     }
     CostView {
         hourly,
-        ..state.view()
+        ..state.view(now)
     }
 }
 

@@ -19,6 +19,25 @@ pub struct Counters {
     uncorrected: Ecc,
     pcie_replays: Option<u64>,
     nvlink_errors: Option<u64>,
+    /// Each NVLink's own errors, so a finding can name the failing link: the exposition
+    /// sums links by default, and the risk reads their sum.
+    #[serde(default)]
+    links: Vec<LinkGrowth>,
+}
+
+/// Errors one NVLink gained while this agent watched it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct LinkGrowth {
+    link: u32,
+    last: Option<u64>,
+    grown: u64,
+}
+
+/// The NVLink whose errors grew most while watched, and by how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FailingLink {
+    pub link: u32,
+    pub errors: u64,
 }
 
 /// Baselines of one ECC count in its two scopes. Each scope is only ever differenced
@@ -52,19 +71,30 @@ impl Counters {
     /// filled by the caller.
     pub fn update(&mut self, sample: &GpuSample) -> Deltas {
         let ecc = &sample.ecc;
-        let nvlink = (!sample.nvlink.is_empty()).then(|| {
-            sample
-                .nvlink
-                .iter()
-                // Saturating: counters come from outside (a replayed recording may hold anything).
-                .map(|l| {
-                    l.replay
-                        .saturating_add(l.recovery)
-                        .saturating_add(l.crc_flit)
-                        .saturating_add(l.crc_data)
-                })
-                .fold(0, u64::saturating_add)
-        });
+        let mut nvlink = None;
+        for l in &sample.nvlink {
+            // Saturating: counters come from outside (a replayed recording may hold anything).
+            let total = l
+                .replay
+                .saturating_add(l.recovery)
+                .saturating_add(l.crc_flit)
+                .saturating_add(l.crc_data);
+            nvlink = Some(nvlink.unwrap_or(0u64).saturating_add(total));
+            let at = match self.links.iter().position(|g| g.link == l.link) {
+                Some(at) => at,
+                None => {
+                    self.links.push(LinkGrowth {
+                        link: l.link,
+                        ..LinkGrowth::default()
+                    });
+                    self.links.len() - 1
+                }
+            };
+            let growth = &mut self.links[at];
+            growth.grown = growth
+                .grown
+                .saturating_add(delta(&mut growth.last, Some(total)) as u64);
+        }
         Deltas {
             ecc_corrected: self
                 .corrected
@@ -76,6 +106,21 @@ impl Counters {
             nvlink_errors: delta(&mut self.nvlink_errors, nvlink),
             ..Deltas::default()
         }
+    }
+}
+
+impl Counters {
+    /// The link whose errors grew most while watched; None while none grew.
+    pub fn failing_link(&self) -> Option<FailingLink> {
+        self.links
+            .iter()
+            .filter(|g| g.grown > 0)
+            // Ties go to the lower link number, for a stable name.
+            .max_by(|a, b| a.grown.cmp(&b.grown).then(b.link.cmp(&a.link)))
+            .map(|g| FailingLink {
+                link: g.link,
+                errors: g.grown,
+            })
     }
 }
 
@@ -104,6 +149,39 @@ mod tests {
         s.ecc.corrected_volatile = Some(corrected);
         s.pcie.replay_counter = replays;
         s
+    }
+
+    #[test]
+    fn the_failing_link_is_the_one_whose_errors_grew_not_the_one_with_an_old_count() {
+        use crate::model::NvLinkErrors;
+        let links = |a: u64, b: u64| GpuSample {
+            nvlink: vec![
+                NvLinkErrors {
+                    link: 0,
+                    replay: a,
+                    ..NvLinkErrors::default()
+                },
+                NvLinkErrors {
+                    link: 7,
+                    crc_flit: b,
+                    ..NvLinkErrors::default()
+                },
+            ],
+            ..GpuSample::default()
+        };
+        let mut c = Counters::default();
+        // Link 0 came with a large count from before the agent; link 7 is the one moving.
+        assert_eq!(c.update(&links(5_000, 0)).nvlink_errors, 0.0);
+        assert_eq!(c.failing_link(), None);
+        assert_eq!(c.update(&links(5_000, 40)).nvlink_errors, 40.0);
+        assert_eq!(c.update(&links(5_001, 100)).nvlink_errors, 61.0);
+        assert_eq!(
+            c.failing_link(),
+            Some(FailingLink {
+                link: 7,
+                errors: 100
+            })
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod assess;
 pub mod capacity;
 pub mod cost;
 mod counters;
+pub use counters::FailingLink;
 pub mod idle;
 pub mod risk;
 mod slots;
@@ -200,6 +201,8 @@ pub struct GpuFindings {
     pub row_remap_failure: bool,
     /// Uncorrectable ECC errors counted in the last 24 hours.
     pub uncorrectable_ecc_24h: f64,
+    /// The NVLink whose errors grew most while watched, named in the risk's reasons.
+    pub failing_nvlink: Option<FailingLink>,
     pub cost: cost::CostView,
     /// This step's raw readings, for rules that compare them with thresholds.
     pub readings: Readings,
@@ -271,7 +274,8 @@ impl GpuFindings {
         self.new_hardware_xids.clear();
         recent_distinct(&state.recent_xids, now, &mut self.hardware_xids_24h);
         self.row_remap_failure = false;
-        self.cost = state.cost.view();
+        self.failing_nvlink = state.counters.failing_link();
+        self.cost = state.cost.view(now);
         self.readings = Readings::default();
     }
 
@@ -552,6 +556,7 @@ impl Engine {
         out.idle = idle;
         out.thermal_slowdown = events.thermal();
         out.row_remap_failure = sample.remapped_rows.is_some_and(|r| r.failure);
+        out.failing_nvlink = state.counters.failing_link();
         out.uncorrectable_ecc_24h = 0.0;
         out.cost = cost;
         out.readings = Readings::of(sample);

@@ -33,7 +33,8 @@ pub(super) fn render_analysis(
             families.family(&RISK_SCORE).push(&id, g.risk.score);
         }
         let contributions = families.family(&RISK_CONTRIBUTION);
-        for c in &g.risk.contributions {
+        // The reasons, not every term: each feature would be a series a GPU.
+        for c in g.risk.top(super::budget::RISK_REASONS_EXPOSED) {
             contributions.push(&[&index, &g.uuid, &*c.feature], c.contribution);
         }
         if let Some(rule) = &g.risk.rule {
@@ -65,7 +66,14 @@ pub(super) fn render_analysis(
         cost.push(&[&index, &g.uuid, "busy"], g.cost.busy);
         cost.push(&[&index, &g.uuid, "idle"], g.cost.idle);
         let owners = families.family(&OWNER_SECONDS);
-        for (owner, team, busy, idle) in &g.cost.owners {
+        let exposed = g
+            .cost
+            .exposed
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(true));
+        for ((owner, team, busy, idle), _) in g.cost.owners.iter().zip(exposed).filter(|(_, e)| *e)
+        {
             owners.push(&[&index, &g.uuid, owner, team, "busy"], *busy);
             owners.push(&[&index, &g.uuid, owner, team, "idle"], *idle);
         }

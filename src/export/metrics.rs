@@ -110,12 +110,12 @@ pub const ENERGY: MetricDef = counter(
 pub const CLOCK: MetricDef = gauge(
     "gpu_clock_hertz",
     &["gpu", "uuid", "clock"],
-    "Current clock frequency, in hertz; clock is sm, memory, graphics or video.",
+    "Current clock frequency, in hertz; clock is sm, memory or video (graphics runs with sm).",
 );
 pub const CLOCK_MAX: MetricDef = gauge(
     "gpu_clock_max_hertz",
     &["gpu", "uuid", "clock"],
-    "Maximum clock frequency, in hertz; clock is sm, memory, graphics or video.",
+    "Maximum clock frequency, in hertz; clock is sm or memory (graphics runs with sm).",
 );
 pub const FAN_SPEED: MetricDef = gauge(
     "gpu_fan_speed_ratio",
@@ -130,7 +130,7 @@ pub const PERFORMANCE_STATE: MetricDef = gauge(
 pub const CLOCK_EVENT: MetricDef = gauge(
     "gpu_clock_event_active",
     &["gpu", "uuid", "reason"],
-    "1 while the clock-event (throttle) reason holds clocks down, else 0.",
+    "1 while the clock-event (throttle) reason holds clocks down, else 0; reason is applications_clocks_setting, sw_power_cap, hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown or hw_power_brake_slowdown.",
 );
 pub const ECC_ERRORS: MetricDef = counter(
     "gpu_ecc_errors_total",
@@ -196,7 +196,7 @@ pub const PCIE_THROUGHPUT: MetricDef = gauge(
 pub const NVLINK_ERRORS: MetricDef = counter(
     "gpu_nvlink_errors_total",
     &["gpu", "uuid", "link", "error"],
-    "NVLink errors per link; error is replay, recovery, crc_flit or crc_data.",
+    "NVLink errors; error is replay, recovery, crc_flit or crc_data. Summed over the GPU's links (no link label) unless [export] nvlink_per_link = true.",
 );
 pub const XID_ERRORS: MetricDef = counter(
     "gpu_xid_errors_total",

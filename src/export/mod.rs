@@ -17,6 +17,7 @@
 //!   rendered after the native families when [`RenderInput`] carries them.
 
 mod analysis;
+pub mod budget;
 pub mod dcgm;
 pub mod families;
 pub mod metric_def;
@@ -69,6 +70,8 @@ pub struct RenderOptions {
     pub max_process_series: usize,
     /// Longest label value, in characters (never below [`families::MIN_LABEL_LENGTH`]).
     pub max_label_length: usize,
+    /// NVLink errors per link (`link` label) rather than summed per GPU.
+    pub nvlink_per_link: bool,
     /// Value of the `hostname` labels; empty means the snapshot's host name.
     pub hostname: String,
     /// `gpu_sentinel_build_info` labels.
@@ -97,6 +100,7 @@ impl RenderOptions {
             },
             max_process_series: config.max_process_series,
             max_label_length: config.max_label_length,
+            nvlink_per_link: config.nvlink_per_link,
             hostname: resolved_hostname,
             version: env!("CARGO_PKG_VERSION").to_string(),
             revision: env!("GPU_SENTINEL_REVISION").to_string(),

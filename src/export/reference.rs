@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 
+use super::budget;
 use super::dcgm;
 use super::metric_def::MetricDef;
 use super::metrics::{ALERTING, ANALYSIS, NATIVE};
@@ -46,6 +47,12 @@ pub fn reference_markdown() -> String {
          are dcgm-exporter's: MHz, °C, W, mJ, MiB, %.\n\n",
     );
     table(&mut out, &dcgm::reference_defs());
+    let _ = write!(
+        out,
+        "\nEach `DCGM_FI_*` family is one series a GPU; with the native families that is at \
+         most {} series a GPU (dcgm-exporter's default set is 26 fields).\n",
+        budget::DCGM_COMPAT_PER_GPU
+    );
     out.push_str(
         "\nNot rendered, from dcgm-exporter's default counter set and its commented-out \
          defaults:\n\n| field | why |\n|---|---|\n",
@@ -53,6 +60,17 @@ pub fn reference_markdown() -> String {
     for (field, why) in dcgm::NOT_COVERED {
         let _ = writeln!(out, "| `{field}` | {why} |");
     }
+    let _ = write!(
+        out,
+        "\n## Series budget\n\n\
+         What each native family costs the Prometheus that scrapes it: at a thousand hosts of \
+         eight GPUs every series a GPU is 8,000 series in the store. The default exposition \
+         stays within {} series a GPU, not counting the agent's own `gpu_sentinel_*` and the \
+         per-process series (`max_process_series` bounds those); `tests/exposition.rs` holds \
+         the simulator's exposition to each line below and to the total.\n\n",
+        budget::DEFAULT_PER_GPU
+    );
+    budget_table(&mut out, NATIVE.iter().chain(ANALYSIS).chain(ALERTING));
     out
 }
 
@@ -68,6 +86,23 @@ fn table(out: &mut String, defs: &[MetricDef]) {
             def.kind.as_str(),
             labels.join(", "),
             def.help.replace('|', "\\|")
+        );
+    }
+}
+
+/// What each family costs the store, and why it is worth it ([`budget`]).
+fn budget_table<'a>(out: &mut String, defs: impl Iterator<Item = &'a MetricDef>) {
+    out.push_str("| metric | series | worth it because |\n|---|---|---|\n");
+    for def in defs {
+        let (cost, why) = budget::of(def.name)
+            .map(|b| (b.cost.describe(), b.why))
+            .unwrap_or_else(|| ("unbudgeted".into(), ""));
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} |",
+            def.name,
+            cost.replace('|', "\\|"),
+            why.replace('|', "\\|")
         );
     }
 }

@@ -50,7 +50,7 @@ pub(super) fn render_native(
     identity(families, &all, snapshot, options);
     readings(families, &up);
     clocks(families, &up);
-    health_counters(families, &up);
+    health_counters(families, &up, options.nvlink_per_link);
     xids(families, state);
     gpm(families, &up);
     processes(families, snapshot, options);
@@ -151,6 +151,16 @@ fn clocks(families: &mut Families, up: &[&GpuLabels]) {
                 &g.sample.clocks
             };
             for (clock, mhz) in clocks.labelled() {
+                // A datacenter GPU's graphics clock is its SM clock; the video clock has
+                // no ceiling worth a series (see CLOCKS_EXPOSED).
+                let exposed: &[&str] = if max {
+                    &CLOCKS_MAX_EXPOSED
+                } else {
+                    &CLOCKS_EXPOSED
+                };
+                if !exposed.contains(&clock) {
+                    continue;
+                }
                 family.push_some(
                     &[&g.index, g.uuid, clock],
                     mhz.map(|mhz| f64::from(mhz) * HERTZ_PER_MHZ),
@@ -162,13 +172,34 @@ fn clocks(families: &mut Families, up: &[&GpuLabels]) {
     for g in up {
         if let Some(events) = g.sample.clock_events {
             for (reason, bit) in ClockEvents::REASONS {
-                family.push(&[&g.index, g.uuid, reason], flag(events.intersects(bit)));
+                if CLOCK_EVENTS_EXPOSED.contains(&reason) {
+                    family.push(&[&g.index, g.uuid, reason], flag(events.intersects(bit)));
+                }
             }
         }
     }
 }
 
-fn health_counters(families: &mut Families, up: &[&GpuLabels]) {
+/// Clock-event reasons with a series: what holds clocks down that an operator acts on.
+/// Left out: `gpu_idle` (utilization says it), `sync_boost` and `display_clock_setting`
+/// (no datacenter job meets them); `/api/v1/gpus` and dcgm-exporter's bit mask keep all.
+const CLOCK_EVENTS_EXPOSED: [&str; 6] = [
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+];
+
+/// Clocks with a series: sm and memory (clocks stuck low), video (video inference). The
+/// graphics clock is the SM clock on datacenter GPUs, and dcgm-exporter leaves it out too.
+const CLOCKS_EXPOSED: [&str; 3] = ["sm", "memory", "video"];
+
+/// Maximum clocks with a series: the ceilings clocks stuck low are read against.
+const CLOCKS_MAX_EXPOSED: [&str; 2] = ["sm", "memory"];
+
+fn health_counters(families: &mut Families, up: &[&GpuLabels], nvlink_per_link: bool) {
     let family = families.family(&ECC_ERRORS);
     for g in up {
         for (error, scope, count) in g.sample.ecc.labelled() {
@@ -223,10 +254,25 @@ fn health_counters(families: &mut Families, up: &[&GpuLabels]) {
     }
     let family = families.family(&NVLINK_ERRORS);
     for g in up {
-        for link in &g.sample.nvlink {
-            let link_label = link.link.to_string();
-            for (error, count) in link.labelled() {
-                family.push(&[&g.index, g.uuid, &link_label, error], count as f64);
+        if nvlink_per_link {
+            for link in &g.sample.nvlink {
+                let link_label = link.link.to_string();
+                for (error, count) in link.labelled() {
+                    family.push(&[&g.index, g.uuid, &link_label, error], count as f64);
+                }
+            }
+        } else if !g.sample.nvlink.is_empty() {
+            // Summed per error; the empty `link` value leaves the label out.
+            let mut sums = [0u64; 4];
+            let mut names = [""; 4];
+            for link in &g.sample.nvlink {
+                for (i, (error, count)) in link.labelled().into_iter().enumerate() {
+                    sums[i] = sums[i].saturating_add(count);
+                    names[i] = error;
+                }
+            }
+            for (error, sum) in names.into_iter().zip(sums) {
+                family.push(&[&g.index, g.uuid, "", error], sum as f64);
             }
         }
     }

@@ -346,3 +346,37 @@ fn families_follow_the_catalogue_order() {
     assert_eq!(positions.len(), names.len());
     assert!(positions.windows(2).all(|w| w[0] < w[1]), "{names:?}");
 }
+
+#[test]
+fn nvlink_errors_are_summed_per_gpu_unless_per_link_is_asked() {
+    use crate::model::NvLinkErrors;
+    let mut g = gpu(0);
+    g.nvlink = (0..18)
+        .map(|link| NvLinkErrors {
+            link,
+            replay: u64::from(link),
+            crc_flit: if link == 5 { 1000 } else { 0 },
+            ..NvLinkErrors::default()
+        })
+        .collect();
+    let summed = text(&snapshot(vec![g.clone()]), &mut ExportState::new(), &options());
+    assert_eq!(
+        samples(&summed, "gpu_nvlink_errors_total"),
+        [
+            r#"gpu_nvlink_errors_total{gpu="0",uuid="GPU-0",error="replay"} 153"#,
+            r#"gpu_nvlink_errors_total{gpu="0",uuid="GPU-0",error="recovery"} 0"#,
+            r#"gpu_nvlink_errors_total{gpu="0",uuid="GPU-0",error="crc_flit"} 1000"#,
+            r#"gpu_nvlink_errors_total{gpu="0",uuid="GPU-0",error="crc_data"} 0"#,
+        ]
+    );
+    let per_link = RenderOptions {
+        nvlink_per_link: true,
+        ..options()
+    };
+    let text = text(&snapshot(vec![g]), &mut ExportState::new(), &per_link);
+    let lines = samples(&text, "gpu_nvlink_errors_total");
+    assert_eq!(lines.len(), 72);
+    assert!(lines.contains(
+        &r#"gpu_nvlink_errors_total{gpu="0",uuid="GPU-0",link="5",error="crc_flit"} 1000"#
+    ));
+}

@@ -55,7 +55,19 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
         let top: Vec<String> = g
             .risk
             .top(3)
-            .map(|c| format!("{} = {:.2} (+{:.2})", c.feature, c.value, c.contribution))
+            .map(|c| {
+                // The risk reads the links' sum; the description names the link.
+                let link = match g.failing_nvlink {
+                    Some(l) if c.feature.starts_with("nvlink_") => {
+                        format!(" on link {} ({} errors while watched)", l.link, l.errors)
+                    }
+                    _ => String::new(),
+                };
+                format!(
+                    "{} = {:.2} (+{:.2}){link}",
+                    c.feature, c.value, c.contribution
+                )
+            })
             .collect();
         let rule = g
             .risk
@@ -297,5 +309,47 @@ fn candidate(
         labels,
         annotations,
         for_: rule.for_,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::FailingLink;
+    use crate::engine::risk::Contribution;
+
+    #[test]
+    fn a_risk_from_nvlink_errors_names_the_failing_link() {
+        let mut g = GpuFindings {
+            up: true,
+            ..GpuFindings::default()
+        };
+        g.risk.score = 0.9;
+        g.risk.contributions = vec![
+            Contribution {
+                feature: "nvlink_errors_rate".into(),
+                value: 12.0,
+                contribution: 3.0,
+            },
+            Contribution {
+                feature: "temperature_level".into(),
+                value: 0.2,
+                contribution: 0.1,
+            },
+        ];
+        g.failing_nvlink = Some(FailingLink {
+            link: 11,
+            errors: 4200,
+        });
+        let (_, description) =
+            gpu_condition(&Condition::RiskHigh(0.7), &g).expect("the condition holds");
+        assert!(
+            description.contains("nvlink_errors_rate = 12.00 (+3.00) on link 11 (4200 errors"),
+            "{description}"
+        );
+        assert!(
+            !description.contains("temperature_level = 0.20 (+0.10) on link"),
+            "{description}"
+        );
     }
 }

@@ -218,8 +218,14 @@ fn reading(name: &str, labels: &BTreeMap<String, String>, value: f64, gpu: &mut 
             _ => {}
         },
         "gpu_nvlink_errors_total" => {
-            let Ok(link) = label(labels, "link").parse::<u32>() else {
-                return;
+            // Without a link label (the default exposition) the series are the GPU's sum
+            // over its links, read as one link, as dcgm-exporter's are.
+            let link = match label(labels, "link") {
+                "" => 0,
+                named => match named.parse::<u32>() {
+                    Ok(link) => link,
+                    Err(_) => return,
+                },
             };
             let at = match s.nvlink.iter().position(|l| l.link == link) {
                 Some(at) => at,

@@ -307,3 +307,19 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn nvlink_errors_summed_over_links_come_back_as_one_link() {
+    let with = |error: &'static str| -> Vec<(&'static str, &'static str)> {
+        vec![("gpu", "0"), ("uuid", "GPU-a"), ("instance", "n1"), ("error", error)]
+    };
+    let all = [
+        series("gpu_up", GPU0, &[(0, 1.0)]),
+        series("gpu_nvlink_errors_total", &with("replay"), &[(0, 7.0)]),
+        series("gpu_nvlink_errors_total", &with("crc_flit"), &[(0, 900.0)]),
+    ];
+    let (snapshots, _) = rebuild_all(Dialect::GpuSentinel, 1, &all);
+    let links = &snapshots[0].gpus[0].nvlink;
+    assert_eq!(links.len(), 1);
+    assert_eq!((links[0].replay, links[0].crc_flit), (7, 900));
+}
