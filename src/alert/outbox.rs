@@ -626,8 +626,7 @@ impl Outbox {
         };
         let (receiver, group_key) = (&notification.receiver, &notification.group_key);
         let superseded = superseded_ids(&state.entries, receiver, group_key);
-        let excess =
-            (state.entries.len() - superseded.len() + 1).saturating_sub(self.max_entries);
+        let excess = (state.entries.len() - superseded.len() + 1).saturating_sub(self.max_entries);
         let evicted_ids = victims(
             state
                 .entries

@@ -160,7 +160,10 @@ fn a_full_disk_keeps_everything_in_memory_and_writes_the_newest_once_space_retur
     // The newest state of g1, also only in memory; and g2 delivered while the disk is full.
     let newest = outbox.accept(&notification("g1", AlertState::Firing), now, now);
     assert!(!newest.durable);
-    assert!(outbox.delivered(g2.id).is_err(), "its removal is not on disk");
+    assert!(
+        outbox.delivered(g2.id).is_err(),
+        "its removal is not on disk"
+    );
     assert_eq!(groups(&outbox), owned(&[("g1", "firing")]));
     // Still full: the attempt fails again, and the store stays closed and failing.
     assert!(outbox.flush().is_err());
@@ -234,8 +237,7 @@ fn a_strict_enqueue_that_cannot_be_written_changes_nothing() {
 }
 
 #[test]
-fn a_store_that_opens_late_takes_in_its_entries_but_not_older_states_of_groups_notified_since()
-{
+fn a_store_that_opens_late_takes_in_its_entries_but_not_older_states_of_groups_notified_since() {
     let disk = Arc::new(FakeDisk::default());
     {
         let outbox = open(&disk);
@@ -245,7 +247,9 @@ fn a_store_that_opens_late_takes_in_its_entries_but_not_older_states_of_groups_n
             ("g2", AlertState::Firing),
             ("g3", AlertState::Resolved),
         ] {
-            outbox.enqueue(&notification(group, state), now).expect("written");
+            outbox
+                .enqueue(&notification(group, state), now)
+                .expect("written");
         }
     }
     disk.broken.store(true, Ordering::SeqCst);
@@ -298,6 +302,9 @@ fn a_late_opened_store_keeps_the_bound_and_reports_what_it_evicted() {
     // Handed over by the next call that reports evictions.
     let evicted = outbox.retry_store();
     assert_eq!(evicted, vec!["ops".to_string(), "ops".to_string()]);
-    assert_eq!(groups(&outbox), owned(&[("x", "firing"), ("c", "resolved")]));
+    assert_eq!(
+        groups(&outbox),
+        owned(&[("x", "firing"), ("c", "resolved")])
+    );
     assert!(outbox.is_durable());
 }
