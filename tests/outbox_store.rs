@@ -262,10 +262,17 @@ fn a_store_in_use_or_unusable_falls_back_to_memory() {
     assert!(err.to_string().contains("is-a-dir"), "{err}");
     let outbox = Outbox::open_or_fallback(&blocked, 10);
     assert!(!outbox.is_durable());
-    outbox
-        .enqueue(&notification("ops", "a", Firing), Utc::now())
-        .unwrap();
+    // It is tried again later; meanwhile notifications are accepted into memory, while a
+    // strict enqueue (which promises the disk) says it cannot.
+    let now = Utc::now();
+    let kept = outbox.accept(&notification("ops", "a", Firing), now, now);
+    assert!(!kept.durable);
     assert_eq!(outbox.pending(), 1, "still takes notifications");
+    let err = outbox
+        .enqueue(&notification("ops", "b", Firing), now)
+        .expect_err("nowhere to write it");
+    assert!(err.to_string().contains("is-a-dir"), "{err}");
+    assert_eq!(outbox.pending(), 1);
 }
 
 #[test]
@@ -349,7 +356,7 @@ fn redbs_panic_on_a_damaged_store_becomes_the_error_it_carries() {
 
 #[test]
 fn the_agent_reports_a_damaged_outbox_once_clearly_without_redbs_panic() {
-    // Issue 7: the caught redb panic ("thread 'main' panicked at …redb…") was printed into
+    // The caught redb panic ("thread 'main' panicked at …redb…") used to be printed into
     // the log before the clear message.
     let dir = temp_dir("outbox-agent");
     damaged_store(&dir);

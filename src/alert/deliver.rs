@@ -148,9 +148,10 @@ pub struct DeliveryStats {
     pub notifications: BTreeMap<(String, Outcome), u64>,
     /// `gpu_sentinel_outbox_pending`.
     pub pending: usize,
-    /// False when the outbox runs in memory only (its store failed).
+    /// False while something the outbox holds is in memory only (its store failed, or it
+    /// has none).
     pub durable: bool,
-    /// Writes to the outbox store that failed.
+    /// Attempts to open or write the outbox's store that failed.
     pub store_errors: u64,
     /// Summary messages sent for rate-limited receivers.
     pub summaries: u64,
@@ -180,7 +181,6 @@ struct Shared {
     stop: AtomicBool,
     counters: Mutex<BTreeMap<(String, Outcome), u64>>,
     in_flight: Mutex<BTreeMap<String, Instant>>,
-    store_errors: AtomicU64,
     summaries: AtomicU64,
     capped: Mutex<BTreeMap<String, u64>>,
     liveness: Arc<Liveness>,
@@ -199,10 +199,11 @@ impl Shared {
         }
     }
 
+    /// A change the outbox could not write yet: it keeps it, retries, counts the failure
+    /// and logs when failing starts and ends, so here it is only a debug line.
     fn store_result<T>(&self, result: Result<T, super::outbox::OutboxError>) {
         if let Err(e) = result {
-            self.store_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("{e}");
+            tracing::debug!("{e}");
         }
     }
 }
@@ -250,10 +251,17 @@ impl Drop for ThreadExit {
     }
 }
 
+/// How often the outbox is asked to retry a failing store (it keeps its own backoff; a
+/// working store makes this a lock and a comparison).
+const STORE_RETRY_POLL: Duration = Duration::from_millis(250);
+
 /// The running delivery stage. Dropping it shuts it down (see [`Delivery::shutdown`]).
 pub struct Delivery {
     shared: Arc<Shared>,
     workers: BTreeMap<String, WorkerHandle>,
+    /// Retries a failing outbox store, so what waits in memory reaches the disk once it
+    /// can even when no notification comes and nothing is delivered.
+    store_retry: Option<WorkerHandle>,
 }
 
 impl Delivery {
@@ -265,7 +273,6 @@ impl Delivery {
             stop: AtomicBool::new(false),
             counters: Mutex::new(BTreeMap::new()),
             in_flight: Mutex::new(BTreeMap::new()),
-            store_errors: AtomicU64::new(0),
             summaries: AtomicU64::new(0),
             capped: Mutex::new(BTreeMap::new()),
             liveness: Arc::new(Liveness::default()),
@@ -353,7 +360,12 @@ impl Delivery {
                 }
             }
         }
-        Delivery { shared, workers }
+        let store_retry = start_store_retry(&shared);
+        Delivery {
+            shared,
+            workers,
+            store_retry,
+        }
     }
 
     /// Stores a notification in the outbox and wakes its receiver's worker. Never blocks on
@@ -365,16 +377,9 @@ impl Delivery {
     /// Like [`Delivery::submit`], not sent before `due_at` (a notification waiting for
     /// advice): stored at once, so a crash while it waits loses nothing.
     pub fn submit_due_at(&self, notification: &Notification, due_at: DateTime<Utc>) -> Enqueued {
-        let now = Utc::now();
         let outbox = &self.shared.outbox;
-        let done = match outbox.enqueue_due_at(notification, now, due_at) {
-            Ok(done) => done,
-            Err(e) => {
-                self.shared.store_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!("{e}; this notification is kept in memory only");
-                outbox.enqueue_in_memory(notification, now, due_at)
-            }
-        };
+        // A failing store keeps it in memory (and says so, once) until it can be written.
+        let done = outbox.accept(notification, Utc::now(), due_at);
         let receiver = &notification.receiver;
         self.shared
             .count(receiver, Outcome::Superseded, done.superseded as u64);
@@ -413,7 +418,7 @@ impl Delivery {
             notifications: lock(&self.shared.counters).clone(),
             pending: self.shared.outbox.pending(),
             durable: self.shared.outbox.is_durable(),
-            store_errors: self.shared.store_errors.load(Ordering::Relaxed),
+            store_errors: self.shared.outbox.store_errors(),
             summaries: self.shared.summaries.load(Ordering::Relaxed),
             in_flight: lock(&self.shared.in_flight)
                 .iter()
@@ -425,7 +430,8 @@ impl Delivery {
     }
 
     /// Stops the workers: each finishes its in-flight send if that ends within
-    /// `shutdown_grace`, otherwise it is abandoned (its entry stays in the outbox).
+    /// `shutdown_grace`, otherwise it is abandoned (its entry stays in the outbox). Then
+    /// the outbox gets a last try at writing what a failing store still lacks.
     /// Returns the receivers whose send was abandoned.
     pub fn shutdown(&mut self) -> Vec<String> {
         self.shared.stop.store(true, Ordering::SeqCst);
@@ -454,6 +460,21 @@ impl Delivery {
                 abandoned.push(name.clone());
             }
         }
+        if let Some(mut retry) = self.store_retry.take() {
+            if let Some(thread) = retry.thread.take() {
+                retry.signal.raise();
+                if thread.join().is_err() {
+                    tracing::error!("the outbox's store retry thread panicked");
+                }
+            }
+            if let Err(e) = self.shared.outbox.flush() {
+                tracing::error!(
+                    "{e}; at shutdown: notifications it lacks are lost with this process \
+                     ({} pending)",
+                    self.shared.outbox.pending()
+                );
+            }
+        }
         abandoned
     }
 }
@@ -461,6 +482,36 @@ impl Delivery {
 impl Drop for Delivery {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Starts the thread that asks the outbox to retry a failing store (the outbox decides,
+/// by its backoff, when an attempt is due) and counts entries evicted on the way.
+fn start_store_retry(shared: &Arc<Shared>) -> Option<WorkerHandle> {
+    let signal = Arc::new(Signal::default());
+    let (thread_shared, thread_signal) = (Arc::clone(shared), Arc::clone(&signal));
+    let thread = std::thread::Builder::new()
+        .name("outbox-store".into())
+        .spawn(move || {
+            while !thread_shared.stop.load(Ordering::SeqCst) {
+                for receiver in thread_shared.outbox.retry_store() {
+                    thread_shared.count(&receiver, Outcome::Evicted, 1);
+                }
+                thread_signal.wait(STORE_RETRY_POLL);
+            }
+        });
+    match thread {
+        Ok(thread) => Some(WorkerHandle {
+            signal,
+            thread: Some(thread),
+        }),
+        Err(e) => {
+            tracing::error!(
+                "cannot start the outbox's store retry thread: {e}; a failing store is tried \
+                 again only when a notification comes"
+            );
+            None
+        }
     }
 }
 

@@ -24,12 +24,25 @@
 //!
 //! **When the store cannot be used.** [`Outbox::open`] fails with an error naming the path.
 //! [`Outbox::open_or_fallback`] is what the agent uses: a corrupt file is moved aside
-//! (`outbox.redb.corrupt-<unix seconds>`, kept for inspection) and a fresh store created; if
-//! that fails too, or the file is locked by another process, it logs the error and keeps the
-//! outbox in memory only. Alerts still go out; they are just not kept across a restart —
-//! not alerting at all would be the worse failure. [`Outbox::is_durable`] says which. A
-//! damaged file is reported once, by that clear error: redb's own panic on it is caught
-//! without being printed (see `store`).
+//! (`outbox.redb.corrupt-<unix seconds>`, kept for inspection) and a fresh store created; a
+//! file locked by another process leaves the outbox in memory for good (that file is the
+//! other process's). A damaged file is reported once, by that clear error: redb's own panic
+//! on it is caught without being printed (see `store`).
+//!
+//! **When the store fails.** Anything else — a full disk, a file that cannot be opened yet,
+//! an I/O error — never loses a notification already accepted: it stays in memory (within
+//! the bound), and the changes the file lacks are remembered — entries to write, ids to
+//! delete. The database is closed (after an I/O error redb refuses every further
+//! transaction until it is reopened) and opened again on the next attempt, with a backoff
+//! from 1 s doubling to 10 s ([`Outbox::retry_store`], which the delivery stage calls), and
+//! at once for a new notification. One transaction then writes everything missing: the
+//! newest entry of each group is put and the older ones it superseded are deleted together,
+//! so the file never holds an older state of a group without the newer one. The failure is
+//! logged when it starts and when it ends, not at every attempt; every failed attempt is
+//! counted ([`Outbox::store_errors`]). [`Outbox::is_durable`] is false while the file lags
+//! behind memory. A store that could not be opened at all when the outbox was made gets its
+//! entries read once it opens: those of groups notified meanwhile are older than what
+//! memory holds and are deleted; the rest are numbered after the entries in memory.
 //!
 //! **No secrets on disk.** An entry's `last_error` is stored scrubbed by
 //! [`crate::redact::scrub`]: a delivery error may quote a webhook URL or a reply echoing
@@ -37,17 +50,23 @@
 
 mod store;
 
-use std::collections::BTreeMap;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::Notification;
-use store::{Store, guarded};
+use store::{Opener, Store, guarded};
 
-/// Id of an outbox entry; increasing in enqueue order.
+/// Id of an outbox entry; increasing in enqueue order (within a group, a higher id is
+/// always the newer notification).
 pub type EntryId = u64;
 
 /// File name of the store inside the state directory.
@@ -85,7 +104,8 @@ pub struct Enqueued {
     pub superseded: usize,
     /// Receivers of the entries evicted to keep the bound, one per entry.
     pub evicted: Vec<String>,
-    /// False when the entry is held in memory only.
+    /// False when the entry is held in memory only (for now: it is written once the store
+    /// works again).
     pub durable: bool,
 }
 
@@ -118,6 +138,12 @@ pub enum OutboxError {
         #[source]
         source: serde_json::Error,
     },
+    /// The store failed before and its backoff has not ended: not tried this time.
+    #[error(
+        "notification outbox {}: the store is failing; the change is kept in memory and written at the next attempt",
+        path.display()
+    )]
+    Waiting { path: PathBuf },
 }
 
 fn corrupt_hint(e: &redb::Error) -> &'static str {
@@ -147,19 +173,248 @@ impl OutboxError {
     }
 }
 
+/// First wait before a failed store is tried again; doubled after each further failure.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait between attempts: once the disk has room again, what memory holds is on it
+/// within this (sooner when a notification comes).
+const RETRY_LONGEST: Duration = Duration::from_secs(10);
+
 /// The outbox. Shared between the dispatcher (which enqueues) and the delivery workers
 /// (which take due entries and report outcomes); every method takes `&self`.
 pub struct Outbox {
-    /// None when the outbox is in memory only.
-    store: Option<Store>,
+    /// The store's file; None when the outbox is in memory only by design.
+    path: Option<PathBuf>,
     max_entries: usize,
     state: Mutex<State>,
+    /// Attempts to open or write the store that failed.
+    store_errors: AtomicU64,
 }
 
-#[derive(Default)]
 struct State {
     entries: BTreeMap<EntryId, OutboxEntry>,
     next_id: EntryId,
+    /// None when the outbox is in memory only by design.
+    disk: Option<Disk>,
+    /// Receivers of entries evicted while a late-opened store's entries were taken in,
+    /// not yet handed to the caller for counting.
+    evicted: Vec<String>,
+}
+
+/// The store, and what memory holds that its file lacks.
+struct Disk {
+    path: PathBuf,
+    opener: Opener,
+    /// None until it first opened, and after a failure closed it.
+    store: Option<Store>,
+    /// Whether the file's entries have been read (false while it never opened).
+    loaded: bool,
+    /// Entries new or changed in memory and not yet written.
+    unwritten: BTreeSet<EntryId>,
+    /// Entries gone from memory that the file may still hold.
+    unremoved: BTreeSet<EntryId>,
+    /// Groups `(receiver, group_key)` notified before the file's entries were read: the
+    /// file's entries of these are older than memory's and must not come back.
+    notified_unloaded: BTreeSet<(String, String)>,
+    /// Failed attempts in a row (the backoff's exponent); 0 while the store works.
+    failures: u32,
+    /// No attempt before this unless forced.
+    retry_at: Option<Instant>,
+}
+
+/// What [`Disk`] has to catch up on, saved so a failed enqueue can be undone.
+type Backlog = (
+    BTreeSet<EntryId>,
+    BTreeSet<EntryId>,
+    BTreeSet<(String, String)>,
+);
+
+impl Disk {
+    fn new(path: &Path, opener: Opener, store: Option<Store>) -> Disk {
+        Disk {
+            path: path.to_path_buf(),
+            opener,
+            loaded: store.is_some(),
+            store,
+            unwritten: BTreeSet::new(),
+            unremoved: BTreeSet::new(),
+            notified_unloaded: BTreeSet::new(),
+            failures: 0,
+            retry_at: None,
+        }
+    }
+
+    /// The file holds exactly what memory holds (the store may be closed after a failure:
+    /// it is opened again when there is something to write).
+    fn in_sync(&self) -> bool {
+        self.loaded && self.unwritten.is_empty() && self.unremoved.is_empty()
+    }
+
+    fn changed(&mut self, id: EntryId) {
+        self.unwritten.insert(id);
+    }
+
+    fn gone(&mut self, id: EntryId) {
+        self.unwritten.remove(&id);
+        self.unremoved.insert(id);
+    }
+
+    /// A notification of the group came; before the file is read that makes its entries
+    /// of the group stale.
+    fn notified(&mut self, receiver: &str, group_key: &str) {
+        if !self.loaded {
+            self.notified_unloaded
+                .insert((receiver.to_string(), group_key.to_string()));
+        }
+    }
+
+    fn backlog(&self) -> Backlog {
+        (
+            self.unwritten.clone(),
+            self.unremoved.clone(),
+            self.notified_unloaded.clone(),
+        )
+    }
+
+    fn restore(&mut self, (unwritten, unremoved, notified): Backlog) {
+        self.unwritten = unwritten;
+        self.unremoved = unremoved;
+        self.notified_unloaded = notified;
+    }
+
+    /// Writes what the file lacks, in one transaction, opening the store first when it is
+    /// closed. A file found damaged is moved aside and a fresh one gets everything.
+    fn catch_up(
+        &mut self,
+        entries: &mut BTreeMap<EntryId, OutboxEntry>,
+        next_id: &mut EntryId,
+        max_entries: usize,
+    ) -> Result<Vec<String>, OutboxError> {
+        let path = self.path.clone();
+        match guarded(&path, || self.try_catch_up(entries, next_id, max_entries)) {
+            Err(e) if e.is_corrupt() => {
+                // Closed before the file is moved.
+                self.store = None;
+                let aside = set_aside(&path).map_err(|source| OutboxError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                tracing::error!(
+                    "{e}; moved it to {} and started an empty store: the {} notification(s) \
+                     in memory are written to it, those only in the damaged file are not \
+                     delivered",
+                    aside.display(),
+                    entries.len()
+                );
+                self.loaded = true;
+                self.unwritten = entries.keys().copied().collect();
+                self.unremoved.clear();
+                self.notified_unloaded.clear();
+                guarded(&path, || self.try_catch_up(entries, next_id, max_entries))
+            }
+            other => other,
+        }
+    }
+
+    fn try_catch_up(
+        &mut self,
+        entries: &mut BTreeMap<EntryId, OutboxEntry>,
+        next_id: &mut EntryId,
+        max_entries: usize,
+    ) -> Result<Vec<String>, OutboxError> {
+        // On an error below the store is dropped, i.e. closed: redb wants a reopen then.
+        let store = match self.store.take() {
+            Some(store) => store,
+            None => Store::create(&self.path, &self.opener)?,
+        };
+        let evicted = if self.loaded {
+            let put: Vec<&OutboxEntry> = self
+                .unwritten
+                .iter()
+                .filter_map(|id| entries.get(id))
+                .collect();
+            let remove: Vec<EntryId> = self.unremoved.iter().copied().collect();
+            store.write(&put, &remove)?;
+            Vec::new()
+        } else {
+            self.adopt(&store, entries, next_id, max_entries)?
+        };
+        self.loaded = true;
+        self.unwritten.clear();
+        self.unremoved.clear();
+        self.notified_unloaded.clear();
+        self.store = Some(store);
+        Ok(evicted)
+    }
+
+    /// Takes in the entries of a store that opened only after notifications were accepted:
+    /// those of groups notified meanwhile are older than memory's and deleted; the others
+    /// get ids after memory's (nobody holds their old ones yet), keeping their order, as
+    /// far as the bound allows. Returns the receivers of the entries evicted for it.
+    fn adopt(
+        &self,
+        store: &Store,
+        entries: &mut BTreeMap<EntryId, OutboxEntry>,
+        next_id: &mut EntryId,
+        max_entries: usize,
+    ) -> Result<Vec<String>, OutboxError> {
+        let mut found = store.load()?;
+        let old_keys: Vec<EntryId> = found.keys().copied().collect();
+        for id in stale_on_load(&found) {
+            found.remove(&id);
+        }
+        let mut id = *next_id;
+        let mut adopted = BTreeMap::new();
+        for mut entry in found.into_values() {
+            let group = (
+                entry.notification.receiver.clone(),
+                entry.notification.group_key.clone(),
+            );
+            if self.notified_unloaded.contains(&group) {
+                continue;
+            }
+            entry.id = id;
+            adopted.insert(id, entry);
+            id += 1;
+        }
+        let excess = adopted
+            .len()
+            .saturating_sub(max_entries.saturating_sub(entries.len()));
+        let evicted: Vec<String> = victims(adopted.values(), excess)
+            .iter()
+            .filter_map(|id| adopted.remove(id))
+            .map(|e| e.notification.receiver)
+            .collect();
+        {
+            // Every old key goes first: a re-numbered entry or one from memory may take it.
+            let put: Vec<&OutboxEntry> = entries.values().chain(adopted.values()).collect();
+            store.write(&put, &old_keys)?;
+        }
+        if !evicted.is_empty() {
+            tracing::warn!(
+                "notification outbox {}: {} older notification(s) found in it did not fit \
+                 next to those accepted meanwhile and were evicted",
+                self.path.display(),
+                evicted.len()
+            );
+        }
+        *next_id = id;
+        entries.extend(adopted);
+        Ok(evicted)
+    }
+}
+
+/// Renames a damaged store file to `<name>.corrupt-<unix seconds>`, kept for inspection.
+fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
+    let stamp = Utc::now().timestamp();
+    let aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
+    std::fs::rename(path, &aside)?;
+    Ok(aside)
+}
+
+/// The wait after `failures` failed attempts in a row: 1 s doubling, at most 10 s.
+fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    RETRY_FIRST.saturating_mul(1u32 << exp).min(RETRY_LONGEST)
 }
 
 impl std::fmt::Debug for Outbox {
@@ -176,61 +431,84 @@ impl Outbox {
     /// Opens (or creates) the store at `path` and loads its entries. At most `max_entries`
     /// are kept (at least 1). Entries that no longer decode are removed with a warning.
     pub fn open(path: &Path, max_entries: usize) -> Result<Outbox, OutboxError> {
-        guarded(path, || Outbox::open_unguarded(path, max_entries))
+        Outbox::open_with(path, max_entries, Opener::file())
     }
 
-    fn open_unguarded(path: &Path, max_entries: usize) -> Result<Outbox, OutboxError> {
-        let io = |source| OutboxError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let store = Store::create(path)?;
-        let mut entries = store.load()?;
-        // Entries written while the store was failing may have been superseded in memory
-        // only: of each receiver's group, the newest entry is the one that counts.
-        let stale = stale_on_load(&entries);
-        if !stale.is_empty() {
-            store.write(&[], &stale)?;
-            for id in &stale {
-                entries.remove(id);
+    fn open_with(path: &Path, max_entries: usize, opener: Opener) -> Result<Outbox, OutboxError> {
+        guarded(path, || {
+            let io = |source| OutboxError::Io {
+                path: path.to_path_buf(),
+                source,
+            };
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(io)?;
             }
-        }
-        let next_id = entries.keys().next_back().map_or(1, |id| id + 1);
-        Ok(Outbox {
-            store: Some(store),
-            max_entries: max_entries.max(1),
-            state: Mutex::new(State { entries, next_id }),
+            let store = Store::create(path, &opener)?;
+            let mut entries = store.load()?;
+            // Entries written while the store was failing may have been superseded in
+            // memory only: of each receiver's group, the newest entry is the one that counts.
+            let stale = stale_on_load(&entries);
+            if !stale.is_empty() {
+                store.write(&[], &stale)?;
+                for id in &stale {
+                    entries.remove(id);
+                }
+            }
+            let next_id = entries.keys().next_back().map_or(1, |id| id + 1);
+            Ok(Outbox {
+                path: Some(path.to_path_buf()),
+                max_entries: max_entries.max(1),
+                state: Mutex::new(State {
+                    entries,
+                    next_id,
+                    disk: Some(Disk::new(path, opener, Some(store))),
+                    evicted: Vec::new(),
+                }),
+                store_errors: AtomicU64::new(0),
+            })
         })
     }
 
     /// An outbox that keeps entries in memory only (nothing survives a restart).
     pub fn in_memory(max_entries: usize) -> Outbox {
         Outbox {
-            store: None,
+            path: None,
             max_entries: max_entries.max(1),
             state: Mutex::new(State {
                 entries: BTreeMap::new(),
                 next_id: 1,
+                disk: None,
+                evicted: Vec::new(),
             }),
+            store_errors: AtomicU64::new(0),
         }
     }
 
     /// [`Outbox::open`], and when that fails: a corrupt file is moved aside and a fresh
-    /// store created; anything else (or a second failure) is logged and the outbox runs in
-    /// memory. Never fails: alerting without durability beats not alerting.
+    /// store created; a file locked by another process leaves the outbox in memory; any
+    /// other failure (or a second one) is logged and the store is tried again later, the
+    /// outbox keeping notifications in memory meanwhile. Never fails: alerting without
+    /// durability beats not alerting.
     pub fn open_or_fallback(path: &Path, max_entries: usize) -> Outbox {
-        let err = match Outbox::open(path, max_entries) {
+        Outbox::open_or_fallback_with(path, max_entries, Opener::file())
+    }
+
+    fn open_or_fallback_with(path: &Path, max_entries: usize, opener: Opener) -> Outbox {
+        let err = match Outbox::open_with(path, max_entries, opener.clone()) {
             Ok(outbox) => return outbox,
             Err(e) => e,
         };
+        if matches!(err, OutboxError::InUse { .. }) {
+            // The file is another process's: taking it over later would be worse.
+            tracing::error!(
+                "{err}; notifications are kept in memory only: they are delivered, but not \
+                 across a restart"
+            );
+            return Outbox::in_memory(max_entries);
+        }
         if err.is_corrupt() {
-            let stamp = Utc::now().timestamp();
-            let aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
-            match std::fs::rename(path, &aside) {
-                Ok(()) => match Outbox::open(path, max_entries) {
+            match set_aside(path) {
+                Ok(aside) => match Outbox::open_with(path, max_entries, opener.clone()) {
                     Ok(outbox) => {
                         tracing::error!(
                             "{err}; moved it to {} and started an empty outbox: \
@@ -239,7 +517,9 @@ impl Outbox {
                         );
                         return outbox;
                     }
-                    Err(again) => tracing::error!("{err}; moved it aside, then: {again}"),
+                    Err(again) => {
+                        tracing::error!("{err}; moved it to {}, then: {again}", aside.display())
+                    }
                 },
                 Err(e) => tracing::error!("{err}; moving it aside failed: {e}"),
             }
@@ -247,34 +527,57 @@ impl Outbox {
             tracing::error!("{err}");
         }
         tracing::error!(
-            "notifications are kept in memory only: they are delivered, but not across a restart"
+            "notification outbox {}: notifications are kept in memory and delivered, and \
+             written there once it opens (tried again every {} at most)",
+            path.display(),
+            humantime::format_duration(RETRY_LONGEST)
         );
-        Outbox::in_memory(max_entries)
+        let mut disk = Disk::new(path, opener, None);
+        disk.failures = 1;
+        disk.retry_at = Instant::now().checked_add(backoff(1));
+        Outbox {
+            path: Some(path.to_path_buf()),
+            max_entries: max_entries.max(1),
+            state: Mutex::new(State {
+                entries: BTreeMap::new(),
+                next_id: 1,
+                disk: Some(disk),
+                evicted: Vec::new(),
+            }),
+            store_errors: AtomicU64::new(1),
+        }
     }
 
-    /// Whether entries survive a restart.
+    /// Whether everything the outbox holds is in its store, i.e. survives a restart. False
+    /// for an outbox in memory by design, and while a failing store lags behind memory.
     pub fn is_durable(&self) -> bool {
-        self.store.is_some()
+        self.lock().disk.as_ref().is_some_and(Disk::in_sync)
     }
 
-    /// The store's file, when durable.
+    /// The store's file (None for an outbox in memory by design).
     pub fn path(&self) -> Option<&Path> {
-        self.store.as_ref().map(|s| s.path.as_path())
+        self.path.as_deref()
     }
 
     pub fn max_entries(&self) -> usize {
         self.max_entries
     }
 
-    /// Stores a notification, due at once; durable when this returns `Ok` (for a durable
-    /// outbox). Older pending entries of the same receiver and group are superseded, and
-    /// the bound is kept, in the same transaction. On `Err` nothing changed.
+    /// Attempts to open or write the store that failed, since the outbox was made.
+    pub fn store_errors(&self) -> u64 {
+        self.store_errors.load(Ordering::Relaxed)
+    }
+
+    /// Stores a notification, due at once; durable when this returns `Ok` (for an outbox
+    /// with a store). Older pending entries of the same receiver and group are superseded,
+    /// and the bound is kept, in the same transaction. On `Err` (the store cannot be opened
+    /// or written) nothing changed.
     pub fn enqueue(
         &self,
         notification: &Notification,
         now: DateTime<Utc>,
     ) -> Result<Enqueued, OutboxError> {
-        self.insert(notification, now, now, true)
+        self.insert(notification, now, now, false)
     }
 
     /// Like [`Outbox::enqueue`], but not due before `due_at`: durable at once, sent later
@@ -285,19 +588,21 @@ impl Outbox {
         now: DateTime<Utc>,
         due_at: DateTime<Utc>,
     ) -> Result<Enqueued, OutboxError> {
-        self.insert(notification, now, due_at, true)
+        self.insert(notification, now, due_at, false)
     }
 
-    /// Like [`Outbox::enqueue`] but in memory only: for when the store failed and the
-    /// notification must still go out.
-    pub fn enqueue_in_memory(
+    /// Like [`Outbox::enqueue_due_at`], but a store that fails does not refuse the
+    /// notification: it is kept in memory (`durable: false`), delivered, and written with
+    /// everything else missing once the store works again. What the agent uses: a full
+    /// disk must not stop alerts.
+    pub fn accept(
         &self,
         notification: &Notification,
         now: DateTime<Utc>,
         due_at: DateTime<Utc>,
     ) -> Enqueued {
-        // Without the store nothing can fail.
-        self.insert(notification, now, due_at, false)
+        // Kept on failure: the only error is the store's, and that is not returned.
+        self.insert(notification, now, due_at, true)
             .unwrap_or_default()
     }
 
@@ -306,9 +611,10 @@ impl Outbox {
         notification: &Notification,
         now: DateTime<Utc>,
         due_at: DateTime<Utc>,
-        durable: bool,
+        keep_on_failure: bool,
     ) -> Result<Enqueued, OutboxError> {
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         let id = state.next_id;
         let entry = OutboxEntry {
             id,
@@ -318,60 +624,136 @@ impl Outbox {
             next_attempt_at: due_at.max(now),
             last_error: None,
         };
-        let superseded = superseded_ids(&state, &notification.receiver, &notification.group_key);
-        let evicted = self.victims(&state, &superseded);
-        let removed: Vec<EntryId> = superseded.iter().chain(&evicted).copied().collect();
-        let store = self.store.as_ref().filter(|_| durable);
-        if let Some(store) = store {
-            store.write(&[&entry], &removed)?;
-        }
-        state.next_id += 1;
-        let superseded_count = superseded.len();
-        for id in &superseded {
-            state.entries.remove(id);
-        }
-        let evicted = evicted
-            .iter()
-            .filter_map(|id| state.entries.remove(id))
-            .map(|e| e.notification.receiver)
-            .collect();
-        state.entries.insert(id, entry);
-        Ok(Enqueued {
-            id,
-            superseded: superseded_count,
-            evicted,
-            durable: store.is_some(),
-        })
-    }
-
-    /// Entries to evict so that one more fits, given those about to be superseded:
-    /// the oldest resolved ones first, then the oldest.
-    fn victims(&self, state: &State, superseded: &[EntryId]) -> Vec<EntryId> {
-        let remaining = state.entries.len() - superseded.len();
-        let excess = (remaining + 1).saturating_sub(self.max_entries);
-        if excess == 0 {
-            return Vec::new();
-        }
-        let candidates = || {
+        let (receiver, group_key) = (&notification.receiver, &notification.group_key);
+        let superseded = superseded_ids(&state.entries, receiver, group_key);
+        let excess = (state.entries.len() - superseded.len() + 1).saturating_sub(self.max_entries);
+        let evicted_ids = victims(
             state
                 .entries
                 .values()
-                .filter(|e| !superseded.contains(&e.id))
-        };
-        let mut out: Vec<EntryId> = candidates()
-            .filter(|e| e.is_resolved())
-            .map(|e| e.id)
-            .take(excess)
+                .filter(|e| !superseded.contains(&e.id)),
+            excess,
+        );
+        // Applied to memory first, then written with whatever the store still lacks;
+        // undone when that fails and the caller wants nothing changed then.
+        let backlog = state.disk.as_ref().map(Disk::backlog);
+        let removed: Vec<OutboxEntry> = superseded
+            .iter()
+            .chain(&evicted_ids)
+            .filter_map(|id| state.entries.remove(id))
             .collect();
-        if out.len() < excess {
-            let more: Vec<EntryId> = candidates()
-                .filter(|e| !out.contains(&e.id))
-                .map(|e| e.id)
-                .take(excess - out.len())
-                .collect();
-            out.extend(more);
+        state.entries.insert(id, entry);
+        state.next_id += 1;
+        if let Some(disk) = &mut state.disk {
+            for e in &removed {
+                disk.gone(e.id);
+            }
+            disk.changed(id);
+            disk.notified(receiver, group_key);
         }
-        out
+        let written = match self.sync(state, true) {
+            Err(e) if !keep_on_failure => {
+                state.entries.remove(&id);
+                for e in removed {
+                    state.entries.insert(e.id, e);
+                }
+                if let (Some(disk), Some(backlog)) = (&mut state.disk, backlog) {
+                    disk.restore(backlog);
+                }
+                return Err(e);
+            }
+            written => written,
+        };
+        let mut evicted: Vec<String> = removed
+            .iter()
+            .filter(|e| evicted_ids.contains(&e.id))
+            .map(|e| e.notification.receiver.clone())
+            .collect();
+        evicted.append(&mut state.evicted);
+        Ok(Enqueued {
+            id,
+            superseded: superseded.len(),
+            evicted,
+            durable: written.is_ok() && state.disk.is_some(),
+        })
+    }
+
+    /// Brings the store in line with memory: nothing to do when it is; otherwise one
+    /// attempt, unless the backoff after a failure has not ended (and `force` is off).
+    /// A failure closes the store (redb refuses every transaction after an I/O error until
+    /// it is reopened), is counted, and is logged when it is the first of a run of them.
+    fn sync(&self, state: &mut State, force: bool) -> Result<(), OutboxError> {
+        let State {
+            entries,
+            next_id,
+            disk,
+            evicted,
+        } = state;
+        let Some(disk) = disk.as_mut() else {
+            return Ok(());
+        };
+        if disk.in_sync() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if !force && disk.retry_at.is_some_and(|at| now < at) {
+            return Err(OutboxError::Waiting {
+                path: disk.path.clone(),
+            });
+        }
+        let was_failing = disk.failures > 0;
+        match disk.catch_up(entries, next_id, self.max_entries) {
+            Ok(more) => {
+                if was_failing {
+                    tracing::info!(
+                        "notification outbox {}: written again after {} failed attempt(s); \
+                         the {} notification(s) it holds are on disk",
+                        disk.path.display(),
+                        disk.failures,
+                        entries.len()
+                    );
+                }
+                disk.failures = 0;
+                disk.retry_at = None;
+                evicted.extend(more);
+                Ok(())
+            }
+            Err(e) => {
+                self.store_errors.fetch_add(1, Ordering::Relaxed);
+                disk.store = None;
+                disk.failures = disk.failures.saturating_add(1);
+                disk.retry_at = now.checked_add(backoff(disk.failures));
+                if was_failing {
+                    tracing::debug!("{e} (attempt {})", disk.failures);
+                } else {
+                    tracing::error!(
+                        "{e}; the {} notification(s) it should hold are kept in memory and \
+                         delivered, and written once it works again (tried every {} at most)",
+                        entries.len(),
+                        humantime::format_duration(RETRY_LONGEST)
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One attempt to bring a failing store in line with memory, when its backoff has
+    /// ended (the delivery stage calls this every few hundred milliseconds; it does nothing
+    /// while the store works). Returns the receivers of entries evicted on the way (a store
+    /// opened late may bring more entries than the bound leaves room for), for counting.
+    pub fn retry_store(&self) -> Vec<String> {
+        let mut guard = self.lock();
+        // Counted and logged inside.
+        let _ = self.sync(&mut guard, false);
+        std::mem::take(&mut guard.evicted)
+    }
+
+    /// Writes what the store lacks now, not waiting for the backoff (at shutdown, the last
+    /// chance to keep what memory holds).
+    pub fn flush(&self) -> Result<(), OutboxError> {
+        let mut guard = self.lock();
+        self.sync(&mut guard, true)
     }
 
     /// Up to `limit` entries of `receiver` due at `now`, in the order to try them: earliest
@@ -427,7 +809,8 @@ impl Outbox {
 
     /// The receiver has the entry: remove it. Returns whether it was still there (a
     /// superseded or evicted entry is not). The entry leaves memory even when the store
-    /// write fails; then it may be delivered again after a restart (at least once).
+    /// write fails (`Err`); its removal is written with the store's next success, and until
+    /// then it may be delivered again after a restart (at least once).
     pub fn delivered(&self, id: EntryId) -> Result<bool, OutboxError> {
         self.remove(id)
     }
@@ -438,25 +821,29 @@ impl Outbox {
     }
 
     fn remove(&self, id: EntryId) -> Result<bool, OutboxError> {
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         let was = state.entries.remove(&id).is_some();
         if was {
-            if let Some(store) = &self.store {
-                store.write(&[], &[id])?;
+            if let Some(disk) = &mut state.disk {
+                disk.gone(id);
             }
+            self.sync(state, false)?;
         }
         Ok(was)
     }
 
     /// An attempt failed and will be retried at `next_attempt_at`. Missing ids (superseded
-    /// meanwhile) are ignored, never re-created.
+    /// meanwhile) are ignored, never re-created. The change is kept in memory when the
+    /// store cannot take it (`Err`), and written later.
     pub fn failed(
         &self,
         id: EntryId,
         error: &str,
         next_attempt_at: DateTime<Utc>,
     ) -> Result<bool, OutboxError> {
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         let Some(entry) = state.entries.get_mut(&id) else {
             return Ok(false);
         };
@@ -464,9 +851,10 @@ impl Outbox {
         entry.next_attempt_at = next_attempt_at;
         // Stored scrubbed: an error may quote a URL or a reply that carries a token.
         entry.last_error = Some(crate::redact::scrub(error));
-        if let Some(store) = &self.store {
-            store.write(&[entry], &[])?;
+        if let Some(disk) = &mut state.disk {
+            disk.changed(id);
         }
+        self.sync(state, false)?;
         Ok(true)
     }
 
@@ -479,7 +867,8 @@ impl Outbox {
         receiver: &str,
         latest: DateTime<Utc>,
     ) -> Result<usize, OutboxError> {
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         let mut changed = Vec::new();
         for entry in state.entries.values_mut() {
             if entry.notification.receiver == receiver && entry.next_attempt_at > latest {
@@ -487,27 +876,33 @@ impl Outbox {
                 changed.push(entry.id);
             }
         }
-        if let Some(store) = &self.store {
-            let entries: Vec<&OutboxEntry> = changed
-                .iter()
-                .filter_map(|id| state.entries.get(id))
-                .collect();
-            if !entries.is_empty() {
-                store.write(&entries, &[])?;
+        if let Some(disk) = &mut state.disk {
+            for id in &changed {
+                disk.changed(*id);
             }
+        }
+        if !changed.is_empty() {
+            self.sync(state, false)?;
         }
         Ok(changed.len())
     }
 
     /// Removes the pending entries of one receiver and group; returns how many.
     pub fn supersede(&self, receiver: &str, group_key: &str) -> Result<usize, OutboxError> {
-        let mut state = self.lock();
-        let ids = superseded_ids(&state, receiver, group_key);
-        if let Some(store) = &self.store {
-            store.write(&[], &ids)?;
-        }
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let ids = superseded_ids(&state.entries, receiver, group_key);
         for id in &ids {
             state.entries.remove(id);
+        }
+        if let Some(disk) = &mut state.disk {
+            for id in &ids {
+                disk.gone(*id);
+            }
+            disk.notified(receiver, group_key);
+        }
+        if !ids.is_empty() {
+            self.sync(state, false)?;
         }
         Ok(ids.len())
     }
@@ -547,11 +942,40 @@ fn stale_on_load(entries: &BTreeMap<EntryId, OutboxEntry>) -> Vec<EntryId> {
     stale
 }
 
-fn superseded_ids(state: &State, receiver: &str, group_key: &str) -> Vec<EntryId> {
-    state
-        .entries
+fn superseded_ids(
+    entries: &BTreeMap<EntryId, OutboxEntry>,
+    receiver: &str,
+    group_key: &str,
+) -> Vec<EntryId> {
+    entries
         .values()
         .filter(|e| e.notification.receiver == receiver && e.notification.group_key == group_key)
         .map(|e| e.id)
         .collect()
+}
+
+/// `excess` of `candidates` (oldest first) to evict: the oldest resolved ones first, then
+/// the oldest.
+fn victims<'a>(
+    candidates: impl Iterator<Item = &'a OutboxEntry> + Clone,
+    excess: usize,
+) -> Vec<EntryId> {
+    if excess == 0 {
+        return Vec::new();
+    }
+    let mut out: Vec<EntryId> = candidates
+        .clone()
+        .filter(|e| e.is_resolved())
+        .map(|e| e.id)
+        .take(excess)
+        .collect();
+    if out.len() < excess {
+        let more: Vec<EntryId> = candidates
+            .filter(|e| !out.contains(&e.id))
+            .map(|e| e.id)
+            .take(excess - out.len())
+            .collect();
+        out.extend(more);
+    }
+    out
 }

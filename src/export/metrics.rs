@@ -419,12 +419,12 @@ pub const OUTBOX_PENDING: MetricDef = gauge(
 pub const OUTBOX_DURABLE: MetricDef = gauge(
     "gpu_sentinel_outbox_durable",
     &[],
-    "1 when the outbox is on disk; 0 when its store failed and it runs in memory.",
+    "1 when everything the outbox holds is in its store on disk; 0 while something is in memory only (the store failed, e.g. a full disk, and is retried), or when there is no store.",
 );
 pub const OUTBOX_STORE_ERRORS: MetricDef = counter(
     "gpu_sentinel_outbox_store_errors_total",
     &[],
-    "Writes to the outbox's store that failed (the notification was kept in memory).",
+    "Attempts to open or write the outbox's store that failed; what they carried stays in memory and is written at a later attempt (backing off from 1 s to 10 s).",
 );
 pub const RATE_LIMIT_SUMMARIES: MetricDef = counter(
     "gpu_sentinel_rate_limit_summaries_total",

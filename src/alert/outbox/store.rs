@@ -11,7 +11,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::{Arc, Once};
 
 use redb::{Database, ReadableTable, TableDefinition};
 
@@ -20,6 +20,29 @@ use super::{EntryId, OutboxEntry, OutboxError};
 /// Entries by id, JSON-encoded. The version is in the name: a future format gets a new table.
 const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("notifications_v1");
 
+/// How the store's database is opened: the file at the path, or (in tests) a backend that
+/// can be made to fail like a full disk. Kept so the store can be opened again: after an
+/// I/O error redb refuses every further transaction until the database is closed and
+/// reopened.
+#[derive(Clone)]
+pub(super) struct Opener(Arc<OpenFn>);
+
+type OpenFn = dyn Fn(&Path) -> Result<Database, redb::DatabaseError> + Send + Sync;
+
+impl Opener {
+    /// The redb file at the path, created when missing.
+    pub fn file() -> Opener {
+        Opener(Arc::new(|path: &Path| Database::create(path)))
+    }
+
+    #[cfg(test)]
+    pub fn custom(
+        open: impl Fn(&Path) -> Result<Database, redb::DatabaseError> + Send + Sync + 'static,
+    ) -> Opener {
+        Opener(Arc::new(open))
+    }
+}
+
 pub(super) struct Store {
     pub path: PathBuf,
     db: Database,
@@ -27,8 +50,8 @@ pub(super) struct Store {
 
 impl Store {
     /// Opens (or creates) the store's file.
-    pub fn create(path: &Path) -> Result<Store, OutboxError> {
-        let db = Database::create(path).map_err(|e| store_error(path, e))?;
+    pub fn create(path: &Path, opener: &Opener) -> Result<Store, OutboxError> {
+        let db = (opener.0)(path).map_err(|e| store_error(path, e))?;
         Ok(Store {
             path: path.to_path_buf(),
             db,
@@ -74,7 +97,8 @@ impl Store {
         Ok(out)
     }
 
-    /// One transaction: upsert `put`, delete `remove`; durable when it returns.
+    /// One transaction: delete `remove`, then upsert `put` (an id in both ends up put);
+    /// durable when it returns.
     pub fn write(&self, put: &[&OutboxEntry], remove: &[EntryId]) -> Result<(), OutboxError> {
         guarded(&self.path, || self.write_unguarded(put, remove))
     }
@@ -91,13 +115,13 @@ impl Store {
         let txn = self.db.begin_write().map_err(|e| self.error(e))?;
         {
             let mut table = txn.open_table(ENTRIES).map_err(|e| self.error(e))?;
+            for id in remove {
+                table.remove(id).map_err(|e| self.error(e))?;
+            }
             for (id, bytes) in &encoded {
                 table
                     .insert(id, bytes.as_slice())
                     .map_err(|e| self.error(e))?;
-            }
-            for id in remove {
-                table.remove(id).map_err(|e| self.error(e))?;
             }
         }
         txn.commit().map_err(|e| self.error(e))
