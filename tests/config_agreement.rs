@@ -158,6 +158,14 @@ fn cases() -> Vec<Case> {
             Expect::Refused(2, "export.web_config"),
         ),
         case(
+            "web_config_bcrypt_cost_too_high",
+            web_config(
+                "cost-15.yml",
+                "basic_auth_users:\n  alice: $2y$15$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi\n",
+            ),
+            Expect::Refused(2, "export.web_config"),
+        ),
+        case(
             "advice_base_url",
             "[advice]\nbase_url = \"api.deepseek.com\"\n".into(),
             Expect::Refused(2, "advice.base_url"),
