@@ -38,6 +38,7 @@ pub use teams::{Glob, GlobError, Holder, TeamConfig, UNASSIGNED, team_of};
 pub struct Config {
     pub collect: CollectConfig,
     pub export: ExportConfig,
+    pub server: ServerConfig,
     pub state: StateConfig,
     pub simulation: SimulationConfig,
     pub risk: RiskConfig,
@@ -178,6 +179,27 @@ impl Default for ExportConfig {
             max_label_length: 128,
             hostname: String::new(),
             web_config: None,
+        }
+    }
+}
+
+/// `[server]`: limits of the HTTP server.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Most connections held open at once. When full, the oldest idle one (a keep-alive
+    /// connection between requests, or one that sent nothing yet) is closed for the new
+    /// one; when all are answering, new ones wait. Lowered at start where the open-file
+    /// limit leaves fewer descriptors. At least 1.
+    pub max_connections: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        // A few Prometheus servers, a board or two and probes need a handful; 512 leaves
+        // room for a fleet of scrapers while keeping a descriptor flood bounded.
+        Self {
+            max_connections: 512,
         }
     }
 }
@@ -383,6 +405,12 @@ impl Config {
                     "{:?} is neither \"Hostname\" nor \"hostname\"",
                     self.export.dcgm_hostname_label
                 ),
+            ));
+        }
+        if self.server.max_connections == 0 {
+            out.push((
+                "server.max_connections",
+                "must be at least 1: a server that may hold no connection answers nobody".into(),
             ));
         }
         let min_label = MIN_LABEL_LENGTH;

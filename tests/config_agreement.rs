@@ -166,6 +166,11 @@ fn cases() -> Vec<Case> {
             Expect::Refused(2, "export.web_config"),
         ),
         case(
+            "server_holds_no_connection",
+            "[server]\nmax_connections = 0\n".into(),
+            Expect::Refused(2, "server.max_connections"),
+        ),
+        case(
             "advice_base_url",
             "[advice]\nbase_url = \"api.deepseek.com\"\n".into(),
             Expect::Refused(2, "advice.base_url"),
