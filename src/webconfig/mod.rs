@@ -11,9 +11,12 @@
 //!
 //! What differs from exporter-toolkit, each refused by name rather than ignored: TLS 1.0
 //! and 1.1, CBC and RSA-key-exchange suites and the P-521 curve (rustls has none of them),
-//! the client-certificate policies that accept a certificate without verifying it, and
-//! `client_allowed_sans`. exporter-toolkit re-reads the whole file on every request; here
-//! the certificate and key files are re-read when they change ([`tls`]), and users,
+//! the client-certificate policies that accept a certificate without verifying it,
+//! `client_allowed_sans`, and bcrypt costs above 14 ([`file::MAX_BCRYPT_COST`]).
+//! `rate_limit` is a bucket per client address rather than one for all ([`rate`]), and
+//! requests whose credentials were already verified are not counted. exporter-toolkit
+//! re-reads the whole file on every request; here the certificate and key files are
+//! re-read when they change ([`tls`]), and users,
 //! headers and policies are read at start.
 
 mod auth;
