@@ -11,6 +11,7 @@ mod analysis;
 mod locate;
 mod matcher;
 mod parsed;
+mod server;
 mod teams;
 pub mod url;
 
@@ -30,6 +31,7 @@ pub use analysis::{
 pub use locate::Problem;
 pub use matcher::{Matcher, MatcherError};
 pub use parsed::Parsed;
+pub use server::ServerConfig;
 pub use teams::{Glob, GlobError, Holder, TeamConfig, UNASSIGNED, team_of};
 
 /// The whole configuration file.
@@ -179,27 +181,6 @@ impl Default for ExportConfig {
             max_label_length: 128,
             hostname: String::new(),
             web_config: None,
-        }
-    }
-}
-
-/// `[server]`: limits of the HTTP server.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServerConfig {
-    /// Most connections held open at once. When full, the oldest idle one (a keep-alive
-    /// connection between requests, or one that sent nothing yet) is closed for the new
-    /// one; when all are answering, new ones wait. Lowered at start where the open-file
-    /// limit leaves fewer descriptors. At least 1.
-    pub max_connections: usize,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        // A few Prometheus servers, a board or two and probes need a handful; 512 leaves
-        // room for a fleet of scrapers while keeping a descriptor flood bounded.
-        Self {
-            max_connections: 512,
         }
     }
 }
