@@ -13,8 +13,119 @@
 # prefer it), so the same cipher is measured; the script prints what was negotiated. The certificate is an ECDSA P-256 one made here.
 #
 # usage: bench/tls.sh [seconds per run, default 20] [GPUs, default 8]
+#
+# bench/tls.sh flood [scrapes, default 40] [BINARY ...]: a Prometheus-like scraper (a fresh
+# TLS connection with the right password every 0.5 s, from 127.0.0.1) alone, then beside a
+# flood of wrong passwords (100 concurrent TLS connections from 127.0.0.2, a new password
+# on each request), each without and with `rate_limit` (1s, burst 20); prints the
+# scraper's p50/p99 and how many of its scrapes were not 200, per binary (default
+# target/release/gpu-sentinel, built). The user's hash has bcrypt cost 10.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = flood ]; then
+  shift
+  scrapes=${1:-40}
+  shift || true
+  binaries=("$@")
+  if [ ${#binaries[@]} -eq 0 ]; then
+    cargo build --release --quiet --package gpu-sentinel
+    binaries=(target/release/gpu-sentinel)
+  fi
+  for tool in openssl curl python3; do
+    command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
+  done
+  work=$(mktemp -d)
+  pids=()
+  cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+  trap cleanup EXIT
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$work/server.key" -out "$work/server.crt" -days 30 -subj /CN=localhost \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
+  if command -v htpasswd >/dev/null; then
+    hash=$(htpasswd -nbBC 10 "" bench-password | tr -d ':\n')
+  else
+    hash=$(python3 -W ignore -c 'import crypt; print(crypt.crypt("bench-password", crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=1024)))')
+  fi
+  printf 'tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: %s\n' \
+    "$hash" >"$work/auth.yml"
+  cp "$work/auth.yml" "$work/limited.yml"
+  printf 'rate_limit:\n  interval: 1s\n  burst: 20\n' >>"$work/limited.yml"
+  cat >"$work/flood.py" <<'PY'
+import asyncio, base64, os, ssl, sys
+port, stop = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+counts = {}
+async def one(c):
+    n = 0
+    while not os.path.exists(stop):
+        n += 1
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, local_addr=("127.0.0.2", 0))
+            token = base64.b64encode(f"prometheus:guess-{c}-{n}".encode()).decode()
+            w.write(f"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Basic {token}\r\n\r\n".encode())
+            line = await r.readline()
+            status = line.split()[1].decode() if len(line.split()) > 1 else "none"
+            counts[status] = counts.get(status, 0) + 1
+            w.close()
+        except Exception:
+            counts["error"] = counts.get("error", 0) + 1
+            await asyncio.sleep(0.01)
+async def main():
+    await asyncio.gather(*(one(c) for c in range(100)))
+asyncio.run(main())
+print(" ".join(f"{k}:{v}" for k, v in sorted(counts.items())))
+PY
+  port=18421
+  scraper() { # -> one "seconds status" line per scrape
+    for _ in $(seq "$scrapes"); do
+      curl -s -o /dev/null -w '%{time_total} %{http_code}\n' --max-time 15 --cacert "$work/server.crt" \
+        --resolve "localhost:$port:127.0.0.1" -u prometheus:bench-password "https://localhost:$port/metrics" || true
+      sleep 0.5
+    done
+  }
+  summary() { # file -> "p50_ms p99_ms not_200"
+    sort -n "$1" | awk '{t[NR]=$1*1000; if ($2 != 200) bad++} END {
+      # nearest rank: with fewer than 100 scrapes p99 is the slowest one
+      r50=int(NR*0.50); if (r50 < NR*0.50) r50++; r99=int(NR*0.99); if (r99 < NR*0.99) r99++
+      printf "%.1f %.1f %d\n", t[r50], t[r99], bad+0 }'
+  }
+  echo "scraper: $scrapes scrapes, one every 0.5 s, fresh TLS connection each; flood: 100 connections of wrong passwords from 127.0.0.2; bcrypt cost 10; $(nproc) cores"
+  echo
+  echo "| binary | rate_limit | scraper p50 / p99 (ms), alone | not 200 | p50 / p99 (ms), flooded | not 200 | flood's answers |"
+  echo "|---|---|---:|---:|---:|---:|---|"
+  for bin in "${binaries[@]}"; do
+    for web in auth limited; do
+      "$bin" run --simulate --sim-gpus 8 --listen 127.0.0.1:$port --web.config.file "$work/$web.yml" 2>>"$work/agent.log" &
+      agent=$!
+      pids+=($agent)
+      for _ in $(seq 100); do curl -sf --cacert "$work/server.crt" -o /dev/null --resolve "localhost:$port:127.0.0.1" \
+        "https://localhost:$port/readyz" && break; sleep 0.1; done
+      sleep 1
+      scraper >"$work/alone"
+      # The first scrape alone paid its bcrypt; restart so the flooded run starts unverified too.
+      kill "$agent"; wait "$agent" 2>/dev/null || true
+      "$bin" run --simulate --sim-gpus 8 --listen 127.0.0.1:$port --web.config.file "$work/$web.yml" 2>>"$work/agent.log" &
+      agent=$!
+      pids+=($agent)
+      for _ in $(seq 100); do curl -sf --cacert "$work/server.crt" -o /dev/null --resolve "localhost:$port:127.0.0.1" \
+        "https://localhost:$port/readyz" && break; sleep 0.1; done
+      sleep 1
+      rm -f "$work/stop"
+      python3 "$work/flood.py" $port "$work/stop" >"$work/flood" &
+      flood=$!
+      sleep 1
+      scraper >"$work/flooded"
+      touch "$work/stop"
+      wait $flood || true
+      kill "$agent"; wait "$agent" 2>/dev/null || true
+      read -r a50 a99 abad < <(summary "$work/alone")
+      read -r f50 f99 fbad < <(summary "$work/flooded")
+      limit=off; [ $web = limited ] && limit="1s, burst 20"
+      echo "| $bin | $limit | $a50 / $a99 | $abad | $f50 / $f99 | $fbad | $(cat "$work/flood") |"
+    done
+  done
+  exit 0
+fi
 secs=${1:-20}
 gpus=${2:-8}
 for tool in wrk nginx openssl curl; do

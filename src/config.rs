@@ -11,6 +11,7 @@ mod analysis;
 mod locate;
 mod matcher;
 mod parsed;
+mod server;
 mod teams;
 pub mod url;
 
@@ -30,6 +31,7 @@ pub use analysis::{
 pub use locate::Problem;
 pub use matcher::{Matcher, MatcherError};
 pub use parsed::Parsed;
+pub use server::ServerConfig;
 pub use teams::{Glob, GlobError, Holder, TeamConfig, UNASSIGNED, team_of};
 
 /// The whole configuration file.
@@ -38,6 +40,7 @@ pub use teams::{Glob, GlobError, Holder, TeamConfig, UNASSIGNED, team_of};
 pub struct Config {
     pub collect: CollectConfig,
     pub export: ExportConfig,
+    pub server: ServerConfig,
     pub state: StateConfig,
     pub simulation: SimulationConfig,
     pub risk: RiskConfig,
@@ -388,6 +391,12 @@ impl Config {
                     "{:?} is neither \"Hostname\" nor \"hostname\"",
                     self.export.dcgm_hostname_label
                 ),
+            ));
+        }
+        if self.server.max_connections == 0 {
+            out.push((
+                "server.max_connections",
+                "must be at least 1: a server that may hold no connection answers nobody".into(),
             ));
         }
         let min_label = MIN_LABEL_LENGTH;

@@ -6,7 +6,9 @@
 //! would record as a healthy target with no GPUs.
 //!
 //! With a web configuration ([`crate::webconfig`]) it speaks TLS (HTTP/2 by ALPN when
-//! allowed) and every request but the probes passes [`Protection`] first.
+//! allowed) and every request but the probes passes [`Protection`] first. At most
+//! `[server] max_connections` are held ([`connections`]); when full the oldest idle one
+//! is closed first.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -30,9 +32,13 @@ use crate::board::{BoardOptions, CONTENT_SECURITY_POLICY};
 use crate::export::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 use crate::webconfig::WebConfig;
 
+mod connections;
 mod protect;
 
+pub use connections::connection_cap;
 pub use protect::{OPEN_PATHS, Protection};
+
+use connections::{AcceptErrors, Connections, Slot};
 
 /// What the server needs to answer.
 #[derive(Debug)]
@@ -71,6 +77,14 @@ impl Transport {
         }
     }
 
+    /// Starts serving the web configuration's certificate: records its expiry for
+    /// `gpu_sentinel_tls_cert_expiry_timestamp_seconds` and warns when it is near.
+    pub fn announce(web: Option<&WebConfig>) {
+        if let Some(leaf) = web.and_then(|w| w.leaf.as_ref()) {
+            leaf.serve();
+        }
+    }
+
     /// `https` with TLS, else `http`.
     pub fn scheme(&self) -> &'static str {
         if self.tls.is_some() { "https" } else { "http" }
@@ -80,11 +94,15 @@ impl Transport {
 /// Slow or stuck clients must not hold connections open forever.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves until `shutdown` changes.
+/// How long an evicted connection may take to finish a request it started meanwhile.
+const EVICTION_GRACE: Duration = Duration::from_secs(1);
+
+/// Serves until `shutdown` changes, holding at most `max_connections` connections.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<ServerState>,
     transport: Transport,
+    max_connections: usize,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let mut http = auto::Builder::new(TokioExecutor::new());
@@ -98,39 +116,65 @@ pub async fn serve(
     let http = Arc::new(http);
     let tls = transport.tls.clone();
     let protection = Arc::new(transport.protection);
+    let connections = Connections::new(max_connections);
+    let mut accept_errors = AcceptErrors::default();
     loop {
-        let (stream, _) = tokio::select! {
+        // Full of connections that are all answering: new ones wait in the backlog.
+        tokio::select! {
+            _ = connections.room() => {}
+            _ = shutdown.changed() => return Ok(()),
+        }
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
+                Ok(conn) => {
+                    accept_errors.accepted();
+                    conn
+                }
                 Err(e) => {
-                    // Running out of file descriptors is transient; don't spin on it.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of descriptors, a closed idle connection gives one back; either
+                    // way the pause keeps this from spinning on a failing accept.
+                    let freed = connections.evict_idle();
+                    let pause = accept_errors.failed(&e, freed);
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
                     continue;
                 }
             },
             _ = shutdown.changed() => return Ok(()),
         };
         let _ = stream.set_nodelay(true);
+        let ticket = connections.admit();
         let connection = Connection {
             state: state.clone(),
             protection: protection.clone(),
             http: http.clone(),
             shutdown: shutdown.clone(),
+            client: peer.ip(),
+            slot: ticket.slot(),
         };
         let tls = tls.clone();
         tokio::spawn(async move {
+            let evicted = ticket.evicted();
+            tokio::pin!(evicted);
             match tls {
-                None => connection.serve(stream).await,
+                None => connection.serve(stream, evicted).await,
                 Some(acceptor) => {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => connection.serve(stream).await,
-                        // Scanners and clients without the right certificate end here.
-                        Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
-                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    let handshake =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+                    tokio::select! {
+                        done = handshake => match done {
+                            Ok(Ok(stream)) => connection.serve(stream, evicted).await,
+                            // Scanners and clients without the right certificate end here.
+                            Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+                            Err(_) => tracing::debug!("TLS handshake timed out"),
+                        },
+                        // No request yet: nothing is lost by closing now.
+                        _ = evicted.as_mut() => {}
                     }
                 }
             }
+            // The ticket, moved in here, leaves the registry when this task ends.
         });
     }
 }
@@ -141,24 +185,38 @@ struct Connection {
     protection: Arc<Protection>,
     http: Arc<auto::Builder<TokioExecutor>>,
     shutdown: watch::Receiver<bool>,
+    /// The peer's address: the rate limits are per client.
+    client: std::net::IpAddr,
+    /// Marked busy while a request is answered, so eviction picks idle connections.
+    slot: Arc<Slot>,
 }
 
 impl Connection {
-    async fn serve<I>(mut self, io: I)
-    where
+    async fn serve<I>(
+        mut self,
+        io: I,
+        evicted: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    ) where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let (state, protection) = (self.state.clone(), self.protection.clone());
+        let (state, protection, slot, client) = (
+            self.state.clone(),
+            self.protection.clone(),
+            self.slot.clone(),
+            self.client,
+        );
         let service = service_fn(move |req: Request<Incoming>| {
             let state = state.clone();
             let protection = protection.clone();
+            let busy = slot.request();
             async move {
-                let mut resp = match protection.refusal(&req).await {
+                let mut resp = match protection.refusal(&req, client).await {
                     Some(refused) => refused,
                     None => route(&state, &req),
                 };
                 protection.decorate(&mut resp);
-                Ok::<_, Infallible>(resp)
+                drop(busy);
+                Ok::<_, Infallible>(without_body_for_head(&req, resp))
             }
         });
         let conn = self.http.serve_connection(TokioIo::new(io), service);
@@ -169,9 +227,28 @@ impl Connection {
                     tracing::debug!("connection ended: {e}");
                 }
             }
+            _ = evicted => {
+                // Chosen while idle; a request that arrived since may finish.
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(EVICTION_GRACE, conn.as_mut()).await;
+            }
             _ = self.shutdown.changed() => conn.as_mut().graceful_shutdown(),
         }
     }
+}
+
+/// A HEAD answer keeps the GET's headers but carries no body: HTTP/1.1 drops one itself,
+/// but hyper's HTTP/2 sends it as DATA on a stream the HEAD's END_STREAM rules out, which
+/// clients read as a protocol error — refusals (401, 429) were such answers.
+fn without_body_for_head(
+    req: &Request<Incoming>,
+    resp: Response<Full<Bytes>>,
+) -> Response<Full<Bytes>> {
+    if req.method() != Method::HEAD {
+        return resp;
+    }
+    let (parts, _) = resp.into_parts();
+    Response::from_parts(parts, Full::new(Bytes::new()))
 }
 
 /// Binds the listen address with a message that names it when that fails.
@@ -191,7 +268,7 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
         return resp;
     }
     let latest = state.latest.get();
-    let resp = match req.uri().path() {
+    match req.uri().path() {
         "/" => board(state, latest.as_ref().map(|p| p.board.clone())),
         "/metrics" => match latest {
             Some(p) if accepts_gzip(req) && !p.metrics.gzip.is_empty() => {
@@ -239,12 +316,7 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
             ),
         },
         _ => text(StatusCode::NOT_FOUND, "not found; see /\n"),
-    };
-    if req.method() == Method::HEAD {
-        let (parts, _) = resp.into_parts();
-        return Response::from_parts(parts, Full::new(Bytes::new()));
     }
-    resp
 }
 
 /// Liveness: a collector that died or hangs in a driver call publishes nothing new; past

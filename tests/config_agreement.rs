@@ -163,6 +163,19 @@ fn cases() -> Vec<Case> {
             Expect::Refused(2, "alerting.outbox_max_entries"),
         ),
         case(
+            "web_config_bcrypt_cost_too_high",
+            web_config(
+                "cost-15.yml",
+                "basic_auth_users:\n  alice: $2y$15$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi\n",
+            ),
+            Expect::Refused(2, "export.web_config"),
+        ),
+        case(
+            "server_holds_no_connection",
+            "[server]\nmax_connections = 0\n".into(),
+            Expect::Refused(2, "server.max_connections"),
+        ),
+        case(
             "advice_base_url",
             "[advice]\nbase_url = \"api.deepseek.com\"\n".into(),
             Expect::Refused(2, "advice.base_url"),

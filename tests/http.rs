@@ -222,3 +222,140 @@ fn recommendations_advise_and_fit_jobs() {
     assert_eq!(agent.get("/api/v1/recommendations?gpus=two").status, 400);
     assert_eq!(agent.get("/api/v1/recommendations?color=red").status, 400);
 }
+
+/// GET `path` on a fresh connection: the status, 0 when no answer came within `limit`.
+fn get_within(port: u16, path: &str, limit: std::time::Duration) -> u16 {
+    use std::io::Write as _;
+    let Ok(mut tcp) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0;
+    };
+    tcp.set_read_timeout(Some(limit)).ok();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if tcp.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer)
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `count` connections that send nothing.
+fn idle_sockets(port: u16, count: usize) -> Vec<std::net::TcpStream> {
+    (0..count)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect()
+}
+
+#[test]
+fn past_max_connections_the_oldest_idle_ones_go_and_a_scrape_is_answered() {
+    use std::time::{Duration, Instant};
+    let config = common::temp_file("max-connections.toml", "[server]\nmax_connections = 8\n");
+    let agent = Agent::start(&["--simulate", "--config", config.to_str().unwrap()], &[]);
+    agent.metrics();
+    let port = agent.port();
+    let idle = idle_sockets(port, 60);
+    assert_eq!(idle.len(), 60);
+    for _ in 0..5 {
+        let began = Instant::now();
+        assert_eq!(get_within(port, "/metrics", Duration::from_secs(5)), 200);
+        assert!(
+            began.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            began.elapsed()
+        );
+    }
+    // The oldest idle sockets were closed by the server: reading them ends at once.
+    let mut first = idle.into_iter().next().expect("a socket");
+    first.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let mut buf = [0u8; 16];
+    assert!(
+        matches!(first.read(&mut buf), Ok(0)),
+        "the oldest is closed"
+    );
+}
+
+#[test]
+fn max_connections_of_zero_is_refused_by_run() {
+    let config = common::temp_file("no-connections.toml", "[server]\nmax_connections = 0\n");
+    let out = common::run(&[
+        "run",
+        "--simulate",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(":2: server.max_connections: must be at least 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn out_of_file_descriptors_a_scrape_is_still_answered_and_the_log_stays_quiet() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let port = common::free_port();
+    // `ulimit -n` in sh sets the hard limit too: the agent cannot raise it.
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -n 64 && exec \"$0\" \"$@\""])
+        .arg(common::binary())
+        .args([
+            "run",
+            "--simulate",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh starts the agent");
+    let began = Instant::now();
+    while get_within(port, "/readyz", Duration::from_secs(2)) != 200 {
+        assert!(began.elapsed() < Duration::from_secs(30), "not ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let idle = idle_sockets(port, 200);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut slow = Vec::new();
+    for _ in 0..5 {
+        let began = Instant::now();
+        let status = get_within(port, "/metrics", Duration::from_secs(10));
+        slow.push((status, began.elapsed()));
+    }
+    // Probes too: a kubelet must not restart an agent that is only busy.
+    let began = Instant::now();
+    let health = get_within(port, "/healthz", Duration::from_secs(10));
+    let health_took = began.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    drop(idle);
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut stderr = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut stderr);
+    }
+    assert!(
+        slow.iter()
+            .all(|(s, t)| *s == 200 && *t < Duration::from_secs(2)),
+        "{slow:?}\n{stderr}"
+    );
+    assert_eq!(health, 200, "{stderr}");
+    assert!(health_took < Duration::from_secs(1), "{health_took:?}");
+    let accept_lines = stderr
+        .lines()
+        .filter(|l| l.contains("accept failed"))
+        .count();
+    assert!(accept_lines <= 1, "{accept_lines} lines:\n{stderr}");
+    assert!(
+        stderr.contains("max_connections = 512 lowered to 48"),
+        "{stderr}"
+    );
+}

@@ -698,3 +698,316 @@ fn http2_is_negotiated_unless_turned_off_and_configured_headers_are_sent() {
         );
     }
 }
+
+#[test]
+fn head_without_credentials_over_http2_is_answered_401() {
+    let (Some(certs), Some(curl)) = (Certs::new("h2-head"), tool("curl")) else {
+        return;
+    };
+    let web = certs.web_config(&format!(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n{}",
+        users(&hash())
+    ));
+    let agent = Agent::spawn(
+        &["--simulate", "--web.config.file", web.to_str().unwrap()],
+        &[],
+    );
+    wait_ready(&agent, &certs.read("ca.crt"));
+    let port = agent.port();
+    let head = |credentials: Option<&str>| {
+        let mut cmd = Command::new(&curl);
+        cmd.args(["-s", "--http2", "-I", "--max-time", "10", "-o", "/dev/null"])
+            .args(["-w", "%{http_version} %{http_code}"])
+            .arg("--cacert")
+            .arg(certs.path("ca.crt"))
+            .args(["--resolve", &format!("localhost:{port}:127.0.0.1")]);
+        if let Some(c) = credentials {
+            cmd.args(["-u", c]);
+        }
+        let out = cmd
+            .arg(format!("https://localhost:{port}/metrics"))
+            .output()
+            .expect("curl runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    // curl exits 92 (HTTP/2 stream error) when the answer breaks the protocol.
+    assert_eq!(head(None), (Some(0), "2 401".to_string()));
+    assert_eq!(
+        head(Some(&format!("prometheus:{PASSWORD}"))),
+        (Some(0), "2 200".to_string())
+    );
+    assert_eq!(
+        head(Some("prometheus:wrong")),
+        (Some(0), "2 401".to_string())
+    );
+}
+
+/// `gpu-sentinel ARGS` to its end, or killed after `limit` (None as status then).
+fn run_within(args: &[&str], limit: Duration) -> (Option<std::process::ExitStatus>, String) {
+    let mut child = Command::new(common::binary())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let began = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if began.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut stderr);
+    }
+    (status, stderr)
+}
+
+#[test]
+fn bcrypt_costs_above_14_are_refused_by_check_config_and_run_naming_the_user() {
+    let Some(certs) = Certs::new("cost") else {
+        return;
+    };
+    for cost in ["15", "31"] {
+        // A real cost-5 hash with its cost rewritten: making one at 31 would take a day.
+        let steep = hash().replacen("$05$", &format!("${cost}$"), 1);
+        let web = certs.web_config(&format!(
+            "basic_auth_users:\n  prometheus: {}\n  ops-admin: {steep}\n",
+            hash()
+        ));
+        let web_arg = web.to_str().unwrap();
+        let expected = format!(
+            "{web_arg}:3: basic_auth_users.ops-admin: has bcrypt cost {cost}, above the 14 accepted"
+        );
+        let config = common::temp_file(
+            "cost.toml",
+            &format!("[export]\nweb_config = {web_arg:?}\n"),
+        );
+        let out = common::run(&["check-config", config.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "cost {cost} passed check-config");
+        assert!(stderr.contains(&expected), "{stderr}");
+        assert!(stderr.contains("of a core"), "{stderr}");
+
+        // Before, run spent the cost's hours making its dummy hash, serving nothing.
+        let (status, stderr) = run_within(
+            &[
+                "run",
+                "--simulate",
+                "--listen",
+                "127.0.0.1:0",
+                "--web.config.file",
+                web_arg,
+            ],
+            Duration::from_secs(20),
+        );
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "run with cost {cost}: {status:?}\n{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("--web.config.file: {expected}")),
+            "{stderr}"
+        );
+        assert!(!stderr.contains(&steep[7..]), "{stderr}");
+    }
+}
+
+#[test]
+fn a_certificate_near_its_end_is_warned_of_and_its_expiry_exported() {
+    let (Some(certs), Some(openssl)) = (Certs::new("expiry"), tool("openssl")) else {
+        return;
+    };
+    // The test certificates are valid for two days: well within the 14 days warned of.
+    let web =
+        certs.web_config("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
+    let agent = Agent::spawn(
+        &["--simulate", "--web.config.file", web.to_str().unwrap()],
+        &[],
+    );
+    let ca = certs.read("ca.crt");
+    wait_ready(&agent, &ca);
+    let out = Command::new(&openssl)
+        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in"])
+        .arg(certs.path("server.crt"))
+        .output()
+        .expect("openssl runs");
+    let end = String::from_utf8_lossy(&out.stdout);
+    let end = end.trim().trim_start_matches("notAfter=");
+    let not_after = chrono::NaiveDateTime::parse_from_str(end, "%Y-%m-%d %H:%M:%SZ")
+        .unwrap_or_else(|e| panic!("{end:?}: {e}"))
+        .and_utc()
+        .timestamp();
+    let metrics = get(agent.port(), "/metrics", &ca, None, None).unwrap().body;
+    assert_eq!(
+        common::value(
+            &metrics,
+            "gpu_sentinel_tls_cert_expiry_timestamp_seconds",
+            ""
+        ),
+        Some(not_after as f64),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("tls_cert"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let (_, stderr) = agent.stop();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("the server certificate expires at"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("server.crt"), "{stderr}");
+    assert!(warnings[0].contains("renew it"), "{stderr}");
+}
+
+/// Flood `port` with wrong passwords from `source` on `connections` concurrent
+/// connections (one tokio task, as a scanner would), until `stop`; returns the statuses.
+fn flood(
+    port: u16,
+    source: std::net::Ipv4Addr,
+    connections: usize,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<u16>> {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let mut tasks = Vec::new();
+            for c in 0..connections {
+                let stop = Arc::clone(&stop);
+                tasks.push(tokio::spawn(async move {
+                    let mut statuses: Vec<u16> = Vec::new();
+                    let mut guess = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        guess += 1;
+                        let Ok(socket) = tokio::net::TcpSocket::new_v4() else {
+                            break;
+                        };
+                        if socket.bind((source, 0).into()).is_err() {
+                            break;
+                        }
+                        let Ok(mut tcp) = socket.connect(([127, 0, 0, 1], port).into()).await
+                        else {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        };
+                        let token = base64::engine::general_purpose::STANDARD
+                            .encode(format!("prometheus:guess-{c}-{guess}"));
+                        let request = format!(
+                            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+                             Authorization: Basic {token}\r\n\r\n"
+                        );
+                        let mut answer = Vec::new();
+                        if tcp.write_all(request.as_bytes()).await.is_ok()
+                            && tcp.read_to_end(&mut answer).await.is_ok()
+                        {
+                            let text = String::from_utf8_lossy(&answer);
+                            if let Some(status) =
+                                text.split(' ').nth(1).and_then(|s| s.parse().ok())
+                            {
+                                statuses.push(status);
+                            }
+                        }
+                        // A breath between guesses keeps the flood from starving the
+                        // test machine itself; each connection still guesses ~100/s.
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    statuses
+                }));
+            }
+            let mut all = Vec::new();
+            for task in tasks {
+                all.extend(task.await.unwrap_or_default());
+            }
+            all
+        })
+    })
+}
+
+/// One scrape on a fresh connection from 127.0.0.1: status and how long it took.
+fn timed_scrape(port: u16, password: &str) -> (u16, Duration) {
+    let began = Instant::now();
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    tcp.set_read_timeout(Some(Duration::from_secs(15))).ok();
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("prometheus:{password}"));
+    let request = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Basic {token}\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).expect("sends");
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, began.elapsed())
+}
+
+#[test]
+fn a_wrong_password_flood_from_one_address_never_slows_a_right_scrape_from_another() {
+    // Cost 9: a wrong guess costs the server ~25 ms of a core, as at exporter-toolkit's 10.
+    let hash = bcrypt::hash(PASSWORD, 9).expect("bcrypt hashes");
+    for rate_limit in ["", "rate_limit:\n  interval: 1s\n  burst: 5\n"] {
+        let web = common::temp_file("flood-web.yml", &format!("{}{rate_limit}", users(&hash)));
+        let agent = Agent::start(
+            &["--simulate", "--web.config.file", web.to_str().unwrap()],
+            &[],
+        );
+        agent.wait_until(Duration::from_secs(20), |a| {
+            a.request("/readyz", &[]).is_some_and(|r| r.status == 200)
+        });
+        let port = agent.port();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flooding = flood(port, [127, 0, 0, 2].into(), 64, Arc::clone(&stop));
+        std::thread::sleep(Duration::from_millis(1500));
+        // A Prometheus-like scraper: a fresh connection each time, the first unverified.
+        let mut tries = Vec::new();
+        for _ in 0..30 {
+            tries.push(timed_scrape(port, PASSWORD));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let statuses = flooding.join().expect("the flood ends");
+        let refused = statuses.iter().filter(|s| **s != 200).count();
+        assert!(
+            !statuses.is_empty() && refused == statuses.len(),
+            "the flood got in: {statuses:?}"
+        );
+        let mut times: Vec<Duration> = tries.iter().map(|(_, t)| *t).collect();
+        times.sort();
+        let p99 = times[times.len() * 99 / 100];
+        assert!(
+            tries.iter().all(|(status, _)| *status == 200),
+            "rate limit {rate_limit:?}: {tries:?}"
+        );
+        assert!(
+            p99 < Duration::from_secs(1),
+            "rate limit {rate_limit:?}: p99 {p99:?} of {tries:?}"
+        );
+        eprintln!(
+            "rate limit {rate_limit:?}: scraper p50 {:?} p99 {p99:?}; flood: {} answers, {} of them 429",
+            times[times.len() / 2],
+            statuses.len(),
+            statuses.iter().filter(|s| **s == 429).count()
+        );
+    }
+}

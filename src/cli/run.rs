@@ -38,6 +38,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     };
     // Builds the dummy bcrypt hash: before the async runtime, and before collecting.
     let transport = Transport::new(web.as_ref());
+    Transport::announce(web.as_ref());
+    // The soft open-file limit is raised first: every connection is a descriptor.
+    let max_connections = server::connection_cap(config.server.max_connections);
     // Open the source first: without NVML there is nothing to serve, and the operator
     // should hear so within seconds, not after the server is up.
     let source = super::sources::open(&config, args.source.simulate)?;
@@ -114,7 +117,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             .spawn(config.collect.interval, stop_rx)
             .context("cannot start the collector thread")?;
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(server::serve(listener, state, transport, shutdown_rx));
+        let server = tokio::spawn(server::serve(
+            listener,
+            state,
+            transport,
+            max_connections,
+            shutdown_rx,
+        ));
         wait_for_signal().await;
         tracing::info!("shutting down");
         let _ = shutdown_tx.send(true);

@@ -286,6 +286,11 @@ pub const BUDGETS: &[Budget] = &[
         1,
         "max_process_series is cutting",
     ),
+    per_host(
+        "gpu_sentinel_tls_cert_expiry_timestamp_seconds",
+        1,
+        "a serving certificate about to expire, alerted on before scrapes fail (only with TLS)",
+    ),
     per_gpu(
         "gpu_failure_risk_score",
         1,

@@ -298,6 +298,11 @@ pub const PROCESS_SERIES_DROPPED: MetricDef = gauge(
     &[],
     "Processes left out of gpu_process_* this collection by the max_process_series cap.",
 );
+pub const TLS_CERT_EXPIRY: MetricDef = gauge(
+    "gpu_sentinel_tls_cert_expiry_timestamp_seconds",
+    &[],
+    "When the server's TLS certificate expires (its notAfter), in seconds since the Unix epoch; absent without TLS. Alert on it minus time().",
+);
 
 pub const RISK_SCORE: MetricDef = gauge(
     "gpu_failure_risk_score",
@@ -525,6 +530,7 @@ pub const NATIVE: &[MetricDef] = &[
     COLLECTOR_DURATION,
     STATE_SAVE_ERRORS,
     PROCESS_SERIES_DROPPED,
+    TLS_CERT_EXPIRY,
 ];
 
 #[cfg(test)]

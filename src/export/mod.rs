@@ -56,6 +56,26 @@ pub struct Exposition {
     pub gzip: Bytes,
 }
 
+/// `notAfter` of the TLS certificate the server presents, in Unix seconds; `i64::MIN`
+/// without TLS. The server sets it (at start and when the certificate is reloaded) and
+/// each collection renders it as `gpu_sentinel_tls_cert_expiry_timestamp_seconds`. One per
+/// process: the agent has one listener and one web configuration.
+static TLS_CERT_NOT_AFTER: std::sync::atomic::AtomicI64 =
+    std::sync::atomic::AtomicI64::new(i64::MIN);
+
+/// Sets what `gpu_sentinel_tls_cert_expiry_timestamp_seconds` shows (None: no series).
+pub fn set_tls_cert_not_after(at: Option<i64>) {
+    TLS_CERT_NOT_AFTER.store(at.unwrap_or(i64::MIN), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The served certificate's `notAfter`, None without TLS.
+pub fn tls_cert_not_after() -> Option<i64> {
+    match TLS_CERT_NOT_AFTER.load(std::sync::atomic::Ordering::Relaxed) {
+        i64::MIN => None,
+        at => Some(at),
+    }
+}
+
 /// Content type of [`Exposition::text`].
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 

@@ -440,6 +440,9 @@ fn self_metrics(
     for (file, failures) in state.state_save_errors() {
         family.push(&[file], failures as f64);
     }
+    if let Some(at) = super::tls_cert_not_after() {
+        families.family(&TLS_CERT_EXPIRY).push(&[], at as f64);
+    }
 }
 
 fn as_refs<const N: usize>(labels: &[String; N]) -> [&str; N] {

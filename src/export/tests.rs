@@ -359,7 +359,11 @@ fn nvlink_errors_are_summed_per_gpu_unless_per_link_is_asked() {
             ..NvLinkErrors::default()
         })
         .collect();
-    let summed = text(&snapshot(vec![g.clone()]), &mut ExportState::new(), &options());
+    let summed = text(
+        &snapshot(vec![g.clone()]),
+        &mut ExportState::new(),
+        &options(),
+    );
     assert_eq!(
         samples(&summed, "gpu_nvlink_errors_total"),
         [

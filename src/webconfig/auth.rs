@@ -1,24 +1,73 @@
-//! HTTP basic authentication against `basic_auth_users`' bcrypt hashes.
+//! HTTP basic authentication against `basic_auth_users`' bcrypt hashes, built so that
+//! nobody without the password can slow down somebody with it.
 //!
-//! bcrypt is slow on purpose (cost 10 is tens of milliseconds), so it runs on a blocking
-//! thread, one hash at a time (as exporter-toolkit's mutex does), and each verdict is
-//! cached under the SHA-256 of the credential: a Prometheus scraping every few seconds
-//! costs one hash per credential, not one per scrape. The cache never holds a password,
-//! only digests and verdicts, and it is bounded. A user that does not exist is checked
-//! against a dummy hash of the same cost, so the answer takes as long as for a wrong
-//! password and timing does not tell which user names exist.
+//! - **Verified credentials answer from memory.** After one bcrypt, a right credential is
+//!   remembered as an HMAC-SHA256 of user and password under a key drawn at start, so the
+//!   process never holds a password, and a memory dump's MACs are useless to anyone who
+//!   does not also have this process's key. A presented credential's MAC is compared with
+//!   the user's remembered ones in constant time. Only right credentials are remembered
+//!   here, at most [`GOOD_PER_USER`] per user, so a flood of guesses cannot push a real
+//!   scraper's entry out. The cache belongs to one [`BasicAuth`], which is built from one
+//!   reading of the web configuration: new users or hashes come with a new, empty one.
+//! - **bcrypt runs on a bounded pool.** Verifications run on blocking threads, at most
+//!   [`BasicAuth::workers`] at once (half the cores, 1 to 4: the other cores belong to
+//!   the GPUs' jobs), and at most [`QUEUE_LIMIT`] wait; a request beyond that is answered
+//!   503 at once instead of queueing without end.
+//! - **Failed logins are limited per client address.** Each address may fail
+//!   [`FAILURE_BURST`] times, then once every [`FAILURE_EVERY`]; past that its new guesses
+//!   are answered 429 without any bcrypt. A login that succeeds gives its token back, so
+//!   only failures count, and a credential already verified is never refused by it.
+//!   Wrong credentials seen recently are remembered too (bounded), so a scraper with a
+//!   stale password costs one bcrypt, not one per scrape.
+//!
+//! A user that does not exist is checked against a dummy hash of the same cost, so the
+//! answer takes as long as for a wrong password and timing does not tell which user names
+//! exist.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use base64::Engine as _;
-use sha2::{Digest, Sha256};
+use hmac::{KeyInit as _, Mac as _};
 
 use super::file::BcryptHash;
+use super::rate::RateLimiter;
 use crate::sync::lock;
 
-/// Most cached verdicts; past it an arbitrary one is dropped for each new one.
-const CACHE_SIZE: usize = 1024;
+/// Right credentials remembered per user: one password, plus one being rotated in, plus
+/// spares (bcrypt ignores what follows a password's 72nd byte, so several texts can match).
+pub const GOOD_PER_USER: usize = 4;
+
+/// Wrong credentials remembered; past it an arbitrary one is forgotten for each new one.
+const BAD_CACHE_SIZE: usize = 1024;
+
+/// Verifications that may wait for a worker; more are answered 503 at once. A Prometheus
+/// server's first scrape waits behind at most this many hashes.
+pub const QUEUE_LIMIT: usize = 32;
+
+/// Failed logins an address may make at once…
+pub const FAILURE_BURST: u32 = 10;
+/// …and then one per this long.
+pub const FAILURE_EVERY: Duration = Duration::from_secs(1);
+
+/// What a request's credentials come to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A user's right password.
+    Allowed,
+    /// No credential, a malformed one, an unknown user or a wrong password: 401.
+    Refused,
+    /// The address failed too often: 429, try again after this long.
+    Limited(Duration),
+    /// Too many verifications are waiting: 503.
+    Busy,
+}
+
+/// A keyed digest of a credential.
+type Mac = [u8; 32];
 
 /// The users and what has been decided about credentials so far.
 #[derive(Debug)]
@@ -26,8 +75,14 @@ pub struct BasicAuth {
     users: BTreeMap<String, BcryptHash>,
     /// Checked when the user is unknown; of the cost most users' hashes have.
     dummy: BcryptHash,
-    verdicts: Mutex<HashMap<[u8; 32], bool>>,
+    /// The HMAC key of this process; never leaves it.
+    key: [u8; 32],
+    /// User → MACs of credentials verified right.
+    good: Mutex<HashMap<String, Vec<Mac>>>,
+    bad: Mutex<HashSet<Mac>>,
+    failures: RateLimiter,
     hashing: tokio::sync::Semaphore,
+    waiting: AtomicUsize,
 }
 
 impl BasicAuth {
@@ -54,26 +109,67 @@ impl BasicAuth {
         Some(BasicAuth {
             users: users.clone(),
             dummy: BcryptHash(dummy),
-            verdicts: Mutex::new(HashMap::new()),
-            hashing: tokio::sync::Semaphore::new(1),
+            key: random_key(),
+            good: Mutex::new(HashMap::new()),
+            bad: Mutex::new(HashSet::new()),
+            failures: RateLimiter::new(FAILURE_EVERY, FAILURE_BURST),
+            hashing: tokio::sync::Semaphore::new(BasicAuth::workers()),
+            waiting: AtomicUsize::new(0),
         })
     }
 
-    /// Whether an `Authorization` header value names a user with the right password.
-    pub async fn allows(&self, authorization: Option<&[u8]>) -> bool {
-        let Some((user, password)) = authorization.and_then(credentials) else {
-            return false;
-        };
-        let digest = digest(&user, &password);
-        if let Some(verdict) = self.cached(&digest) {
-            return verdict;
+    /// bcrypt verifications run at once: half the cores, at least 1 and at most 4.
+    pub fn workers() -> usize {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get() / 2)
+            .clamp(1, 4)
+    }
+
+    /// Whether an `Authorization` header value holds a credential already verified right;
+    /// never runs bcrypt.
+    pub fn verified(&self, authorization: Option<&[u8]>) -> bool {
+        match authorization.and_then(credentials) {
+            Some((user, password)) => {
+                let mac = self.mac(&user, &password);
+                self.known_good(&user, &mac)
+            }
+            None => false,
         }
-        // One hash at a time; a request that waited may find its verdict made meanwhile.
-        let Ok(_permit) = self.hashing.acquire().await else {
-            return false;
+    }
+
+    /// What the `Authorization` header value of a request from `client` comes to.
+    pub async fn check(&self, authorization: Option<&[u8]>, client: IpAddr) -> Verdict {
+        let Some((user, password)) = authorization.and_then(credentials) else {
+            return Verdict::Refused;
         };
-        if let Some(verdict) = self.cached(&digest) {
-            return verdict;
+        let mac = self.mac(&user, &password);
+        if self.known_good(&user, &mac) {
+            return Verdict::Allowed;
+        }
+        if lock(&self.bad).contains(&mac) {
+            return Verdict::Refused;
+        }
+        // The token is taken before the hash, so that many guesses sent at once are
+        // limited as well as guesses sent one after another; a right one gives it back.
+        if !self.failures.allow(client) {
+            return Verdict::Limited(self.failures.retry_after(client));
+        }
+        let queued = Queued::join(&self.waiting);
+        let Some(_queued) = queued else {
+            self.failures.refund(client);
+            return Verdict::Busy;
+        };
+        let Ok(_permit) = self.hashing.acquire().await else {
+            return Verdict::Busy;
+        };
+        drop(_queued);
+        // A request that waited may find its credential decided meanwhile.
+        if self.known_good(&user, &mac) {
+            self.failures.refund(client);
+            return Verdict::Allowed;
+        }
+        if lock(&self.bad).contains(&mac) {
+            return Verdict::Refused;
         }
         let known = self.users.get(&user);
         let hash = known.unwrap_or(&self.dummy).0.clone();
@@ -82,25 +178,104 @@ impl BasicAuth {
             .ok()
             .and_then(Result::ok)
             .unwrap_or(false);
-        let verdict = known.is_some() && matches;
-        let mut verdicts = lock(&self.verdicts);
-        if verdicts.len() >= CACHE_SIZE {
-            if let Some(any) = verdicts.keys().next().copied() {
-                verdicts.remove(&any);
+        if known.is_some() && matches {
+            self.failures.refund(client);
+            let mut good = lock(&self.good);
+            let macs = good.entry(user).or_default();
+            if macs.len() >= GOOD_PER_USER {
+                macs.remove(0);
             }
+            macs.push(mac);
+            Verdict::Allowed
+        } else {
+            let mut bad = lock(&self.bad);
+            if bad.len() >= BAD_CACHE_SIZE {
+                if let Some(any) = bad.iter().next().copied() {
+                    bad.remove(&any);
+                }
+            }
+            bad.insert(mac);
+            Verdict::Refused
         }
-        verdicts.insert(digest, verdict);
-        verdict
     }
 
-    fn cached(&self, digest: &[u8; 32]) -> Option<bool> {
-        lock(&self.verdicts).get(digest).copied()
+    /// Whether `mac` is among `user`'s verified credentials, compared in constant time.
+    fn known_good(&self, user: &str, mac: &Mac) -> bool {
+        let good = lock(&self.good);
+        let Some(macs) = good.get(user) else {
+            return false;
+        };
+        // Every entry is compared in full, match or not.
+        macs.iter()
+            .fold(false, |found, known| found | equal(known, mac))
     }
 
-    /// How many verdicts are cached (for tests of the bound).
-    pub fn cached_verdicts(&self) -> usize {
-        lock(&self.verdicts).len()
+    /// The cache key of a credential: user and password, length-prefixed so that no two
+    /// pairs share a MAC input, under this process's key.
+    fn mac(&self, user: &str, password: &str) -> Mac {
+        let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key) else {
+            // HMAC takes keys of any length; this cannot happen. A MAC nobody can match
+            // makes every credential go through bcrypt, which is slow but right.
+            return [0xff; 32];
+        };
+        mac.update(&(user.len() as u64).to_be_bytes());
+        mac.update(user.as_bytes());
+        mac.update(password.as_bytes());
+        mac.finalize().into_bytes().into()
     }
+
+    /// How many credentials are remembered, right and wrong (for tests of the bounds).
+    pub fn cached_verdicts(&self) -> (usize, usize) {
+        let good = lock(&self.good).values().map(Vec::len).sum();
+        (good, lock(&self.bad).len())
+    }
+}
+
+/// A place in the queue for a worker, given up when dropped.
+struct Queued<'a>(&'a AtomicUsize);
+
+impl<'a> Queued<'a> {
+    /// A place, None when [`QUEUE_LIMIT`] requests wait already.
+    fn join(waiting: &'a AtomicUsize) -> Option<Queued<'a>> {
+        waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < QUEUE_LIMIT).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Queued(waiting))
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Equality of two MACs whose time does not depend on where they differ.
+fn equal(a: &Mac, b: &Mac) -> bool {
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// 32 bytes from the operating system's generator (ring's, which rustls already uses).
+fn random_key() -> [u8; 32] {
+    let mut key = [0u8; 32];
+    if rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut key)
+        .is_err()
+    {
+        // Without getrandom(2) std's hasher seeds (also drawn from the OS, per process)
+        // still make a key no other process shares.
+        use std::hash::{BuildHasher as _, Hasher as _};
+        for chunk in key.chunks_mut(8) {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(std::process::id().into());
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
+    }
+    key
 }
 
 /// `Basic base64(user:password)` → (user, password); None for anything else.
@@ -118,16 +293,6 @@ pub(crate) fn credentials(header: &[u8]) -> Option<(String, String)> {
     Some((user.to_string(), password.to_string()))
 }
 
-/// The cache key of a credential: user and password, length-prefixed so that no two
-/// pairs share a digest input.
-fn digest(user: &str, password: &str) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    hasher.update((user.len() as u64).to_be_bytes());
-    hasher.update(user.as_bytes());
-    hasher.update(password.as_bytes());
-    hasher.finalize().into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,40 +303,105 @@ mod tests {
     }
 
     fn auth() -> BasicAuth {
-        let hash = BcryptHash(bcrypt::hash("right", 4).expect("hashes"));
-        BasicAuth::new(&BTreeMap::from([("alice".to_string(), hash)])).expect("one user")
+        let hash = |p: &str| BcryptHash(bcrypt::hash(p, 4).expect("hashes"));
+        BasicAuth::new(&BTreeMap::from([
+            ("alice".to_string(), hash("right")),
+            ("bob".to_string(), hash("other")),
+        ]))
+        .expect("two users")
+    }
+
+    fn ip(n: u8) -> IpAddr {
+        IpAddr::from([192, 0, 2, n])
+    }
+
+    async fn allows(auth: &BasicAuth, header: Option<&[u8]>) -> bool {
+        auth.check(header, ip(1)).await == Verdict::Allowed
     }
 
     #[tokio::test]
     async fn verdicts_for_users_passwords_and_strangers() {
         let auth = auth();
-        assert!(auth.allows(Some(&header("alice", "right"))).await);
-        assert!(!auth.allows(Some(&header("alice", "wrong"))).await);
-        assert!(!auth.allows(Some(&header("mallory", "right"))).await);
-        assert!(!auth.allows(None).await);
-        assert!(!auth.allows(Some(b"Bearer abc")).await);
-        assert!(!auth.allows(Some(b"Basic !!!")).await);
+        assert!(allows(&auth, Some(&header("alice", "right"))).await);
+        assert!(!allows(&auth, Some(&header("alice", "wrong"))).await);
+        assert!(!allows(&auth, Some(&header("mallory", "right"))).await);
+        assert!(!allows(&auth, None).await);
+        assert!(!allows(&auth, Some(b"Bearer abc")).await);
+        assert!(!allows(&auth, Some(b"Basic !!!")).await);
         // The user name and password are split at the first colon: colons may follow.
-        assert!(!auth.allows(Some(&header("alice:right", ""))).await);
+        assert!(!allows(&auth, Some(&header("alice:right", ""))).await);
     }
 
     #[tokio::test]
-    async fn one_hash_per_credential_and_a_bounded_cache() {
+    async fn one_hash_per_credential_and_bounded_caches() {
         let auth = auth();
+        assert!(!auth.verified(Some(&header("alice", "right"))));
         for _ in 0..50 {
-            assert!(auth.allows(Some(&header("alice", "right"))).await);
+            assert!(allows(&auth, Some(&header("alice", "right"))).await);
         }
-        assert_eq!(auth.cached_verdicts(), 1);
-        for i in 0..CACHE_SIZE + 10 {
-            assert!(
-                !auth
-                    .allows(Some(&header("alice", &format!("guess-{i}"))))
-                    .await
+        assert!(auth.verified(Some(&header("alice", "right"))));
+        assert_eq!(auth.cached_verdicts(), (1, 0));
+        // Guesses from many addresses, so the failure limit does not stop them first.
+        for i in 0..BAD_CACHE_SIZE + 10 {
+            let client = IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8]);
+            let guess = header("alice", &format!("guess-{i}"));
+            assert_eq!(auth.check(Some(&guess), client).await, Verdict::Refused);
+        }
+        assert_eq!(auth.cached_verdicts(), (1, BAD_CACHE_SIZE));
+        // The guesses never pushed the right credential out.
+        assert!(auth.verified(Some(&header("alice", "right"))));
+    }
+
+    #[tokio::test]
+    async fn failed_logins_are_limited_per_address_and_right_ones_never_count() {
+        let auth = auth();
+        let (flood, scraper) = (ip(66), ip(7));
+        // Right logins from the flooding address do not use up its failures.
+        for _ in 0..3 * FAILURE_BURST {
+            assert_eq!(
+                auth.check(Some(&header("alice", "right")), flood).await,
+                Verdict::Allowed
             );
         }
-        assert_eq!(auth.cached_verdicts(), CACHE_SIZE);
-        // An evicted credential is simply hashed again.
-        assert!(auth.allows(Some(&header("alice", "right"))).await);
+        let mut verdicts = Vec::new();
+        for i in 0..3 * FAILURE_BURST {
+            let guess = header("alice", &format!("guess-{i}"));
+            verdicts.push(auth.check(Some(&guess), flood).await);
+        }
+        let refused = verdicts.iter().filter(|v| **v == Verdict::Refused).count();
+        let limited = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Limited(_)))
+            .count();
+        assert_eq!(refused, FAILURE_BURST as usize, "{verdicts:?}");
+        assert_eq!(limited, 2 * FAILURE_BURST as usize, "{verdicts:?}");
+        // The limited address still gets in with the credential already verified…
+        assert_eq!(
+            auth.check(Some(&header("alice", "right")), flood).await,
+            Verdict::Allowed
+        );
+        // …and another address, with a credential never verified, is checked as usual.
+        assert_eq!(
+            auth.check(Some(&header("bob", "other")), scraper).await,
+            Verdict::Allowed
+        );
+        // The flooding address with it is not: it has no failures left to risk.
+        assert!(matches!(
+            auth.check(Some(&header("alice", "never-seen")), flood)
+                .await,
+            Verdict::Limited(_)
+        ));
+    }
+
+    #[test]
+    fn the_queue_refuses_past_its_limit() {
+        let waiting = AtomicUsize::new(0);
+        let places: Vec<_> = (0..QUEUE_LIMIT)
+            .map(|_| Queued::join(&waiting).expect("a place"))
+            .collect();
+        assert!(Queued::join(&waiting).is_none());
+        drop(places);
+        assert!(Queued::join(&waiting).is_some());
     }
 
     #[test]
@@ -180,8 +410,11 @@ mod tests {
     }
 
     #[test]
-    fn the_dummy_hash_has_the_users_cost() {
-        let auth = auth();
-        assert_eq!(auth.dummy.cost(), 4);
+    fn the_dummy_hash_has_the_users_cost_and_keys_differ_per_instance() {
+        let (a, b) = (auth(), auth());
+        assert_eq!(a.dummy.cost(), 4);
+        assert_ne!(a.mac("alice", "right"), b.mac("alice", "right"));
+        assert!(equal(&a.mac("u", "p"), &a.mac("u", "p")));
+        assert!(!equal(&a.mac("u", "p"), &a.mac("u", "q")));
     }
 }

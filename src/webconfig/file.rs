@@ -99,7 +99,8 @@ impl Default for HttpServerConfig {
     }
 }
 
-/// `rate_limit`: a token bucket over all requests; an interval of 0 turns it off.
+/// `rate_limit`: a token bucket per client address over its requests not already
+/// authenticated ([`super::rate`]); an interval of 0 turns it off.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimitConfig {
@@ -339,8 +340,27 @@ impl AllowedHeader {
     }
 }
 
+/// The highest bcrypt cost accepted. bcrypt's work doubles with each step: cost 10 (Go's
+/// and htpasswd's default) takes about 50 ms of a core, 14 about a second, 15 two, and 31
+/// (which the format allows) more than a day — at start, where the dummy hash for unknown
+/// users is made, and at every login not yet verified. Above 14 the agent would be a
+/// denial of service against itself.
+pub const MAX_BCRYPT_COST: u32 = 14;
+
+/// About how long one bcrypt at `cost` takes a core, in words (from ~50 ms at cost 10).
+fn bcrypt_time(cost: u32) -> String {
+    let seconds = 0.05 * 2f64.powi(cost as i32 - 10);
+    match seconds {
+        s if s < 120.0 => format!("{s:.0} seconds"),
+        s if s < 2.0 * 3600.0 => format!("{:.0} minutes", s / 60.0),
+        s if s < 2.0 * 86400.0 => format!("{:.0} hours", s / 3600.0),
+        s => format!("{:.0} days", s / 86400.0),
+    }
+}
+
 /// A bcrypt hash as htpasswd and Go's bcrypt write it: `$2a$`, `$2b$` or `$2y$`, a cost of
-/// 4 to 31, then 53 characters of salt and hash. Never printed.
+/// 4 to [`MAX_BCRYPT_COST`] (Go allows 31), then 53 characters of salt and hash. Never
+/// printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct BcryptHash(pub String);
 
@@ -366,6 +386,15 @@ impl BcryptHash {
             .ok_or(WHAT)?;
         if !(4..=31).contains(&cost) || rest.as_bytes().get(2) != Some(&b'$') {
             return Err(WHAT.into());
+        }
+        if cost > MAX_BCRYPT_COST {
+            return Err(format!(
+                "has bcrypt cost {cost}, above the {MAX_BCRYPT_COST} accepted: each step of \
+                 cost doubles the work, and every login not verified yet (a new scraper, each \
+                 wrong password) would take about {} of a core, as would the start itself; \
+                 hash the password again at cost 10 to 12 (`htpasswd -nBC 10 USER`)",
+                bcrypt_time(cost)
+            ));
         }
         let tail = &rest[3..];
         let alphabet = |b: u8| b.is_ascii_alphanumeric() || b == b'.' || b == b'/';

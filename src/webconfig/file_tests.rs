@@ -187,6 +187,32 @@ fn bcrypt_hash_forms() {
 }
 
 #[test]
+fn bcrypt_costs_above_14_are_refused_naming_the_user_and_why() {
+    let at = |cost: &str| hash().replacen("$04$", &format!("${cost}$"), 1);
+    assert_eq!(BcryptHash::parse(&at("14")).map(|h| h.cost()), Ok(14));
+    for (cost, time) in [("15", "2 seconds"), ("31", "29 hours")] {
+        let text = format!(
+            "basic_auth_users:\n  alice: {}\n  bob: {}\n",
+            hash(),
+            at(cost)
+        );
+        let problem = parse(&text).unwrap_err();
+        assert_eq!(problem.line, Some(3), "{problem:?}");
+        let message = &problem.message;
+        assert!(message.contains("basic_auth_users.bob"), "{message}");
+        assert!(
+            message.contains(&format!("bcrypt cost {cost}, above the 14 accepted")),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!("about {time} of a core")),
+            "{message}"
+        );
+        assert!(!message.contains(&at(cost)[7..]), "{message}");
+    }
+}
+
+#[test]
 fn debug_output_hides_hashes_and_inline_keys() {
     let text = format!(
         "basic_auth_users:\n  alice: {}\ntls_server_config:\n  key: SECRETKEY\n",

@@ -11,12 +11,16 @@
 //!
 //! What differs from exporter-toolkit, each refused by name rather than ignored: TLS 1.0
 //! and 1.1, CBC and RSA-key-exchange suites and the P-521 curve (rustls has none of them),
-//! the client-certificate policies that accept a certificate without verifying it, and
-//! `client_allowed_sans`. exporter-toolkit re-reads the whole file on every request; here
-//! the certificate and key files are re-read when they change ([`tls`]), and users,
+//! the client-certificate policies that accept a certificate without verifying it,
+//! `client_allowed_sans`, and bcrypt costs above 14 ([`file::MAX_BCRYPT_COST`]).
+//! `rate_limit` is a bucket per client address rather than one for all ([`rate`]), and
+//! requests whose credentials were already verified are not counted. exporter-toolkit
+//! re-reads the whole file on every request; here the certificate and key files are
+//! re-read when they change ([`tls`]), and users,
 //! headers and policies are read at start.
 
 mod auth;
+pub mod expiry;
 mod file;
 mod locate;
 mod rate;
@@ -27,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use auth::BasicAuth;
+pub use auth::{BasicAuth, Verdict};
 pub use file::{AllowedHeader, BcryptHash, ClientAuth, GoDuration, TlsVersion};
 pub use rate::RateLimiter;
 
@@ -41,13 +45,17 @@ pub struct WebConfig {
     /// The rustls configuration (its certificate re-read when the files change); None:
     /// plain HTTP.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The certificate served at start (with TLS): [`expiry::Leaf::serve`] records and
+    /// checks its expiry when serving begins.
+    pub leaf: Option<expiry::Leaf>,
     /// HTTP/2 over TLS (ALPN `h2`); plain HTTP is always HTTP/1.1, as in exporter-toolkit.
     pub http2: bool,
     /// Headers added to every response, in exporter-toolkit's allowed set.
     pub headers: Vec<(&'static str, String)>,
     /// User name → bcrypt hash; empty: no authentication.
     pub users: BTreeMap<String, BcryptHash>,
-    /// Token bucket over all requests: one token per `every`, at most `burst` stored.
+    /// Token bucket of each client address over its requests not already authenticated:
+    /// one token per `every`, at most `burst` stored.
     pub rate_limit: Option<(Duration, u32)>,
 }
 
@@ -176,16 +184,17 @@ impl WebConfig {
             }
             (interval, burst) => Some((interval, burst)),
         };
-        let tls = if tls_config.is_enabled() {
-            let config = tls::server_config(tls_config, dir, http.http2)
+        let (tls, leaf) = if tls_config.is_enabled() {
+            let (config, leaf) = tls::server_config(tls_config, dir, http.http2)
                 .map_err(|(key, message)| Problem::at(text, key, message))?;
-            Some(Arc::new(config))
+            (Some(Arc::new(config)), Some(leaf))
         } else {
-            None
+            (None, None)
         };
         Ok(WebConfig {
             path: PathBuf::new(),
             tls,
+            leaf,
             http2: http.http2,
             headers,
             users: file.basic_auth_users,

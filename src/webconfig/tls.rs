@@ -19,18 +19,20 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
 
+use super::expiry::{self, Leaf};
 use super::file::{ClientAuth, Curve, TlsServerConfig, TlsVersion};
 use crate::sync::lock;
 
 /// A refusal: the dotted key at fault and why.
 type Refusal = (&'static str, String);
 
-/// Builds the rustls configuration of `t`, reading its files (relative to `dir`).
+/// Builds the rustls configuration of `t`, reading its files (relative to `dir`), with
+/// the certificate it serves first.
 pub fn server_config(
     t: &TlsServerConfig,
     dir: &Path,
     http2: bool,
-) -> Result<ServerConfig, Refusal> {
+) -> Result<(ServerConfig, Leaf), Refusal> {
     let cert = source(
         dir,
         t.cert_file.as_deref(),
@@ -50,6 +52,7 @@ pub fn server_config(
     let versions = usable_versions(&versions, &provider)?;
     let verifier = client_verifier(t, dir, &provider)?;
     let resolver = RotatingCert::load(cert, key, Arc::clone(&provider))?;
+    let leaf = resolver.leaf();
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&versions)
         .map_err(|e| {
@@ -66,7 +69,7 @@ pub fn server_config(
     } else {
         vec![b"http/1.1".to_vec()]
     };
-    Ok(config)
+    Ok((config, leaf))
 }
 
 /// Where PEM text comes from: a file (re-read when it changes) or the YAML itself.
@@ -440,6 +443,20 @@ impl RotatingCert {
         })
     }
 
+    /// The certificate served now.
+    fn leaf(&self) -> Leaf {
+        let served = lock(&self.state);
+        Leaf {
+            der: served
+                .current
+                .cert
+                .first()
+                .map(|c| c.to_vec())
+                .unwrap_or_default(),
+            what: self.cert.described(),
+        }
+    }
+
     fn current(&self) -> Arc<CertifiedKey> {
         let mut served = lock(&self.state);
         if served.checked.elapsed() >= CHECK_EVERY {
@@ -449,6 +466,9 @@ impl RotatingCert {
                 match load_pair(&self.cert, &self.key, &self.provider) {
                     Ok(pair) => {
                         tracing::info!("TLS certificate reloaded from {}", self.cert.described());
+                        if let Some(leaf) = pair.cert.first() {
+                            expiry::serving(leaf, &self.cert.described());
+                        }
                         served.current = Arc::new(pair);
                         served.stamps = stamps;
                         served.refused = None;

@@ -311,7 +311,12 @@ proptest::proptest! {
 #[test]
 fn nvlink_errors_summed_over_links_come_back_as_one_link() {
     let with = |error: &'static str| -> Vec<(&'static str, &'static str)> {
-        vec![("gpu", "0"), ("uuid", "GPU-a"), ("instance", "n1"), ("error", error)]
+        vec![
+            ("gpu", "0"),
+            ("uuid", "GPU-a"),
+            ("instance", "n1"),
+            ("error", error),
+        ]
     };
     let all = [
         series("gpu_up", GPU0, &[(0, 1.0)]),
