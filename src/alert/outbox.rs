@@ -48,21 +48,26 @@
 //! [`crate::redact::scrub`]: a delivery error may quote a webhook URL or a reply echoing
 //! its token.
 
+mod disk;
+mod entry;
+mod read;
 mod store;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
 use super::Notification;
+use disk::{Disk, RETRY_LONGEST, backoff, set_aside};
+pub use entry::{Enqueued, OutboxEntry, OutboxError};
+use entry::{stale_on_load, superseded_ids, victims};
 use store::{Opener, Store, guarded};
 
 /// Id of an outbox entry; increasing in enqueue order (within a group, a higher id is
@@ -71,113 +76,6 @@ pub type EntryId = u64;
 
 /// File name of the store inside the state directory.
 pub const FILE_NAME: &str = "outbox.redb";
-
-/// A notification waiting for delivery, with its delivery history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OutboxEntry {
-    /// The store key; not part of the stored value.
-    #[serde(skip)]
-    pub id: EntryId,
-    pub notification: Notification,
-    pub enqueued_at: DateTime<Utc>,
-    /// Delivery attempts that failed so far.
-    pub attempts: u32,
-    /// Not to be tried before this.
-    pub next_attempt_at: DateTime<Utc>,
-    /// Why the last attempt failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-}
-
-impl OutboxEntry {
-    /// Whether every alert of the notification is resolved (evicted first when full).
-    pub fn is_resolved(&self) -> bool {
-        self.notification.status() == "resolved"
-    }
-}
-
-/// What [`Outbox::enqueue`] did besides storing the entry.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Enqueued {
-    pub id: EntryId,
-    /// Older pending entries of the same receiver and group that this one replaced.
-    pub superseded: usize,
-    /// Receivers of the entries evicted to keep the bound, one per entry.
-    pub evicted: Vec<String>,
-    /// False when the entry is held in memory only (for now: it is written once the store
-    /// works again).
-    pub durable: bool,
-}
-
-/// The store could not be opened, read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum OutboxError {
-    #[error(
-        "notification outbox {}: the file is locked by another process (is another gpu-sentinel using this state directory?)",
-        path.display()
-    )]
-    InUse { path: PathBuf },
-    #[error("notification outbox {}: {source}{}", path.display(), corrupt_hint(source))]
-    Store {
-        path: PathBuf,
-        #[source]
-        source: Box<redb::Error>,
-    },
-    #[error("notification outbox {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// redb gave up on the file mid-operation (it panics on some kinds of damage).
-    #[error("notification outbox {}: the store failed ({message}); the file is probably damaged", path.display())]
-    Panicked { path: PathBuf, message: String },
-    #[error("notification outbox {}: entry cannot be encoded: {source}", path.display())]
-    Encode {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The store failed before and its backoff has not ended: not tried this time.
-    #[error(
-        "notification outbox {}: the store is failing; the change is kept in memory and written at the next attempt",
-        path.display()
-    )]
-    Waiting { path: PathBuf },
-}
-
-fn corrupt_hint(e: &redb::Error) -> &'static str {
-    match e {
-        redb::Error::Corrupted(_) => " (the file is damaged)",
-        redb::Error::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-            " (not a valid outbox store: damaged, or another kind of file)"
-        }
-        _ => "",
-    }
-}
-
-impl OutboxError {
-    /// The store's file is damaged or not a store at all (as opposed to locked or
-    /// unreadable).
-    pub fn is_corrupt(&self) -> bool {
-        match self {
-            OutboxError::Store { source, .. } => match &**source {
-                redb::Error::Corrupted(_) => true,
-                // redb's answer to a file without its magic number.
-                redb::Error::Io(e) => e.kind() == std::io::ErrorKind::InvalidData,
-                _ => false,
-            },
-            OutboxError::Panicked { .. } => true,
-            _ => false,
-        }
-    }
-}
-
-/// First wait before a failed store is tried again; doubled after each further failure.
-const RETRY_FIRST: Duration = Duration::from_secs(1);
-/// Longest wait between attempts: once the disk has room again, what memory holds is on it
-/// within this (sooner when a notification comes).
-const RETRY_LONGEST: Duration = Duration::from_secs(10);
 
 /// The outbox. Shared between the dispatcher (which enqueues) and the delivery workers
 /// (which take due entries and report outcomes); every method takes `&self`.
@@ -198,223 +96,6 @@ struct State {
     /// Receivers of entries evicted while a late-opened store's entries were taken in,
     /// not yet handed to the caller for counting.
     evicted: Vec<String>,
-}
-
-/// The store, and what memory holds that its file lacks.
-struct Disk {
-    path: PathBuf,
-    opener: Opener,
-    /// None until it first opened, and after a failure closed it.
-    store: Option<Store>,
-    /// Whether the file's entries have been read (false while it never opened).
-    loaded: bool,
-    /// Entries new or changed in memory and not yet written.
-    unwritten: BTreeSet<EntryId>,
-    /// Entries gone from memory that the file may still hold.
-    unremoved: BTreeSet<EntryId>,
-    /// Groups `(receiver, group_key)` notified before the file's entries were read: the
-    /// file's entries of these are older than memory's and must not come back.
-    notified_unloaded: BTreeSet<(String, String)>,
-    /// Failed attempts in a row (the backoff's exponent); 0 while the store works.
-    failures: u32,
-    /// No attempt before this unless forced.
-    retry_at: Option<Instant>,
-}
-
-/// What [`Disk`] has to catch up on, saved so a failed enqueue can be undone.
-type Backlog = (
-    BTreeSet<EntryId>,
-    BTreeSet<EntryId>,
-    BTreeSet<(String, String)>,
-);
-
-impl Disk {
-    fn new(path: &Path, opener: Opener, store: Option<Store>) -> Disk {
-        Disk {
-            path: path.to_path_buf(),
-            opener,
-            loaded: store.is_some(),
-            store,
-            unwritten: BTreeSet::new(),
-            unremoved: BTreeSet::new(),
-            notified_unloaded: BTreeSet::new(),
-            failures: 0,
-            retry_at: None,
-        }
-    }
-
-    /// The file holds exactly what memory holds (the store may be closed after a failure:
-    /// it is opened again when there is something to write).
-    fn in_sync(&self) -> bool {
-        self.loaded && self.unwritten.is_empty() && self.unremoved.is_empty()
-    }
-
-    fn changed(&mut self, id: EntryId) {
-        self.unwritten.insert(id);
-    }
-
-    fn gone(&mut self, id: EntryId) {
-        self.unwritten.remove(&id);
-        self.unremoved.insert(id);
-    }
-
-    /// A notification of the group came; before the file is read that makes its entries
-    /// of the group stale.
-    fn notified(&mut self, receiver: &str, group_key: &str) {
-        if !self.loaded {
-            self.notified_unloaded
-                .insert((receiver.to_string(), group_key.to_string()));
-        }
-    }
-
-    fn backlog(&self) -> Backlog {
-        (
-            self.unwritten.clone(),
-            self.unremoved.clone(),
-            self.notified_unloaded.clone(),
-        )
-    }
-
-    fn restore(&mut self, (unwritten, unremoved, notified): Backlog) {
-        self.unwritten = unwritten;
-        self.unremoved = unremoved;
-        self.notified_unloaded = notified;
-    }
-
-    /// Writes what the file lacks, in one transaction, opening the store first when it is
-    /// closed. A file found damaged is moved aside and a fresh one gets everything.
-    fn catch_up(
-        &mut self,
-        entries: &mut BTreeMap<EntryId, OutboxEntry>,
-        next_id: &mut EntryId,
-        max_entries: usize,
-    ) -> Result<Vec<String>, OutboxError> {
-        let path = self.path.clone();
-        match guarded(&path, || self.try_catch_up(entries, next_id, max_entries)) {
-            Err(e) if e.is_corrupt() => {
-                // Closed before the file is moved.
-                self.store = None;
-                let aside = set_aside(&path).map_err(|source| OutboxError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                tracing::error!(
-                    "{e}; moved it to {} and started an empty store: the {} notification(s) \
-                     in memory are written to it, those only in the damaged file are not \
-                     delivered",
-                    aside.display(),
-                    entries.len()
-                );
-                self.loaded = true;
-                self.unwritten = entries.keys().copied().collect();
-                self.unremoved.clear();
-                self.notified_unloaded.clear();
-                guarded(&path, || self.try_catch_up(entries, next_id, max_entries))
-            }
-            other => other,
-        }
-    }
-
-    fn try_catch_up(
-        &mut self,
-        entries: &mut BTreeMap<EntryId, OutboxEntry>,
-        next_id: &mut EntryId,
-        max_entries: usize,
-    ) -> Result<Vec<String>, OutboxError> {
-        // On an error below the store is dropped, i.e. closed: redb wants a reopen then.
-        let store = match self.store.take() {
-            Some(store) => store,
-            None => Store::create(&self.path, &self.opener)?,
-        };
-        let evicted = if self.loaded {
-            let put: Vec<&OutboxEntry> = self
-                .unwritten
-                .iter()
-                .filter_map(|id| entries.get(id))
-                .collect();
-            let remove: Vec<EntryId> = self.unremoved.iter().copied().collect();
-            store.write(&put, &remove)?;
-            Vec::new()
-        } else {
-            self.adopt(&store, entries, next_id, max_entries)?
-        };
-        self.loaded = true;
-        self.unwritten.clear();
-        self.unremoved.clear();
-        self.notified_unloaded.clear();
-        self.store = Some(store);
-        Ok(evicted)
-    }
-
-    /// Takes in the entries of a store that opened only after notifications were accepted:
-    /// those of groups notified meanwhile are older than memory's and deleted; the others
-    /// get ids after memory's (nobody holds their old ones yet), keeping their order, as
-    /// far as the bound allows. Returns the receivers of the entries evicted for it.
-    fn adopt(
-        &self,
-        store: &Store,
-        entries: &mut BTreeMap<EntryId, OutboxEntry>,
-        next_id: &mut EntryId,
-        max_entries: usize,
-    ) -> Result<Vec<String>, OutboxError> {
-        let mut found = store.load()?;
-        let old_keys: Vec<EntryId> = found.keys().copied().collect();
-        for id in stale_on_load(&found) {
-            found.remove(&id);
-        }
-        let mut id = *next_id;
-        let mut adopted = BTreeMap::new();
-        for mut entry in found.into_values() {
-            let group = (
-                entry.notification.receiver.clone(),
-                entry.notification.group_key.clone(),
-            );
-            if self.notified_unloaded.contains(&group) {
-                continue;
-            }
-            entry.id = id;
-            adopted.insert(id, entry);
-            id += 1;
-        }
-        let excess = adopted
-            .len()
-            .saturating_sub(max_entries.saturating_sub(entries.len()));
-        let evicted: Vec<String> = victims(adopted.values(), excess)
-            .iter()
-            .filter_map(|id| adopted.remove(id))
-            .map(|e| e.notification.receiver)
-            .collect();
-        {
-            // Every old key goes first: a re-numbered entry or one from memory may take it.
-            let put: Vec<&OutboxEntry> = entries.values().chain(adopted.values()).collect();
-            store.write(&put, &old_keys)?;
-        }
-        if !evicted.is_empty() {
-            tracing::warn!(
-                "notification outbox {}: {} older notification(s) found in it did not fit \
-                 next to those accepted meanwhile and were evicted",
-                self.path.display(),
-                evicted.len()
-            );
-        }
-        *next_id = id;
-        entries.extend(adopted);
-        Ok(evicted)
-    }
-}
-
-/// Renames a damaged store file to `<name>.corrupt-<unix seconds>`, kept for inspection.
-fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
-    let stamp = Utc::now().timestamp();
-    let aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
-    std::fs::rename(path, &aside)?;
-    Ok(aside)
-}
-
-/// The wait after `failures` failed attempts in a row: 1 s doubling, at most 10 s.
-fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    RETRY_FIRST.saturating_mul(1u32 << exp).min(RETRY_LONGEST)
 }
 
 impl std::fmt::Debug for Outbox {
@@ -756,57 +437,6 @@ impl Outbox {
         self.sync(&mut guard, true)
     }
 
-    /// Up to `limit` entries of `receiver` due at `now`, in the order to try them: earliest
-    /// due first, then oldest first.
-    pub fn due(&self, receiver: &str, now: DateTime<Utc>, limit: usize) -> Vec<OutboxEntry> {
-        let state = self.lock();
-        let mut due: Vec<&OutboxEntry> = state
-            .entries
-            .values()
-            .filter(|e| e.notification.receiver == receiver && e.next_attempt_at <= now)
-            .collect();
-        due.sort_by_key(|e| (e.next_attempt_at, e.id));
-        due.into_iter().take(limit).cloned().collect()
-    }
-
-    /// Entries of `receiver` enqueued before `cutoff`.
-    pub fn enqueued_before(&self, receiver: &str, cutoff: DateTime<Utc>) -> Vec<OutboxEntry> {
-        self.lock()
-            .entries
-            .values()
-            .filter(|e| e.notification.receiver == receiver && e.enqueued_at < cutoff)
-            .cloned()
-            .collect()
-    }
-
-    /// When the next entry of `receiver` is due (None: nothing pending for it).
-    pub fn next_due(&self, receiver: &str) -> Option<DateTime<Utc>> {
-        self.lock()
-            .entries
-            .values()
-            .filter(|e| e.notification.receiver == receiver)
-            .map(|e| e.next_attempt_at)
-            .min()
-    }
-
-    /// Every pending entry, oldest first.
-    pub fn entries(&self) -> Vec<OutboxEntry> {
-        self.lock().entries.values().cloned().collect()
-    }
-
-    /// Receivers with pending entries, each once.
-    pub fn receivers(&self) -> Vec<String> {
-        let state = self.lock();
-        let mut out: Vec<String> = state
-            .entries
-            .values()
-            .map(|e| e.notification.receiver.clone())
-            .collect();
-        out.sort();
-        out.dedup();
-        out
-    }
-
     /// The receiver has the entry: remove it. Returns whether it was still there (a
     /// superseded or evicted entry is not). The entry leaves memory even when the store
     /// write fails (`Err`); its removal is written with the store's next success, and until
@@ -907,75 +537,7 @@ impl Outbox {
         Ok(ids.len())
     }
 
-    /// Entries waiting.
-    pub fn pending(&self) -> usize {
-        self.lock().entries.len()
-    }
-
-    /// Entries waiting for one receiver.
-    pub fn pending_for(&self, receiver: &str) -> usize {
-        self.lock()
-            .entries
-            .values()
-            .filter(|e| e.notification.receiver == receiver)
-            .count()
-    }
-
     fn lock(&self) -> MutexGuard<'_, State> {
         crate::sync::lock(&self.state)
     }
-}
-
-/// Every entry but the newest of its (receiver, group).
-fn stale_on_load(entries: &BTreeMap<EntryId, OutboxEntry>) -> Vec<EntryId> {
-    let mut newest: BTreeMap<(&str, &str), EntryId> = BTreeMap::new();
-    let mut stale = Vec::new();
-    for (id, e) in entries {
-        let key = (
-            e.notification.receiver.as_str(),
-            e.notification.group_key.as_str(),
-        );
-        if let Some(older) = newest.insert(key, *id) {
-            stale.push(older);
-        }
-    }
-    stale
-}
-
-fn superseded_ids(
-    entries: &BTreeMap<EntryId, OutboxEntry>,
-    receiver: &str,
-    group_key: &str,
-) -> Vec<EntryId> {
-    entries
-        .values()
-        .filter(|e| e.notification.receiver == receiver && e.notification.group_key == group_key)
-        .map(|e| e.id)
-        .collect()
-}
-
-/// `excess` of `candidates` (oldest first) to evict: the oldest resolved ones first, then
-/// the oldest.
-fn victims<'a>(
-    candidates: impl Iterator<Item = &'a OutboxEntry> + Clone,
-    excess: usize,
-) -> Vec<EntryId> {
-    if excess == 0 {
-        return Vec::new();
-    }
-    let mut out: Vec<EntryId> = candidates
-        .clone()
-        .filter(|e| e.is_resolved())
-        .map(|e| e.id)
-        .take(excess)
-        .collect();
-    if out.len() < excess {
-        let more: Vec<EntryId> = candidates
-            .filter(|e| !out.contains(&e.id))
-            .map(|e| e.id)
-            .take(excess - out.len())
-            .collect();
-        out.extend(more);
-    }
-    out
 }
