@@ -158,7 +158,20 @@ impl Agent {
     pub fn on_fake_nvml(name: &str, scenario: &str, config: &str, env: &[(&str, &str)]) -> Agent {
         let lib = fake_nvml_lib();
         let scenario = temp_file(&format!("{name}.toml"), scenario);
-        let config = temp_file(&format!("{name}-config.toml"), config);
+        // Each agent gets a state directory of its own unless the test gives one: on the
+        // default (/var/lib/gpu-sentinel) agents of tests running side by side would meet
+        // the state lock, and one run's alerts would be read back by the next.
+        let config = if config.contains("[state]") {
+            config.to_string()
+        } else {
+            let dir = std::env::temp_dir().join(format!(
+                "gpu-sentinel-test-state-{}-{name}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            format!("{config}\n[state]\ndir = {:?}\n", dir.display().to_string())
+        };
+        let config = temp_file(&format!("{name}-config.toml"), &config);
         let scenario = scenario.to_str().expect("UTF-8 temp path").to_string();
         let mut env = env.to_vec();
         env.push(("FAKE_NVML_SCENARIO", &scenario));
