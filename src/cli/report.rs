@@ -58,6 +58,12 @@ pub struct ReportArgs {
     /// Give up on one query after this long.
     #[arg(long, value_name = "D", default_value = "60s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// Megabytes of the store's answers held in flight at most, all queries together
+    /// (parsed as they arrive); a query whose answer would pass it fails, naming it. The
+    /// report's systemd unit caps the process at 256 MB.
+    #[arg(long, value_name = "MB", default_value_t = crate::fleet::prom::ANSWER_BYTES_IN_FLIGHT as u64 >> 20,
+          value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_answer_mb: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -81,7 +87,8 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
         base: args.prometheus.clone(),
         auth: auth_from_env()?,
         timeout: args.timeout,
-    });
+    })
+    .with_answer_budget(usize::try_from(args.max_answer_mb << 20).unwrap_or(usize::MAX));
     let spec = ReportSpec {
         from,
         to,

@@ -168,7 +168,8 @@ impl Client {
         }
     }
 
-    /// The same client with another cap on the answer bytes in flight (tests).
+    /// The same client with another cap on the answer bytes in flight (`report
+    /// --max-answer-mb`).
     pub fn with_answer_budget(mut self, bytes: usize) -> Client {
         self.answer_budget = bytes;
         self
