@@ -17,6 +17,11 @@
 //!   [`FAILURE_BURST`] times, then once every [`FAILURE_EVERY`]; past that its new guesses
 //!   are answered 429 without any bcrypt. A login that succeeds gives its token back, so
 //!   only failures count, and a credential already verified is never refused by it.
+//! - **Addresses that failed lately wait in a lane of their own.** Their verifications
+//!   join the pool's queue one at a time, so a first login from an address with no recent
+//!   failure (a scraper after a restart or a password change) waits behind at most the
+//!   hashes running and one guess, however many guesses are waiting: with one worker and a
+//!   loaded host, a first-come queue kept a right scrape behind a flood's whole burst.
 //!   Wrong credentials seen recently are remembered too (bounded), so a scraper with a
 //!   stale password costs one bcrypt, not one per scrape.
 //!
@@ -82,6 +87,8 @@ pub struct BasicAuth {
     bad: Mutex<HashSet<Mac>>,
     failures: RateLimiter,
     hashing: tokio::sync::Semaphore,
+    /// The lane of addresses that failed lately: one of them at a time joins `hashing`.
+    suspects: tokio::sync::Semaphore,
     waiting: AtomicUsize,
 }
 
@@ -114,6 +121,7 @@ impl BasicAuth {
             bad: Mutex::new(HashSet::new()),
             failures: RateLimiter::new(FAILURE_EVERY, FAILURE_BURST),
             hashing: tokio::sync::Semaphore::new(BasicAuth::workers()),
+            suspects: tokio::sync::Semaphore::new(1),
             waiting: AtomicUsize::new(0),
         })
     }
@@ -151,13 +159,21 @@ impl BasicAuth {
         }
         // The token is taken before the hash, so that many guesses sent at once are
         // limited as well as guesses sent one after another; a right one gives it back.
-        if !self.failures.allow(client) {
+        let Some(clean) = self.failures.take(client) else {
             return Verdict::Limited(self.failures.retry_after(client));
-        }
+        };
         let queued = Queued::join(&self.waiting);
         let Some(_queued) = queued else {
             self.failures.refund(client);
             return Verdict::Busy;
+        };
+        let _lane = if clean {
+            None
+        } else {
+            match self.suspects.acquire().await {
+                Ok(lane) => Some(lane),
+                Err(_) => return Verdict::Busy,
+            }
         };
         let Ok(_permit) = self.hashing.acquire().await else {
             return Verdict::Busy;
@@ -391,6 +407,41 @@ mod tests {
                 .await,
             Verdict::Limited(_)
         ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_clean_address_goes_ahead_of_a_flood_waiting_for_bcrypt() {
+        use std::sync::Arc;
+        // Cost 8: each guess holds a worker for milliseconds, long enough to queue behind.
+        let hash = BcryptHash(bcrypt::hash("right", 8).expect("hashes"));
+        let auth = Arc::new(
+            BasicAuth::new(&BTreeMap::from([("alice".to_string(), hash)])).expect("a user"),
+        );
+        let finished = Arc::new(AtomicUsize::new(0));
+        let mut guesses = Vec::new();
+        for i in 0..FAILURE_BURST {
+            let (auth, finished) = (Arc::clone(&auth), Arc::clone(&finished));
+            guesses.push(tokio::spawn(async move {
+                let guess = header("alice", &format!("guess-{i}"));
+                let verdict = auth.check(Some(&guess), ip(66)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                verdict
+            }));
+        }
+        // Let every guess take its token and queue.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let verdict = auth.check(Some(&header("alice", "right")), ip(7)).await;
+        let ahead = finished.load(Ordering::SeqCst);
+        assert_eq!(verdict, Verdict::Allowed);
+        // Behind the hashes running and the one guess in the flood's lane at most; a
+        // first-come queue put it behind all of them.
+        assert!(
+            ahead <= BasicAuth::workers() + 1,
+            "{ahead} of {FAILURE_BURST} guesses were hashed first"
+        );
+        for guess in guesses {
+            assert_eq!(guess.await.expect("a guess"), Verdict::Refused);
+        }
     }
 
     #[test]

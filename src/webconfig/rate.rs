@@ -40,7 +40,13 @@ impl RateLimiter {
 
     /// Takes one of `client`'s tokens if it has one.
     pub fn allow(&self, client: IpAddr) -> bool {
-        self.allow_at(client, Instant::now())
+        self.take_at(client, Instant::now()).is_some()
+    }
+
+    /// Takes one of `client`'s tokens if it has one, and says whether its bucket was full
+    /// before (`Some(true)`: nothing taken from it lately) or not.
+    pub fn take(&self, client: IpAddr) -> Option<bool> {
+        self.take_at(client, Instant::now())
     }
 
     /// Gives `client` back a token taken by [`RateLimiter::allow`] (a login that turned out
@@ -61,7 +67,12 @@ impl RateLimiter {
         wait.max(Duration::from_secs(1))
     }
 
+    #[cfg(test)]
     fn allow_at(&self, client: IpAddr, now: Instant) -> bool {
+        self.take_at(client, now).is_some()
+    }
+
+    fn take_at(&self, client: IpAddr, now: Instant) -> Option<bool> {
         let mut buckets = lock(&self.buckets);
         let key = block(client);
         if !buckets.contains_key(&key) && buckets.len() >= MAX_ADDRESSES {
@@ -73,10 +84,10 @@ impl RateLimiter {
         *then = now;
         if held >= 1.0 {
             *tokens = held - 1.0;
-            true
+            Some(held >= self.burst)
         } else {
             *tokens = held;
-            false
+            None
         }
     }
 
@@ -159,6 +170,21 @@ mod tests {
         assert!(v6.allow_at(ip("2001:db8:0:1::1"), now));
         assert!(v6.allow_at(ip("::ffff:192.0.2.9"), now));
         assert!(!v6.allow_at(ip("192.0.2.9"), now));
+    }
+
+    #[test]
+    fn a_token_taken_says_whether_the_bucket_was_full() {
+        let limiter = RateLimiter::new(Duration::from_secs(1), 3);
+        let (a, start) = (ip("192.0.2.1"), Instant::now());
+        assert_eq!(limiter.take_at(a, start), Some(true));
+        assert_eq!(limiter.take_at(a, start), Some(false));
+        assert_eq!(limiter.take_at(a, start), Some(false));
+        assert_eq!(limiter.take_at(a, start), None);
+        // Refilled: nothing taken from it lately.
+        assert_eq!(
+            limiter.take_at(a, start + Duration::from_secs(3)),
+            Some(true)
+        );
     }
 
     #[test]
