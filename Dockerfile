@@ -1,6 +1,7 @@
 # gpu-sentinel container image.
 #
-# Build:  docker build -t gpu-sentinel .
+# Build:  docker build -t gpu-sentinel .     (BuildKit: it builds only the stages used)
+#         scripts/build-image.sh --check     (buildah, with no Docker engine or registry)
 # Run:    docker run --rm --gpus all --pid=host --cap-drop ALL --cap-add SYSLOG --read-only \
 #           -v gpu-sentinel-state:/var/lib/gpu-sentinel -p 10400:10400 gpu-sentinel
 #
@@ -11,9 +12,23 @@
 # or `kmsg = "off"`. Kubernetes: deploy/kubernetes. tests/deploy.rs checks this file
 # against the binary and the configuration defaults.
 
+# Where the agent binary comes from: the stage AGENT_BINARY names.
+#   build (the default): compiled from this tree in the Rust image; what a plain
+#     `docker build .` with a registry at hand does.
+#   prebuilt: target/image/gpu-sentinel, compiled and stripped on a Debian bookworm host by
+#     scripts/build-image.sh, for machines that reach no registry and so cannot pull the
+#     Rust image (the script makes the Debian base with mmdebstrap there).
+# A build argument picking a stage, rather than a second Dockerfile, keeps one runtime stage:
+# the image users run is described once, whichever way its binary was made. BuildKit (Docker's
+# builder since 23.0) and buildah build only the stages the last one needs, so a prebuilt
+# build never pulls the Rust image and a normal build never looks for target/image.
+ARG AGENT_BINARY=build
+
 # Build and runtime stages are the same Debian release (bookworm), so the binary needs no
 # newer glibc than the runtime has; it links only libc6's and libgcc-s1's libraries, which
-# every Debian image ships (NVML is loaded at run time, never linked).
+# every Debian image ships (NVML is loaded at run time, never linked). A prebuilt binary
+# must come from bookworm too; scripts/build-image.sh --check runs it inside the image,
+# which fails on any glibc symbol version the image lacks.
 FROM rust:1-bookworm AS build
 WORKDIR /src
 # A Docker build has no .git: pass the revision for gpu_sentinel_build_info.
@@ -21,11 +36,20 @@ ARG GPU_SENTINEL_REVISION=unknown
 ENV GPU_SENTINEL_REVISION=${GPU_SENTINEL_REVISION}
 COPY . .
 RUN cargo build --release --locked --package gpu-sentinel \
- && strip target/release/gpu-sentinel
+ && strip target/release/gpu-sentinel \
+ && install -D -m 0755 target/release/gpu-sentinel /out/gpu-sentinel
+
+FROM scratch AS prebuilt
+COPY target/image/gpu-sentinel /out/gpu-sentinel
+
+FROM ${AGENT_BINARY} AS agent
 
 FROM debian:bookworm-slim
-COPY --from=build /src/target/release/gpu-sentinel /usr/local/bin/gpu-sentinel
-COPY config.toml /etc/gpu-sentinel/config.toml
+# Modes set here, not inherited from the checkout's umask: the binary and the configuration
+# are root's and read-only to everyone else.
+COPY --from=agent --chmod=0755 /out/gpu-sentinel /usr/local/bin/gpu-sentinel
+COPY --chmod=0644 config.toml /etc/gpu-sentinel/config.toml
+COPY --chmod=0644 LICENSE /usr/share/doc/gpu-sentinel/LICENSE
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=utility
 # The state directory (engine windows, alert state, outbox) belongs on a volume.
