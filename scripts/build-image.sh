@@ -212,6 +212,18 @@ build_image() {
 # The image's configuration (Docker format), read once.
 image_config() { bh inspect --type image "$tag" | jq .Docker.config; }
 
+# Runs a command in the check's container and prints its standard output, passed through a
+# file in the container rather than buildah's relay, which on a loaded machine has been seen
+# to lose a short command's output (an empty `--version` with status 0).
+captured() {
+  local root status=0
+  root=$(bh mount "$ctr")
+  bh run "$ctr" -- /bin/sh -c '"$@" >/tmp/build-image.out' sh "$@" || status=$?
+  cat "$root/tmp/build-image.out" 2>/dev/null || true
+  rm -f "$root/tmp/build-image.out"
+  return $status
+}
+
 # A JSON array from the image's configuration into the named bash array.
 json_array() { # NAME JQ-PATH
   local -n into=$1
@@ -240,16 +252,17 @@ check_image() {
 
   ctr=$(bh from --pull=never --quiet "$tag") || die "cannot make a container of $tag"
   trap 'bh rm "$ctr" >/dev/null 2>&1 || true' EXIT
-  inside() { bh run "$ctr" -- "$@"; }
+  local root
+  root=$(bh mount "$ctr")
 
   log "files: owners and modes"
   local files
-  files=$(inside stat -c '%a %U:%G %n' /usr/local/bin/gpu-sentinel /etc/gpu-sentinel/config.toml \
-    /usr/share/doc/gpu-sentinel/LICENSE) || die "stat in the image failed"
+  files=$(cd "$root" && stat -c '%a %u:%g /%n' usr/local/bin/gpu-sentinel etc/gpu-sentinel/config.toml \
+    usr/share/doc/gpu-sentinel/LICENSE) || die "a file is missing from the image"
   printf '%s\n' "$files"
-  grep -qx '755 root:root /usr/local/bin/gpu-sentinel' <<<"$files" || die "the binary is not root's 0755"
-  grep -qx '644 root:root /etc/gpu-sentinel/config.toml' <<<"$files" || die "the configuration is not root's 0644"
-  cmp -s <(inside cat /usr/local/bin/gpu-sentinel) "$binary" ||
+  grep -qx '755 0:0 /usr/local/bin/gpu-sentinel' <<<"$files" || die "the binary is not root's 0755"
+  grep -qx '644 0:0 /etc/gpu-sentinel/config.toml' <<<"$files" || die "the configuration is not root's 0644"
+  cmp -s "$root/usr/local/bin/gpu-sentinel" "$binary" ||
     die "the image's binary is not $binary (a stale layer?)"
 
   log "shared libraries (readelf -d: NEEDED; ldd inside the image)"
@@ -260,13 +273,14 @@ check_image() {
     die "the binary links an NVIDIA library; NVML must be loaded at run time"
   fi
   local resolved
-  resolved=$(inside ldd /usr/local/bin/gpu-sentinel) || die "ldd in the image failed: $resolved"
+  resolved=$(captured ldd /usr/local/bin/gpu-sentinel) || die "ldd in the image failed: $resolved"
   printf '%s\n' "$resolved"
+  grep -q 'libc\.so\.6 => ' <<<"$resolved" || die "ldd in the image resolved no libc"
   ! grep -q 'not found' <<<"$resolved" || die "a library the binary needs is missing from the image"
 
   log "gpu-sentinel --version"
   local version expected
-  version=$(inside "${entrypoint[@]}" --version) || die "--version failed in the image"
+  version=$(captured "${entrypoint[@]}" --version) || die "--version failed in the image"
   expected=$("$binary" --version) || die "$binary --version failed on the host"
   printf '%s\n' "$version"
   [ "$version" = "$expected" ] || die "the image says '$version', the binary here '$expected'"
@@ -275,7 +289,8 @@ check_image() {
   config=$(printf '%s\n' "${cmd[@]}" | grep -A1 -x -- '--config' | tail -n 1)
   [ -n "$config" ] || die "the CMD names no --config"
   log "gpu-sentinel check-config $config"
-  inside "${entrypoint[@]}" check-config "$config" || die "check-config refuses the image's $config"
+  bh run "$ctr" -- "${entrypoint[@]}" check-config "$config" ||
+    die "check-config refuses the image's $config"
 
   # The rest needs its own network namespace: re-run this part of the script in one.
   if [ "${GPU_SENTINEL_IMAGE_NETNS:-}" != private ]; then
@@ -314,7 +329,8 @@ run_check() {
   # --cap-drop ALL would win over any --cap-add, so every other capability a container gets
   # by default is dropped by name.
   local defaults drops=()
-  defaults=$(bh run "$ctr" -- grep CapBnd /proc/self/status | awk '{print $2}')
+  defaults=$(captured grep CapBnd /proc/self/status | awk '{print $2}')
+  [ -n "$defaults" ] || die "cannot read a container's default capabilities"
   for cap in $(capsh --decode="$defaults" | cut -d= -f2 | tr ',' ' '); do
     [ "$cap" = cap_syslog ] || drops+=(--cap-drop "${cap^^}")
   done
