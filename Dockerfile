@@ -1,6 +1,6 @@
 # gpu-sentinel container image.
 #
-# Build:  docker build -t gpu-sentinel .     (BuildKit: it builds only the stages used)
+# Build:  docker build -t gpu-sentinel .     (BuildKit: it builds only the stages needed)
 #         scripts/build-image.sh --check     (buildah, with no Docker engine or registry)
 # Run:    docker run --rm --gpus all --pid=host --cap-drop ALL --cap-add SYSLOG --read-only \
 #           -v gpu-sentinel-state:/var/lib/gpu-sentinel -p 10400:10400 gpu-sentinel
@@ -12,17 +12,17 @@
 # or `kmsg = "off"`. Kubernetes: deploy/kubernetes. tests/deploy.rs checks this file
 # against the binary and the configuration defaults.
 
-# Where the agent binary comes from: the stage AGENT_BINARY names.
-#   build (the default): compiled from this tree in the Rust image; what a plain
-#     `docker build .` with a registry at hand does.
-#   prebuilt: target/image/gpu-sentinel, compiled and stripped on a Debian bookworm host by
-#     scripts/build-image.sh, for machines that reach no registry and so cannot pull the
-#     Rust image (the script makes the Debian base with mmdebstrap there).
-# A build argument picking a stage, rather than a second Dockerfile, keeps one runtime stage:
-# the image users run is described once, whichever way its binary was made. BuildKit (Docker's
-# builder since 23.0) and buildah build only the stages the last one needs, so a prebuilt
-# build never pulls the Rust image and a normal build never looks for target/image.
-ARG AGENT_BINARY=build
+# Where the agent binary comes from, by target:
+#   the default (the last stage): compiled from this tree in the Rust image, which is what a
+#     plain `docker build .` with a registry at hand does;
+#   --target prebuilt: target/image/gpu-sentinel, compiled and stripped on a Debian bookworm
+#     host by scripts/build-image.sh, for machines that reach no registry and so cannot pull
+#     the Rust image (the script makes the Debian base with mmdebstrap there).
+# Both stages add the binary to one runtime stage, so the image users run is described once,
+# whichever way its binary was made. A target rather than a build argument in FROM: buildah
+# (1.28) decides which stages to build before it reads an ARG's default. BuildKit (Docker's
+# builder since 23.0) and buildah build only the stages the target needs, so a prebuilt
+# build never pulls the Rust image and a default build never looks for target/image.
 
 # Build and runtime stages are the same Debian release (bookworm), so the binary needs no
 # newer glibc than the runtime has; it links only libc6's and libgcc-s1's libraries, which
@@ -36,18 +36,11 @@ ARG GPU_SENTINEL_REVISION=unknown
 ENV GPU_SENTINEL_REVISION=${GPU_SENTINEL_REVISION}
 COPY . .
 RUN cargo build --release --locked --package gpu-sentinel \
- && strip target/release/gpu-sentinel \
- && install -D -m 0755 target/release/gpu-sentinel /out/gpu-sentinel
+ && strip target/release/gpu-sentinel
 
-FROM scratch AS prebuilt
-COPY target/image/gpu-sentinel /out/gpu-sentinel
-
-FROM ${AGENT_BINARY} AS agent
-
-FROM debian:bookworm-slim
-# Modes set here, not inherited from the checkout's umask: the binary and the configuration
-# are root's and read-only to everyone else.
-COPY --from=agent --chmod=0755 /out/gpu-sentinel /usr/local/bin/gpu-sentinel
+FROM debian:bookworm-slim AS runtime
+# Modes set here, not inherited from the checkout's umask: the configuration (and the
+# binary, below) are root's and read-only to everyone else.
 COPY --chmod=0644 config.toml /etc/gpu-sentinel/config.toml
 COPY --chmod=0644 LICENSE /usr/share/doc/gpu-sentinel/LICENSE
 ENV NVIDIA_VISIBLE_DEVICES=all \
@@ -67,3 +60,11 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
   CMD ["/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/10400 && printf 'GET /healthz HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n' >&3 && read -r -t 4 _ status _ <&3 && [ \"$status\" = 200 ]"]
 ENTRYPOINT ["/usr/local/bin/gpu-sentinel"]
 CMD ["run", "--config", "/etc/gpu-sentinel/config.toml"]
+
+# `--target prebuilt`: the binary compiled on the host (scripts/build-image.sh).
+FROM runtime AS prebuilt
+COPY --chmod=0755 target/image/gpu-sentinel /usr/local/bin/gpu-sentinel
+
+# The default: the binary compiled in the build stage.
+FROM runtime
+COPY --from=build --chmod=0755 /src/target/release/gpu-sentinel /usr/local/bin/gpu-sentinel

@@ -14,7 +14,7 @@
 #   --archive FILE also write the image as a docker-archive tarball (`docker load -i FILE`)
 #
 # The binary is compiled here and taken by the Dockerfile's prebuilt stage
-# (--build-arg AGENT_BINARY=prebuilt), because the Rust image cannot be pulled without a
+# (--target prebuilt), because the Rust image cannot be pulled without a
 # registry; this host must be Debian bookworm, the runtime image's release, which the check
 # proves by running the binary inside the image. The base, debian:bookworm-slim, is taken
 # from buildah's storage, else pulled, else made by mmdebstrap from Debian's archive as the
@@ -188,21 +188,14 @@ build_image() {
 
   ensure_base
 
-  log "buildah build --build-arg AGENT_BINARY=prebuilt -t $tag"
-  local before
-  before=$(bh containers --quiet --notruncate | sort)
+  log "buildah build --target prebuilt -t $tag"
   # --format docker: the OCI image format has no HEALTHCHECK (buildah would drop it). No
   # --layers: with the vfs driver every cached layer is a whole copy of the file system, and
-  # keeping one per instruction costs more than rebuilding the two COPY lines.
-  bh build --quiet --format docker --pull=never \
-    --build-arg AGENT_BINARY=prebuilt \
+  # keeping one per instruction costs more than rebuilding the few COPY lines.
+  bh build --quiet --format docker --pull=never --target prebuilt \
     -t "$tag" -f Dockerfile . >/dev/null ||
     die "buildah build failed"
-  # buildah 1.28 leaves a working container behind for the stage that only renames another
-  # (`FROM ${AGENT_BINARY} AS agent`); that, the image this tag named before and the build
-  # stages' images would pile up at each run.
-  comm -13 <(printf '%s\n' "$before") <(bh containers --quiet --notruncate | sort) |
-    xargs --no-run-if-empty "${buildah[@]}" rm >/dev/null
+  # The runtime stage's image and the one this tag named before would pile up at each run.
   bh rmi --prune >/dev/null
   log "built $tag: $(bh images --format '{{.Size}}' "$tag")"
 }
