@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: the README names it and .ci/run calls it. It installs what the tests
 # need (real Prometheus tools, never mocks), then runs formatting, lints, the build of every
-# workspace member (the fake NVML library included) and every test.
+# workspace member (the fake NVML library included), the container image's build and check,
+# and every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,17 @@ declare -A needs=(
   [readelf]=binutils
   # kubectl is usually on the machine image already; Debian's older one renders the same.
   [kubectl]=kubernetes-client
+  # scripts/build-image.sh: the container image built and checked without a Docker engine
+  # or a registry. Installed without recommends, which is enough as root: buildah's vfs
+  # storage and chroot isolation need neither fuse-overlayfs nor runc/crun, and mmdebstrap
+  # runs as root without fakechroot. jq reads the image's configuration, capsh the
+  # capabilities, ip and pgrep the run check's private network namespace.
+  [buildah]=buildah
+  [mmdebstrap]=mmdebstrap
+  [jq]=jq
+  [capsh]=libcap2-bin
+  [ip]=iproute2
+  [pgrep]=procps
 )
 missing=()
 for tool in "${!needs[@]}"; do
@@ -54,6 +66,11 @@ log "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log "cargo build (workspace, fake NVML library included)"
 cargo build --workspace --locked
+# The image ships the debug build just made rather than a release build: the Dockerfile,
+# the base, the files and the check are the same, and a second, optimised compilation of the
+# crate would cost CI more than the rest of the image step (BENCHMARKS.md).
+log "scripts/build-image.sh --check"
+scripts/build-image.sh --check --binary target/debug/gpu-sentinel
 log "cargo test"
 cargo test --workspace --locked
 log "all tests passed"
