@@ -169,6 +169,7 @@ fn collection_failing_reads_health() {
         gpus: Vec::new(),
         capacity: Default::default(),
         placement: Default::default(),
+        health: Default::default(),
     };
     let health = CollectHealth {
         source_up: true,

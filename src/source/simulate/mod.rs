@@ -256,6 +256,7 @@ impl Fleet {
                 hostname: crate::host::hostname(),
                 driver_version: Some("570.124.06".into()),
                 cuda_version: Some("12.8".into()),
+                ..HostInfo::default()
             },
         }
     }
