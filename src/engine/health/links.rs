@@ -1,10 +1,10 @@
 //! The link components, PCIe and NVLink, and the counter bookkeeping their rates need.
 //!
 //! - PCIe: a link below the generation or width it reached (the generation only while the
-//!   GPU is busy: an idle link steps down to save power); replays over 8 a minute (DCGM's
-//!   `DCGM_LIMIT_MAX_PCIREPLAY_RATE`, "the maximum recommended" by the driver), and ten
-//!   times that, a link that retrains all the time, the prelude of a GPU falling off the
-//!   bus;
+//!   GPU is busy: an idle link steps down to save power); replays over the last hour at
+//!   more than 8 a minute (DCGM's `DCGM_LIMIT_MAX_PCIREPLAY_RATE`, "the maximum
+//!   recommended" by the driver), and at ten times that, a link that retrains all the time,
+//!   the prelude of a GPU falling off the bus (over an hour, so one burst is not a storm);
 //! - NVLink: a link that was active and is not; the fabric registration not started or
 //!   failed; any replay or recovery error (DCGM's limit is 1), CRC errors at 100 a second
 //!   (below that they "do not matter", by DCGM's note).
@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 
 use super::hold::{Found, found, healthy};
 use super::{Action, GpuHealthState, LastCounters, State};
+use crate::engine::window::Sums;
 use crate::model::{FabricState, GpuSample};
 
 const PCIE_REPLAYS_PER_MINUTE: f64 = 8.0;
@@ -25,7 +26,6 @@ const PCIE_BUSY: f64 = 0.1;
 #[derive(Debug, Default)]
 pub struct Deltas {
     seconds: f64,
-    pcie_replays: Option<u64>,
     nvlink_crc: Option<u64>,
     nvlink_replay: Option<u64>,
     nvlink_recovery: Option<u64>,
@@ -77,18 +77,16 @@ pub fn note_counters(now: i64, s: &GpuSample, state: &mut GpuHealthState) -> Del
     }
     Deltas {
         seconds: (now - before.at) as f64,
-        pcie_replays: growth(current.pcie_replays, before.pcie_replays),
         nvlink_crc: growth(current.nvlink_crc, before.nvlink_crc),
         nvlink_replay: growth(current.nvlink_replay, before.nvlink_replay),
         nvlink_recovery: growth(current.nvlink_recovery, before.nvlink_recovery),
     }
 }
 
-fn per_minute(count: Option<u64>, seconds: f64) -> Option<f64> {
-    (seconds > 0.0).then(|| count.map(|n| n as f64 * 60.0 / seconds))?
-}
+/// Observed time in the last hour before its replay rate is read.
+const REPLAYS_OBSERVED_SECONDS: f64 = 600.0;
 
-pub fn pcie(s: &GpuSample, deltas: Option<&Deltas>, state: &mut GpuHealthState) -> Option<Found> {
+pub fn pcie(s: &GpuSample, hour: &Sums, state: &mut GpuHealthState) -> Option<Found> {
     let link = &s.pcie;
     let best = |reached: &mut Option<u32>, now: Option<u32>| {
         *reached = (*reached).max(now);
@@ -102,7 +100,8 @@ pub fn pcie(s: &GpuSample, deltas: Option<&Deltas>, state: &mut GpuHealthState) 
     } else {
         state.pcie_generation_reached
     };
-    let replays = deltas.and_then(|d| per_minute(d.pcie_replays, d.seconds));
+    let replays = (hour.seconds >= REPLAYS_OBSERVED_SECONDS)
+        .then(|| hour.deltas.pcie_replays * 60.0 / hour.seconds);
     let shown = |v: Option<u32>| v.map_or_else(|| "?".into(), |v| v.to_string());
     let at = format!(
         "Gen{} x{}",
@@ -114,8 +113,8 @@ pub fn pcie(s: &GpuSample, deltas: Option<&Deltas>, state: &mut GpuHealthState) 
             State::Unhealthy,
             Action::InspectHardware,
             format!(
-                "{rate:.0} PCIe replays a minute at {at}, ten times the limit of \
-                 {PCIE_REPLAYS_PER_MINUTE:.0}: the link is failing"
+                "{rate:.0} PCIe replays a minute over the last hour at {at}, ten times the \
+                 limit of {PCIE_REPLAYS_PER_MINUTE:.0}: the link is failing"
             ),
         );
     }
@@ -138,7 +137,8 @@ pub fn pcie(s: &GpuSample, deltas: Option<&Deltas>, state: &mut GpuHealthState) 
             State::Degraded,
             Action::InspectHardware,
             format!(
-                "{rate:.0} PCIe replays a minute at {at}, over the limit of {PCIE_REPLAYS_PER_MINUTE:.0}"
+                "{rate:.0} PCIe replays a minute over the last hour at {at}, over the limit of \
+                 {PCIE_REPLAYS_PER_MINUTE:.0}"
             ),
         );
     }
