@@ -23,6 +23,8 @@ declare -A needs=(
   [readelf]=binutils
   # kubectl is usually on the machine image already; Debian's older one renders the same.
   [kubectl]=kubernetes-client
+  # tests/deploy_health.rs: the Slurm health-check scripts of deploy/slurm.
+  [shellcheck]=shellcheck
 )
 missing=()
 for tool in "${!needs[@]}"; do
