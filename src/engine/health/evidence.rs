@@ -159,11 +159,14 @@ fn celsius(t: Option<f64>) -> String {
 }
 
 fn thermal(s: &GpuSample, hour: &Sums) -> Option<Found> {
-    let temperatures = format!(
-        "GPU {}, HBM {}",
-        celsius(s.temperature_celsius),
-        celsius(s.memory_temperature_celsius)
-    );
+    // Formatted only for a reason: a step of a replay judges millions of healthy GPUs.
+    let temperatures = || {
+        format!(
+            "GPU {}, HBM {}",
+            celsius(s.temperature_celsius),
+            celsius(s.memory_temperature_celsius)
+        )
+    };
     if hour.seconds >= SLOWDOWN_OBSERVED_SECONDS
         && hour.thermal_slowdown_seconds > SLOWDOWN_SHARE * hour.seconds
     {
@@ -171,9 +174,10 @@ fn thermal(s: &GpuSample, hour: &Sums) -> Option<Found> {
             State::Unhealthy,
             Action::InspectHardware,
             format!(
-                "thermal slowdown {:.0} of the last {:.0} minutes ({temperatures}): check its cooling",
+                "thermal slowdown {:.0} of the last {:.0} minutes ({}): check its cooling",
                 minutes(hour.thermal_slowdown_seconds),
-                minutes(hour.seconds)
+                minutes(hour.seconds),
+                temperatures()
             ),
         );
     }
@@ -187,7 +191,7 @@ fn thermal(s: &GpuSample, hour: &Sums) -> Option<Found> {
         return found(
             State::Degraded,
             Action::InspectHardware,
-            format!("{kind} thermal slowdown now ({temperatures})"),
+            format!("{kind} thermal slowdown now ({})", temperatures()),
         );
     }
     healthy("no thermal slowdown")

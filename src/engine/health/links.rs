@@ -103,18 +103,22 @@ pub fn pcie(s: &GpuSample, hour: &Sums, state: &mut GpuHealthState) -> Option<Fo
     let replays = (hour.seconds >= REPLAYS_OBSERVED_SECONDS)
         .then(|| hour.deltas.pcie_replays * 60.0 / hour.seconds);
     let shown = |v: Option<u32>| v.map_or_else(|| "?".into(), |v| v.to_string());
-    let at = format!(
-        "Gen{} x{}",
-        shown(link.link_generation),
-        shown(link.link_width)
-    );
+    // Formatted only for a reason: a step of a replay judges millions of healthy GPUs.
+    let at = || {
+        format!(
+            "Gen{} x{}",
+            shown(link.link_generation),
+            shown(link.link_width)
+        )
+    };
     if let Some(rate) = replays.filter(|r| *r >= PCIE_FAILING_REPLAYS_PER_MINUTE) {
         return found(
             State::Unhealthy,
             Action::InspectHardware,
             format!(
-                "{rate:.0} PCIe replays a minute over the last hour at {at}, ten times the \
-                 limit of {PCIE_REPLAYS_PER_MINUTE:.0}: the link is failing"
+                "{rate:.0} PCIe replays a minute over the last hour at {}, ten times the \
+                 limit of {PCIE_REPLAYS_PER_MINUTE:.0}: the link is failing",
+                at()
             ),
         );
     }
@@ -122,7 +126,8 @@ pub fn pcie(s: &GpuSample, hour: &Sums, state: &mut GpuHealthState) -> Option<Fo
     let slower = busy && link.link_generation < generation_reached;
     if narrower || slower {
         let mut text = format!(
-            "PCIe link at {at}, below the Gen{} x{} it reached",
+            "PCIe link at {}, below the Gen{} x{} it reached",
+            at(),
             shown(generation_reached),
             shown(width_reached)
         );
@@ -137,8 +142,9 @@ pub fn pcie(s: &GpuSample, hour: &Sums, state: &mut GpuHealthState) -> Option<Fo
             State::Degraded,
             Action::InspectHardware,
             format!(
-                "{rate:.0} PCIe replays a minute over the last hour at {at}, over the limit of \
-                 {PCIE_REPLAYS_PER_MINUTE:.0}"
+                "{rate:.0} PCIe replays a minute over the last hour at {}, over the limit of \
+                 {PCIE_REPLAYS_PER_MINUTE:.0}",
+                at()
             ),
         );
     }

@@ -301,11 +301,15 @@ impl Engine {
     ) -> NodeHealth {
         let hold = self.config.health.hold.as_secs() as i64;
         let pci_gpus = snapshot.host.pci_gpus.as_deref();
-        let mut known_buses = Vec::with_capacity(gpus.len());
+        // The node's pci component compares the bus with every GPU the engine knows; only
+        // a host that read its bus needs the list.
+        let mut known_buses = Vec::new();
         for (i, (finding, &slot)) in gpus.iter_mut().zip(&scratch.slots).enumerate() {
             let sample = sample_of(snapshot, i, &finding.uuid);
             let state = self.state.gpus.slot_mut(slot);
-            known_buses.push(state.pci_bus_id.clone());
+            if pci_gpus.is_some() {
+                known_buses.push(state.pci_bus_id.clone());
+            }
             let xids = snapshot.events.iter().filter(|e| match sample {
                 Some(s) => e.is_on(s),
                 None => e.uuid.as_deref() == Some(finding.uuid.as_str()),
