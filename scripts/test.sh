@@ -35,6 +35,8 @@ declare -A needs=(
   [capsh]=libcap2-bin
   [ip]=iproute2
   [pgrep]=procps
+  # tests/deploy_health.rs: the Slurm health-check scripts of deploy/slurm.
+  [shellcheck]=shellcheck
 )
 missing=()
 for tool in "${!needs[@]}"; do

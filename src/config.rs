@@ -26,7 +26,8 @@ pub use alerting::{
     DEFAULT_REPEAT_INTERVAL, ReceiverConfig, ReceiverKind, RouteConfig, RuleConfig, UnknownKind,
 };
 pub use analysis::{
-    CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, IdleConfig, OWNER_KINDS, RiskConfig,
+    CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, HealthConfig, IdleConfig, OWNER_KINDS,
+    RiskConfig,
 };
 pub use locate::Problem;
 pub use matcher::{Matcher, MatcherError};
@@ -47,6 +48,7 @@ pub struct Config {
     pub idle: IdleConfig,
     pub cost: CostConfig,
     pub capacity: CapacityConfig,
+    pub health: HealthConfig,
     pub alerting: AlertingConfig,
     pub advice: AdviceConfig,
     /// `[[teams]]`: who a GPU's holder belongs to (first match wins).
@@ -89,6 +91,9 @@ pub struct CollectConfig {
     /// slurm_accounts` can match; a name on the PATH or a path, or `"off"`. Asked only on a
     /// host where jobs are seen, once per job.
     pub scontrol: String,
+    /// sysfs's PCI device directory, read each collection for NVIDIA GPUs the bus lists
+    /// but NVML does not (the `pci` health component), or `"off"`.
+    pub pci_devices: String,
 }
 
 impl Default for CollectConfig {
@@ -104,6 +109,7 @@ impl Default for CollectConfig {
             hpc_job_mapping_dir: String::new(),
             gpustat_dir: String::new(),
             scontrol: "scontrol".into(),
+            pci_devices: "/sys/bus/pci/devices".into(),
         }
     }
 }

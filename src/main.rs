@@ -18,6 +18,13 @@ fn main() -> std::process::ExitCode {
     }
     match gpu_sentinel::cli::dispatch(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // A status the command chose (`health`), its output already written.
+        Err(e) if e.downcast_ref::<gpu_sentinel::cli::Exit>().is_some() => {
+            let code = e
+                .downcast_ref::<gpu_sentinel::cli::Exit>()
+                .map_or(1, |x| x.0);
+            std::process::ExitCode::from(code)
+        }
         Err(e) => {
             // Not `eprintln!`: with standard error closed it would panic (exit 101). Scrubbed
             // like every log line: an error may quote a receiver's URL.

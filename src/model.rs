@@ -7,6 +7,7 @@
 //! failed, or not present in a recording — and renders as an absent series, never as 0.
 //! [`sanitize`] clears values no GPU can report before anything reads them.
 
+pub mod checks;
 pub mod health;
 pub mod pci;
 pub mod sanitize;
@@ -14,6 +15,7 @@ pub mod sanitize;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use checks::{Fabric, FabricState, KernelLog};
 pub use health::{CollectHealth, FamilyHealth};
 pub use pci::normalize_pci_bus_id;
 pub use sanitize::{Checked, RejectedValues};
@@ -46,7 +48,8 @@ pub struct Snapshot {
     pub scheduled_by: Vec<String>,
 }
 
-/// Identity of the host and driver stack.
+/// Identity of the host and driver stack, and what the host itself says of its GPUs
+/// beyond NVML (read by the health verdicts' node components).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct HostInfo {
     pub hostname: String,
@@ -55,6 +58,14 @@ pub struct HostInfo {
     /// CUDA driver API version, e.g. "12.8".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_version: Option<String>,
+    /// PCI addresses of the NVIDIA display and 3D controllers the PCI bus lists (sysfs),
+    /// whether NVML lists them or not; `None` where the bus was not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_gpus: Option<Vec<String>>,
+    /// Whether the kernel log the XIDs are read from can be read; `None` where none is
+    /// followed (turned off, or a source without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_log: Option<KernelLog>,
 }
 
 /// One GPU's readings at one tick.
@@ -118,9 +129,22 @@ pub struct GpuSample {
     /// Error counters per active NVLink; empty where the GPU has no NVLink.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvlink: Vec<NvLinkErrors>,
+    /// NVLinks NVML lists as not active: a link that was active and is listed here is down.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlink_inactive: Vec<u32>,
+    /// The GPU's NVLink fabric registration (NVSwitch systems, Hopper and newer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<Fabric>,
     /// GPU Performance Monitoring ratios (Hopper and newer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpm: Option<Gpm>,
+    /// Persistence mode: off, the driver tears the GPU down whenever no client holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence_mode: Option<bool>,
+    /// The driver version of the firmware the GPU runs (the GSP firmware, which ships
+    /// with the driver): GPUs of one host that disagree run different drivers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware_version: Option<String>,
     /// NVML calls for this GPU that failed this tick (not counting "not supported").
     #[serde(default)]
     pub failed_calls: u32,

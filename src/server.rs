@@ -300,6 +300,10 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
             Some(p) => bytes(StatusCode::OK, "application/json", p.alerts_json.clone()),
             None => not_ready(),
         },
+        "/api/v1/health" => match latest {
+            Some(p) => bytes(StatusCode::OK, "application/json", p.health_json.clone()),
+            None => not_ready(),
+        },
         "/api/v1/recommendations" => match (latest, job_query(req.uri().query())) {
             (_, Err(message)) => text(StatusCode::BAD_REQUEST, &message),
             (None, _) => not_ready(),

@@ -361,6 +361,7 @@ fn findings() -> Findings {
         failing_nvlink: None,
         cost: Default::default(),
         readings: Default::default(),
+        health: Default::default(),
     };
     gpu.idle.ghosts.push(ghost);
     let mut other = gpu.clone();
@@ -373,6 +374,7 @@ fn findings() -> Findings {
         gpus: vec![other, gpu],
         capacity: Default::default(),
         placement: Default::default(),
+        health: Default::default(),
     }
 }
 

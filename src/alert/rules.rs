@@ -9,10 +9,11 @@
 //!
 //! - [`defaults`](mod@defaults): the default rule table, whose names are a contract;
 //! - [`evaluate`](mod@evaluate): which conditions hold, with the labels and annotations of
-//!   each.
+//!   each; [`health`](mod@health) for the health verdicts' two rules.
 
 mod defaults;
 mod evaluate;
+mod health;
 
 use std::time::Duration;
 
@@ -37,6 +38,10 @@ enum Condition {
     ScaleOut,
     ScaleIn,
     CollectionFailing,
+    /// A GPU's health verdict (or a node component's) is unhealthy.
+    HealthUnhealthy,
+    /// A GPU's health verdict (or a node component's) is degraded.
+    HealthDegraded,
     /// An added rule: a per-GPU field compared with a value.
     Threshold {
         field: Field,

@@ -25,6 +25,7 @@ use crate::alert::Alert;
 use crate::engine::Findings;
 use crate::engine::capacity::{Advice, Placement};
 use crate::engine::cost::CostView;
+use crate::engine::health::{Action, State, Verdict};
 use crate::engine::idle::IdleFindings;
 use crate::engine::risk::Assessment;
 use crate::model::{Allocation, GpuSample, ProcessSample, Snapshot, XidEvent};
@@ -105,6 +106,57 @@ pub struct Recommendations<'a> {
     /// The job asked about (`?gpus=N&memory_gib=M&exclusive=true`) and the GPUs it would get.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<JobFit>,
+}
+
+/// `/api/v1/health`: the verdicts schedulers act on, per GPU component and for the node
+/// (`gpu-sentinel health` reads it back). `state` and `action` are the node's: its worst
+/// GPU's or own component's state, and the most disruptive action asked in that state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthDocument<'a> {
+    /// Time of the snapshot the verdicts are of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<Cow<'a, str>>,
+    pub state: State,
+    pub action: Action,
+    pub gpus: Vec<GpuHealthView<'a>>,
+    /// The node's own components (driver versions, kernel log, PCI bus).
+    pub node: Cow<'a, [Verdict]>,
+}
+
+/// One GPU's verdict in `/api/v1/health`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuHealthView<'a> {
+    pub index: u32,
+    pub uuid: Cow<'a, str>,
+    pub state: State,
+    pub action: Action,
+    pub components: Cow<'a, [Verdict]>,
+}
+
+impl<'a> HealthDocument<'a> {
+    /// The verdicts of `findings`, every GPU the engine knows in its order.
+    pub fn new(snapshot: &'a Snapshot, findings: &'a Findings) -> HealthDocument<'a> {
+        HealthDocument {
+            at: Some(findings.at),
+            hostname: Some(Cow::Borrowed(&snapshot.host.hostname)),
+            state: findings.health.state,
+            action: findings.health.action,
+            gpus: findings
+                .gpus
+                .iter()
+                .map(|g| GpuHealthView {
+                    index: g.index,
+                    uuid: Cow::Borrowed(&g.uuid),
+                    state: g.health.state,
+                    action: g.health.action,
+                    components: Cow::Borrowed(&g.health.components),
+                })
+                .collect(),
+            node: Cow::Borrowed(&findings.health.components),
+        }
+    }
 }
 
 /// Whether a job of `gpus` GPUs needing `memory_bytes` each can start now.

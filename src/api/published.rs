@@ -13,7 +13,7 @@ use std::time::Instant;
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 
-use super::documents::{AlertsDocument, GpusDocument, Recommendations};
+use super::documents::{AlertsDocument, GpusDocument, HealthDocument, Recommendations};
 use super::to_json;
 use crate::alert::Alert;
 use crate::engine::Findings;
@@ -32,18 +32,21 @@ pub struct Published {
     pub gpus_json: Bytes,
     /// `/api/v1/recommendations` body (without a job to fit).
     pub recommendations_json: Bytes,
+    /// `/api/v1/health` body.
+    pub health_json: Bytes,
     /// The board at `/` (HTML), rendered from the same documents as the three above.
     pub board: Bytes,
     /// Monotonic time of publication, for the age shown by `/healthz`.
     pub published: Instant,
 }
 
-/// The three `/api/v1` documents of one collection, as the board renderer reads them.
+/// The `/api/v1` documents of one collection, as the board renderer reads them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Documents<'a> {
     pub gpus: GpusDocument<'a>,
     pub alerts: AlertsDocument<'a>,
     pub recommendations: Recommendations<'a>,
+    pub health: HealthDocument<'a>,
 }
 
 impl<'a> Documents<'a> {
@@ -59,6 +62,7 @@ impl<'a> Documents<'a> {
             gpus: GpusDocument::new(snapshot, findings, risk_threshold),
             alerts: AlertsDocument::new(findings.at, alerts),
             recommendations: Recommendations::new(findings, None),
+            health: HealthDocument::new(snapshot, findings),
         }
     }
 }
@@ -77,7 +81,7 @@ impl Published {
         page: impl FnOnce(&Documents<'_>) -> Bytes,
     ) -> Published {
         let alerts: Vec<&Alert> = alerts.into_iter().collect();
-        let (alerts_json, gpus_json, recommendations_json, board) = {
+        let (alerts_json, gpus_json, recommendations_json, health_json, board) = {
             // The slice's borrow is shortened to the documents' (a `&[&'a Alert]` is a
             // `&[&'short Alert]`), so the findings can move into the publication after.
             let alerts: &[&Alert] = &alerts;
@@ -87,6 +91,7 @@ impl Published {
                 to_json(&documents.alerts),
                 to_json(&documents.gpus),
                 to_json(&documents.recommendations),
+                to_json(&documents.health),
                 page(&documents),
             )
         };
@@ -96,6 +101,7 @@ impl Published {
             alerts_json,
             gpus_json,
             recommendations_json,
+            health_json,
             board,
             published: Instant::now(),
         }

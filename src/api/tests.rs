@@ -151,3 +151,38 @@ fn latest_is_empty_until_published_and_then_serves_the_publication() {
         to_json(&Recommendations::new(&findings, None))
     );
 }
+
+#[test]
+fn the_health_document_has_the_contract_keys_and_reads_back_whole() {
+    let (snapshot, findings, _) = an_hour();
+    let written = HealthDocument::new(&snapshot, &findings);
+    let json: serde_json::Value = serde_json::from_slice(&to_json(&written)).expect("JSON");
+    for key in ["state", "action", "gpus", "node"] {
+        assert!(json.get(key).is_some(), "{key} missing: {json}");
+    }
+    let gpu = &json["gpus"][0];
+    for key in ["index", "uuid", "state", "components"] {
+        assert!(gpu.get(key).is_some(), "gpus[].{key} missing: {gpu}");
+    }
+    let component = &gpu["components"][0];
+    for key in ["component", "state", "reason", "action", "since"] {
+        assert!(component.get(key).is_some(), "{key} missing: {component}");
+    }
+    // The GPU that fell off the bus within the hour takes the node out, and says how.
+    assert_eq!(json["state"], "unhealthy");
+    assert_eq!(json["action"], "drain_and_reboot");
+    let lost = (json["gpus"].as_array().unwrap().iter())
+        .find(|g| g["index"] == 2)
+        .expect("GPU 2");
+    assert_eq!(lost["state"], "unhealthy");
+    let driver = (lost["components"].as_array().unwrap().iter())
+        .find(|c| c["component"] == "driver")
+        .expect("its driver component");
+    assert_eq!(driver["action"], "drain_and_reboot");
+    assert!(
+        driver["reason"].as_str().unwrap().contains("XID 79"),
+        "{driver}"
+    );
+    let read: HealthDocument<'static> = serde_json::from_value(json.clone()).expect("reads back");
+    assert_eq!(read, written);
+}

@@ -14,13 +14,14 @@
 //!
 //! - [`heat`]: the shade scale and the heat strips (shared by tiles and any other HTML
 //!   report that draws utilization);
-//! - [`tile`]: one GPU's tile;
+//! - [`tile`]: one GPU's tile, with its health verdict ([`health`]);
 //! - [`tables`]: the failure-risk ranking and the alerts;
 //! - [`today`]: today's cost and waste, and the baseline the agent keeps for it;
 //! - [`advice`]: scaling and placement advice;
 //! - [`page`]: the document around them, its style sheet and script.
 
 mod advice;
+mod health;
 pub mod heat;
 mod page;
 mod tables;

@@ -51,6 +51,9 @@ small,.muted{color:var(--muted);font-weight:normal}\
 .badge.ghost,.badge.idle-allocated,.badge.warning{background:var(--warn);color:#000}\
 .badge.busy{background:#1f4e79}.badge.free{background:#2a9d8f;color:#000}\
 .since{font-size:12px;color:var(--warn)}\
+.health{font-size:12px;margin-left:2px}.badge.unhealthy{background:var(--bad);color:#000}.badge.degraded{background:var(--warn);color:#000}.badge.healthy{background:#2a9d8f;color:#000}\
+.summary .health.unhealthy{border-color:var(--bad);color:#ffb4a2}.summary .health.degraded{border-color:var(--warn)}\
+.tile[data-health=unhealthy]>header{box-shadow:inset 0 -3px 0 var(--bad)}.tile[data-health=degraded]>header{box-shadow:inset 0 -3px 0 var(--warn)}\
 .readings{display:grid;grid-template-columns:1.4fr 1fr 1fr;gap:6px}\
 dt{font-size:11px;color:var(--muted);text-transform:uppercase;letter-spacing:.04em}dd{margin:0;white-space:nowrap}\
 svg.bar{display:block;width:100%;height:4px;margin-top:2px}.bar .track{fill:var(--line)}.bar .fill{fill:var(--cool)}\
@@ -156,6 +159,7 @@ pub fn page(board: &Board<'_>) -> String {
             strip: board.strips.get(&gpu.sample.uuid),
             teams: &options.teams,
             hostname,
+            health: (documents.health.gpus.iter()).find(|h| h.uuid == gpu.sample.uuid),
         };
         write_tile(&mut out, gpu, &cx);
     }
@@ -216,6 +220,7 @@ fn write_summary(out: &mut String, board: &Board<'_>, threshold: f64) {
         "<span><b>{firing}</b> alert{} firing</span>",
         if firing == 1 { "" } else { "s" }
     );
+    super::health::write_node(out, &board.documents.health);
     // The GPU to look at first, named at the top of the page; the ranking below has all.
     if let Some(top) = tables::ranked(&board.documents.gpus).first()
         && let Some(risk) = top.risk.as_ref().filter(|r| r.score >= threshold)

@@ -133,6 +133,40 @@ fn every_gpu_has_a_tile_with_its_uuid_risk_state_and_heat_strip() {
 }
 
 #[test]
+fn each_tile_shows_its_health_verdict_and_the_summary_the_nodes() {
+    let (snapshot, findings, alerting, engine, _) = an_hour();
+    let page = page_of(&snapshot, &findings, &alerting, &engine);
+    let health = attributes(&page, "<article class=\"tile\"", "data-health");
+    let expected: Vec<&str> = findings
+        .gpus
+        .iter()
+        .map(|g| g.health.state.as_str())
+        .collect();
+    assert_eq!(health, expected);
+    assert_eq!(health[0], "healthy");
+    assert_eq!(health[2], "unhealthy", "the GPU that fell off the bus");
+    // Its tile names the components and the action, every reason on hover.
+    let tile = page
+        .split("<article class=\"tile\"")
+        .nth(3)
+        .expect("GPU 2's tile");
+    let line = between(tile, "<span class=\"health unhealthy\"", "</span>");
+    assert!(
+        line.contains("xid, driver → <b>drain_and_reboot</b>"),
+        "{line}"
+    );
+    assert!(
+        line.contains("driver unhealthy: does not answer NVML"),
+        "{line}"
+    );
+    let summary = between(&page, "<section class=\"summary\">", "</section>");
+    assert!(
+        summary.contains("data-health=\"unhealthy\">node <b>unhealthy</b>: drain_and_reboot"),
+        "{summary}"
+    );
+}
+
+#[test]
 fn the_ranking_lists_the_most_at_risk_gpu_first_with_its_reasons() {
     let (snapshot, findings, alerting, engine, _) = an_hour();
     let page = page_of(&snapshot, &findings, &alerting, &engine);

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use super::heat::HeatStrip;
 use super::units::{duration, gib, percent};
-use crate::api::GpuView;
+use crate::api::{GpuHealthView, GpuView};
 use crate::config::{Holder, TeamConfig, team_of};
 use crate::engine::risk::FEATURES;
 use crate::html::escape;
@@ -53,6 +53,8 @@ pub struct TileContext<'a> {
     pub strip: Option<&'a HeatStrip>,
     pub teams: &'a [TeamConfig],
     pub hostname: &'a str,
+    /// The GPU's health verdict.
+    pub health: Option<&'a GpuHealthView<'a>>,
 }
 
 pub fn write_tile(out: &mut String, gpu: &GpuView<'_>, cx: &TileContext<'_>) {
@@ -63,11 +65,13 @@ pub fn write_tile(out: &mut String, gpu: &GpuView<'_>, cx: &TileContext<'_>) {
     let utilization = sample.utilization.gpu.filter(|_| up);
     let _ = write!(
         out,
-        "<article class=\"tile\" data-uuid=\"{}\" data-risk=\"{score:.3}\" data-state=\"{}\">\
+        "<article class=\"tile\" data-uuid=\"{}\" data-risk=\"{score:.3}\" data-state=\"{}\" \
+         data-health=\"{}\">\
          <header class=\"{}\"><span class=\"idx\">GPU {}</span><span class=\"util\">{}</span></header>\
          <p class=\"model\">{} <span class=\"uuid\">{}</span></p><p class=\"badges\">",
         escape(&sample.uuid),
         states.join(" "),
+        cx.health.map_or("", |h| h.state.as_str()),
         shade(utilization),
         sample.index,
         utilization.map_or_else(|| "–".to_string(), percent),
@@ -84,6 +88,7 @@ pub fn write_tile(out: &mut String, gpu: &GpuView<'_>, cx: &TileContext<'_>) {
             duration(gpu.idle.allocated_idle_seconds)
         );
     }
+    super::health::write_gpu(out, cx.health);
     out.push_str("</p>");
     write_readings(out, gpu);
     write_risk(out, gpu, score, cx.risk_threshold);

@@ -1,10 +1,11 @@
 //! The command line: `run` (the default), `check-config`, `snapshot`, `record`, `replay`,
-//! `train`, `review`, `report`, `scenarios`.
+//! `train`, `review`, `report`, `scenarios`, `health`.
 //!
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
 mod backfill;
+mod health;
 pub mod logging;
 pub mod output;
 pub mod preflight;
@@ -19,6 +20,7 @@ mod snapshot;
 mod sources;
 mod train;
 
+pub use health::{Exit, HealthArgs, HealthFormat};
 pub use record::RecordArgs;
 pub use replay::{ReplayArgs, ReplayFormat};
 pub use report::ReportArgs;
@@ -72,6 +74,9 @@ pub enum Command {
     /// Draw the scenario library (failing GPUs of every family in many shapes, healthy
     /// confounders) and write one nvidia-smi CSV log or JSONL file per node plus truth.json.
     Scenarios(scenarios::ScenariosArgs),
+    /// A running agent's health verdict as a scheduler's health check: one line (worst
+    /// component, GPU, repair action); exit 0 healthy or degraded, 1 unhealthy, 2 unknown.
+    Health(HealthArgs),
 }
 
 /// Where GPU data comes from: real NVML or the simulator.
@@ -181,6 +186,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Report(args)) => report::report(&args),
         Some(Command::Train(args)) => train::train(&args),
         Some(Command::Scenarios(args)) => scenarios::scenarios(&args),
+        Some(Command::Health(args)) => health::health(&args),
     }
 }
 

@@ -239,7 +239,7 @@ enum Producer {
     /// The simulated fleet, driven here (not through the `Source` trait) so that its
     /// failure points can be written as labels.
     Fleet {
-        fleet: Fleet,
+        fleet: Box<Fleet>,
         speed: f64,
         began: Instant,
     },
@@ -274,7 +274,7 @@ fn live(
 ) -> anyhow::Result<()> {
     let mut producer = if args.source.simulate {
         Producer::Fleet {
-            fleet: Fleet::new(&config.simulation, Utc::now()),
+            fleet: Box::new(Fleet::new(&config.simulation, Utc::now())),
             speed: config.simulation.speed,
             began: Instant::now(),
         }

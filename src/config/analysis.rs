@@ -1,4 +1,4 @@
-//! `[risk]`, `[idle]`, `[cost]` and `[capacity]`: the analysis engine's settings.
+//! `[risk]`, `[idle]`, `[cost]`, `[capacity]` and `[health]`: the analysis engine's settings.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -214,4 +214,23 @@ pub(super) fn problems(
         }
     }
     out
+}
+
+/// `[health]`: the verdicts schedulers act on (`/api/v1/health`, `gpu-sentinel health`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// How long a component's state holds after its evidence was last seen: it recovers
+    /// only once the evidence has been gone this long, so a state never flaps between
+    /// collections. A worse state is taken at once.
+    #[serde(deserialize_with = "duration")]
+    pub hold: Duration,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            hold: Duration::from_secs(5 * 60),
+        }
+    }
 }

@@ -16,7 +16,10 @@ pub mod capacity;
 pub mod cost;
 mod counters;
 pub use counters::FailingLink;
+pub mod health;
 pub mod idle;
+mod readings;
+pub use readings::Readings;
 pub mod risk;
 mod slots;
 pub mod store;
@@ -27,7 +30,7 @@ use std::collections::VecDeque;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, IdleConfig};
+use crate::config::{CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, HealthConfig, IdleConfig};
 use crate::model::{Allocation, ClockEvents, GpuSample, ProcessSample, Snapshot};
 use counters::Counters;
 pub use slots::GpuStates;
@@ -58,6 +61,7 @@ pub struct EngineConfig {
     pub idle: IdleConfig,
     pub cost: CostConfig,
     pub capacity: CapacityConfig,
+    pub health: HealthConfig,
 }
 
 impl EngineConfig {
@@ -73,6 +77,7 @@ impl EngineConfig {
             idle: config.idle.clone(),
             cost: config.cost.clone(),
             capacity: config.capacity.clone(),
+            health: config.health.clone(),
         })
     }
 }
@@ -85,6 +90,7 @@ impl Default for EngineConfig {
             idle: IdleConfig::default(),
             cost: CostConfig::default(),
             capacity: CapacityConfig::default(),
+            health: HealthConfig::default(),
         }
     }
 }
@@ -112,6 +118,9 @@ pub struct GpuState {
     /// before it existed, and then learnt again.
     #[serde(default)]
     pub risk: risk::RiskState,
+    /// The health verdicts' holds and references; absent from older state: judged afresh.
+    #[serde(default)]
+    pub health: health::GpuHealthState,
 }
 
 impl GpuState {
@@ -130,6 +139,7 @@ impl GpuState {
             recent_xids: VecDeque::new(),
             lost: false,
             risk: risk::RiskState::default(),
+            health: health::GpuHealthState::default(),
         }
     }
 }
@@ -147,6 +157,9 @@ pub struct EngineState {
     /// The latest gaps between snapshots, seconds: the source's cadence is their median.
     #[serde(default)]
     pub gaps: VecDeque<i64>,
+    /// The node components' holds; absent from older state.
+    #[serde(default)]
+    pub health: health::NodeHealthState,
 }
 
 impl EngineState {
@@ -178,6 +191,8 @@ pub struct Findings {
     pub gpus: Vec<GpuFindings>,
     pub capacity: capacity::Advice,
     pub placement: capacity::Placement,
+    /// The node's health verdict (each GPU's is on its findings).
+    pub health: health::NodeHealth,
 }
 
 /// What one step found about one GPU.
@@ -206,32 +221,8 @@ pub struct GpuFindings {
     pub cost: cost::CostView,
     /// This step's raw readings, for rules that compare them with thresholds.
     pub readings: Readings,
-}
-
-/// A GPU's readings at one step, as rules and reports use them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Readings {
-    pub temperature_celsius: Option<f64>,
-    pub memory_temperature_celsius: Option<f64>,
-    pub power_watts: Option<f64>,
-    pub utilization: Option<f64>,
-    /// Used over total memory, 0–1.
-    pub memory_used_ratio: Option<f64>,
-}
-
-impl Readings {
-    fn of(sample: &GpuSample) -> Readings {
-        Readings {
-            temperature_celsius: sample.temperature_celsius,
-            memory_temperature_celsius: sample.memory_temperature_celsius,
-            power_watts: sample.power_watts,
-            utilization: sample.utilization.gpu,
-            memory_used_ratio: match (sample.memory.used_bytes, sample.memory.total_bytes) {
-                (Some(used), Some(total)) if total > 0 => Some(used as f64 / total as f64),
-                _ => None,
-            },
-        }
-    }
+    /// The GPU's health verdict, component by component.
+    pub health: health::GpuHealth,
 }
 
 /// Every finding a GPU can have, in the order the API and the replay report list them.
@@ -420,6 +411,7 @@ impl Engine {
         }
         gpus.truncate(used);
         self.assess_risk(now, snapshot, &mut gpus, &mut scratch, repeated);
+        let health = self.assess_health(now, snapshot, &mut gpus, &scratch);
         let span = self.config.capacity.window.as_secs() as i64;
         let mut utilization: Vec<Option<f64>> = Vec::with_capacity(gpus.len());
         for ((g, &slot), summaries) in gpus.iter().zip(&scratch.slots).zip(&scratch.summaries) {
@@ -448,6 +440,7 @@ impl Engine {
             gpus,
             capacity: advice,
             placement,
+            health,
         }
     }
 

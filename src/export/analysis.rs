@@ -1,5 +1,5 @@
 //! The analysis engine's findings as metric families: risk with its reasons, idle and
-//! ghost findings, cost and owner time, scaling and placement advice.
+//! ghost findings, cost and owner time, scaling and placement advice, health verdicts.
 
 use super::RenderOptions;
 use super::families::{Families, flag};
@@ -99,6 +99,27 @@ pub(super) fn render_analysis(
     families
         .family(&NODE_FRAGMENTATION)
         .push(&[], placement.fragmentation_ratio);
+    render_health(families, &gpus, findings);
+}
+
+/// `gpu_health_state`: every component of every GPU, healthy ones included, so an alert
+/// can rely on the series being there (`absent()`) and a component that recovers reads 0
+/// rather than vanishing; `gpu_node_health_state`: the node's verdict.
+fn render_health(
+    families: &mut Families,
+    gpus: &[&crate::engine::GpuFindings],
+    findings: &Findings,
+) {
+    let family = families.family(&HEALTH_STATE);
+    for g in gpus {
+        let index = g.index.to_string();
+        for c in &g.health.components {
+            family.push(&[&index, &g.uuid, &c.component], c.state.value());
+        }
+    }
+    families
+        .family(&NODE_HEALTH_STATE)
+        .push(&[], findings.health.state.value());
 }
 
 /// `gpu_sentinel_alerts{alertname,state}`: every state of every rule, zeros included, so

@@ -7,11 +7,12 @@
 //! ([`DCGM_COMPAT_PER_GPU`] with the dcgm-exporter names, whose default set is 26 fields).
 
 /// Most series a GPU in the default exposition (not counting the agent's own
-/// `gpu_sentinel_*` and the per-process series, which `max_process_series` bounds).
-pub const DEFAULT_PER_GPU: u32 = 70;
+/// `gpu_sentinel_*` and the per-process series, which `max_process_series` bounds). It was
+/// 70 before the health verdicts; their 8 a GPU are argued in the metrics reference.
+pub const DEFAULT_PER_GPU: u32 = 78;
 
-/// Most series a GPU with `[export] dcgm_compat = true`.
-pub const DCGM_COMPAT_PER_GPU: u32 = 110;
+/// Most series a GPU with `[export] dcgm_compat = true` (110 before the health verdicts).
+pub const DCGM_COMPAT_PER_GPU: u32 = 118;
 
 /// Risk contributions exposed per GPU: the largest positive ones, what an operator reads
 /// as the reasons (`/api/v1/gpus` has every term).
@@ -349,6 +350,16 @@ pub const BUDGETS: &[Budget] = &[
         "gpu_node_fragmentation_ratio",
         1,
         "memory stranded across GPUs",
+    ),
+    per_gpu(
+        "gpu_health_state",
+        8,
+        "one per component, healthy ones included: what schedulers and alerts act on, each series constant for hours (a few bytes a day on disk), always there so an alert can use absent() and a recovered component reads 0, not a gap",
+    ),
+    per_host(
+        "gpu_node_health_state",
+        1,
+        "the node's verdict: drain it or not",
     ),
     per_host_varying(
         "gpu_sentinel_alerts",

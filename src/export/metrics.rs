@@ -386,6 +386,17 @@ pub const NODE_FRAGMENTATION: MetricDef = gauge(
 );
 
 /// Families of the analysis engine, in exposition order after [`NATIVE`].
+pub const HEALTH_STATE: MetricDef = gauge(
+    "gpu_health_state",
+    &["gpu", "uuid", "component"],
+    "Health verdict of one component of the GPU (memory, thermal, power, pcie, nvlink, xid, driver, risk): 0 healthy, 1 degraded, 2 unhealthy. Reason and repair action: /api/v1/health.",
+);
+pub const NODE_HEALTH_STATE: MetricDef = gauge(
+    "gpu_node_health_state",
+    &[],
+    "Health verdict of the node, its worst GPU or own component (driver versions, kernel log, PCI bus): 0 healthy, 1 degraded, 2 unhealthy.",
+);
+
 pub const ANALYSIS: &[MetricDef] = &[
     RISK_SCORE,
     RISK_CONTRIBUTION,
@@ -403,6 +414,8 @@ pub const ANALYSIS: &[MetricDef] = &[
     NODE_FREE_GPUS,
     NODE_LARGEST_FREE_MEMORY,
     NODE_FRAGMENTATION,
+    HEALTH_STATE,
+    NODE_HEALTH_STATE,
 ];
 
 pub const ALERTS: MetricDef = gauge(

@@ -67,7 +67,16 @@ pub fn reference_markdown() -> String {
          eight GPUs every series a GPU is 8,000 series in the store. The default exposition \
          stays within {} series a GPU, not counting the agent's own `gpu_sentinel_*` and the \
          per-process series (`max_process_series` bounds those); `tests/exposition.rs` holds \
-         the simulator's exposition to each line below and to the total.\n\n",
+         the simulator's exposition to each line below and to the total.\n\n\
+         The budget was 70 series a GPU (110 with `dcgm_compat`) until the health verdicts \
+         added `gpu_health_state`, one series per component, 8 a GPU. Emitting only the \
+         components that are not healthy would have cost nothing on a healthy fleet, but a \
+         series that exists only while something is wrong cannot be told from a series that \
+         stopped being scraped, an alert cannot use `absent()` on it, and a dashboard shows a \
+         gap where a component recovered. The verdict is what schedulers and alerts act on, \
+         and each of its series keeps one value for hours (a few bytes a day on disk after \
+         compression), so it is worth its place in the head; no family was trimmed for it, \
+         because the families above were cut to what an operator acts on already.\n\n",
         budget::DEFAULT_PER_GPU
     );
     budget_table(&mut out, NATIVE.iter().chain(ANALYSIS).chain(ALERTING));

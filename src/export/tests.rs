@@ -33,6 +33,7 @@ fn snapshot(gpus: Vec<GpuSample>) -> Snapshot {
             hostname: "host-a".into(),
             driver_version: Some("570.124.06".into()),
             cuda_version: Some("12.8".into()),
+            ..HostInfo::default()
         },
         gpus,
         ..Default::default()

@@ -1,11 +1,12 @@
-//! What the host adds to a GPU source: process owners from `/proc`, and the kernel log's
-//! XIDs merged with NVML's.
+//! What the host adds to a GPU source: process owners from `/proc`, the kernel log's
+//! XIDs merged with NVML's, and the NVIDIA GPUs the PCI bus lists.
 //!
 //! [`HostSource`] wraps the NVML source. NVML knows which PIDs hold memory; only `/proc`
 //! knows whose they are and whether they still live (the raw material of ghost detection).
 //! NVML's XID event reports only the last of several XIDs; the kernel log has all of them,
 //! so both streams go through one [`XidDeduper`] and each error counts once.
 
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Instant;
 
@@ -15,7 +16,7 @@ use super::kubelet::KubeletReader;
 use super::slurm_accounts::SlurmAccounts;
 use super::{Collection, Source};
 use crate::config::CollectConfig;
-use crate::model::{FamilyHealth, XidEvent};
+use crate::model::{FamilyHealth, KernelLog, XidEvent};
 use crate::procinfo::{self, ProcFs};
 
 /// A GPU source with the host's view added.
@@ -30,6 +31,12 @@ pub struct HostSource {
     kmsg: Option<(KmsgFollower, Receiver<KmsgEvent>)>,
     /// Why the kernel log is not followed, when it should be; reported as failed health.
     kmsg_problem: Option<String>,
+    /// How the kernel log fares, as the health verdicts read it (`None`: turned off).
+    kernel_log: Option<KernelLog>,
+    /// sysfs's PCI device folder, read each collection (`None`: turned off).
+    pci_devices: Option<PathBuf>,
+    /// The PCI bus could not be read last time (logged once until it can).
+    pci_failing: bool,
     dedup: XidDeduper,
     /// Kernel-log XIDs from before this start seen so far (logged, not counted).
     backlog_seen: usize,
@@ -58,6 +65,15 @@ impl HostSource {
                 }
             }
         };
+        let kernel_log = config.kmsg_path().map(|path| KernelLog {
+            path: path.display().to_string(),
+            readable: kmsg_problem.is_none(),
+            problem: kmsg_problem.clone(),
+        });
+        let pci_devices = match config.pci_devices.as_str() {
+            "" | "off" => None,
+            path => Some(PathBuf::from(path)),
+        };
         let kubelet = config
             .kubelet_socket_path()
             .map(|socket| KubeletReader::new(socket, &config.gpu_resource_names, config.interval));
@@ -72,6 +88,9 @@ impl HostSource {
                 .map(|program| SlurmAccounts::new(program.to_owned())),
             kmsg,
             kmsg_problem,
+            kernel_log,
+            pci_devices,
+            pci_failing: false,
             dedup: XidDeduper::default(),
             backlog_seen: 0,
         }
@@ -104,6 +123,40 @@ impl HostSource {
             }
         }
         fresh
+    }
+}
+
+impl HostSource {
+    /// Lists the NVIDIA GPUs on the PCI bus into the snapshot, for the health verdicts'
+    /// `pci` component; a bus that cannot be read fails the `pci` collector, said once.
+    fn read_pci_bus(&mut self, snapshot: &mut crate::model::Snapshot) -> Option<FamilyHealth> {
+        let root = self.pci_devices.as_ref()?;
+        let began = Instant::now();
+        let read = super::pci::nvidia_gpus(root);
+        let success = read.is_ok();
+        match read {
+            Ok(list) => {
+                if std::mem::take(&mut self.pci_failing) {
+                    tracing::info!(path = %root.display(), "the PCI bus can be read again");
+                }
+                snapshot.host.pci_gpus = Some(list);
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.pci_failing, true) {
+                    tracing::warn!(
+                        path = %root.display(),
+                        error = %e,
+                        "cannot read the PCI bus: GPUs missing from NVML go unnoticed \
+                         ([collect] pci_devices; not said again until it can be read)"
+                    );
+                }
+            }
+        }
+        Some(FamilyHealth {
+            name: "pci",
+            seconds: began.elapsed().as_secs_f64(),
+            success,
+        })
     }
 }
 
@@ -155,6 +208,10 @@ impl Source for HostSource {
             seconds: began.elapsed().as_secs_f64(),
             success: self.kmsg_problem.is_none(),
         });
+        snapshot.host.kernel_log.clone_from(&self.kernel_log);
+        if let Some(family) = self.read_pci_bus(snapshot) {
+            collection.health.families.push(family);
+        }
         // The host's part is part of the collection.
         collection.health.seconds += host_began.elapsed().as_secs_f64();
         collection

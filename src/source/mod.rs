@@ -8,6 +8,7 @@ pub mod hpc_jobs;
 pub mod kmsg;
 pub mod kubelet;
 pub mod nvml;
+pub mod pci;
 pub mod simulate;
 pub mod slurm_accounts;
 pub mod teams;

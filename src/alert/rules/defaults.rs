@@ -1,13 +1,15 @@
 //! The default rules: known-bad hardware states (`GpuLost`, `GpuHardwareXid`,
 //! `GpuRowRemapFailure`, `GpuUncorrectableEccErrors`) fire at once; risk, heat and
-//! collection failures after a while; waste and capacity as warnings and information.
+//! collection failures after a while; waste and capacity as warnings and information; the
+//! health verdicts (`GpuUnhealthy` at once, `GpuDegraded` after a while) with the repair
+//! action as a label.
 //! Their names are a contract: README.md lists them, `gpu_sentinel_alerts` counts by them,
 //! and the Prometheus rules in `alerts/gpu-sentinel.rules.yml` have a twin of each.
 
 use super::{Condition, Rule, rule};
 
 /// Names of the default rules, in evaluation order.
-pub const DEFAULT_RULES: [&str; 13] = [
+pub const DEFAULT_RULES: [&str; 15] = [
     "GpuLost",
     "GpuHardwareXid",
     "GpuRowRemapFailure",
@@ -21,6 +23,8 @@ pub const DEFAULT_RULES: [&str; 13] = [
     "GpuFleetScaleOut",
     "GpuFleetScaleIn",
     "GpuCollectionFailing",
+    "GpuUnhealthy",
+    "GpuDegraded",
 ];
 
 /// The default rules with the risk threshold of `[risk]`.
@@ -129,6 +133,22 @@ pub fn defaults(risk_threshold: f64) -> Vec<Rule> {
             Condition::CollectionFailing,
             "GPU collection on {hostname} is failing",
             "Check gpu_sentinel_collector_success and the agent's log; the driver may be wedged.",
+        ),
+        rule(
+            "GpuUnhealthy",
+            "critical",
+            0,
+            Condition::HealthUnhealthy,
+            "GPU {gpu} on {hostname} is unhealthy: {value}",
+            "Take it out of service and do what the action label says: reset_gpu (nvidia-smi -r once it is free), drain_and_reboot (drain the node's jobs, reboot), inspect_hardware (a hardware check or RMA), restart_job (the application's fault). /api/v1/health has every component.",
+        ),
+        rule(
+            "GpuDegraded",
+            "warning",
+            15 * 60,
+            Condition::HealthDegraded,
+            "GPU {gpu} on {hostname} is degraded: {value}",
+            "It works; plan the action label's repair for the next maintenance window. /api/v1/health has every component.",
         ),
     ]
 }

@@ -32,6 +32,9 @@ pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
         match &rule.condition {
             Condition::ScaleOut | Condition::ScaleIn => node_rule(rule, input, &mut out),
             Condition::CollectionFailing => collection_rule(rule, input, &mut out),
+            Condition::HealthUnhealthy | Condition::HealthDegraded => {
+                super::health::health_rule(rule, input, &mut out)
+            }
             _ => {
                 for gpu in &input.findings.gpus {
                     if let Some((value, description)) = gpu_condition(&rule.condition, gpu) {
@@ -144,7 +147,11 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
             let actual = field_value(*field, g)?;
             op.holds(actual, *value).then(|| (format!("{actual:.2}"), format!("value {actual:.2}, threshold {value}")))
         }
-        Condition::ScaleOut | Condition::ScaleIn | Condition::CollectionFailing => None,
+        Condition::ScaleOut
+        | Condition::ScaleIn
+        | Condition::CollectionFailing
+        | Condition::HealthUnhealthy
+        | Condition::HealthDegraded => None,
     }
 }
 
@@ -275,7 +282,7 @@ fn collection_rule(rule: &Rule, input: &RuleInput<'_>, out: &mut Vec<Candidate>)
     }
 }
 
-fn candidate(
+pub(super) fn candidate(
     rule: &Rule,
     hostname: &str,
     gpu: Option<&GpuFindings>,

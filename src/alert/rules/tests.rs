@@ -112,8 +112,107 @@ fn a_lost_gpu_mutes_its_other_alerts_without_resolving_them() {
         .filter(|(_, a)| a.state == AlertState::Firing)
         .map(|(fp, a)| (a.name(), muted.contains(fp)))
         .collect();
-    // XID 79 fired with the loss: still firing, but only GpuLost is told.
-    assert_eq!(gpu4, [("GpuHardwareXid", true), ("GpuLost", false)]);
+    // XID 79 and the health verdict fired with the loss: still firing, but only GpuLost
+    // is told.
+    assert_eq!(
+        gpu4,
+        [
+            ("GpuHardwareXid", true),
+            ("GpuLost", false),
+            ("GpuUnhealthy", true)
+        ]
+    );
+}
+
+#[test]
+fn health_verdicts_alert_with_their_action() {
+    let book = run(10.0, &defaults(DEFAULT_RISK_THRESHOLD));
+    let unhealthy = firing(&book, "GpuUnhealthy");
+    let lost = unhealthy
+        .iter()
+        .find(|a| a.labels["gpu"] == "4")
+        .expect("the lost GPU is unhealthy");
+    assert_eq!(lost.labels["action"], "drain_and_reboot");
+    assert_eq!(lost.labels["severity"], "critical");
+    assert!(
+        lost.annotations["summary"].starts_with("GPU 4 on node-1 is unhealthy: xid, driver"),
+        "{}",
+        lost.annotations["summary"]
+    );
+    let description = &lost.annotations["description"];
+    assert!(
+        description.contains("driver: does not answer NVML")
+            && description.contains("(action drain_and_reboot, since 2026-04-01"),
+        "{description}"
+    );
+    // GPU 1's memory (an uncorrectable error, a failed remap by 10 h): unhealthy, inspect.
+    let worn = unhealthy
+        .iter()
+        .find(|a| a.labels["gpu"] == "1")
+        .expect("GPU 1");
+    assert_eq!(worn.labels["action"], "inspect_hardware");
+    // Degraded GPUs wait their `for` (15 minutes) and never double an unhealthy one.
+    let degraded = firing(&book, "GpuDegraded");
+    assert!(
+        degraded
+            .iter()
+            .any(|a| a.labels["gpu"] == "2" && a.labels["action"] == "inspect_hardware"),
+        "the PCIe link trained down: {degraded:?}"
+    );
+    for a in &degraded {
+        assert!(
+            !unhealthy.iter().any(|u| u.labels["gpu"] == a.labels["gpu"]),
+            "{a:?}"
+        );
+    }
+    assert!(
+        firing(&book, "GpuUnhealthy")
+            .iter()
+            .all(|a| a.labels["gpu"] != "0")
+    );
+}
+
+#[test]
+fn a_node_component_alerts_as_the_node() {
+    let rules = defaults(DEFAULT_RISK_THRESHOLD);
+    let mut findings = crate::engine::Findings {
+        at: start(),
+        gpus: Vec::new(),
+        capacity: Default::default(),
+        placement: Default::default(),
+        health: Default::default(),
+    };
+    findings
+        .health
+        .components
+        .push(crate::engine::health::Verdict {
+            component: "pci".into(),
+            state: crate::engine::health::State::Unhealthy,
+            reason: "1 NVIDIA GPU(s) on the PCI bus that NVML does not list: 0000:3b:00.0".into(),
+            action: crate::engine::health::Action::DrainAndReboot,
+            since: start(),
+        });
+    let found = evaluate(
+        &rules,
+        &RuleInput {
+            findings: &findings,
+            health: None,
+            hostname: "node-1",
+        },
+    );
+    let alert = found
+        .iter()
+        .find(|c| c.labels["alertname"] == "GpuUnhealthy")
+        .expect("the node is unhealthy");
+    assert_eq!(alert.labels["component"], "pci");
+    assert_eq!(alert.labels["action"], "drain_and_reboot");
+    assert!(!alert.labels.contains_key("gpu"));
+    assert_eq!(
+        alert.annotations["summary"],
+        "The node node-1 is unhealthy: pci"
+    );
+    assert!(alert.annotations["description"].contains("0000:3b:00.0"));
+    assert!(!found.iter().any(|c| c.labels["alertname"] == "GpuDegraded"));
 }
 
 #[test]
@@ -169,6 +268,7 @@ fn collection_failing_reads_health() {
         gpus: Vec::new(),
         capacity: Default::default(),
         placement: Default::default(),
+        health: Default::default(),
     };
     let health = CollectHealth {
         source_up: true,

@@ -122,6 +122,7 @@ pub fn read_gpu(
             if sample.mig_enabled == Some(true) {
                 sample.mig_devices = mig_devices(&device, c);
             }
+            read::driver_state(&device, c, &mut sample);
             Some(device)
         })
         .flatten();

@@ -370,6 +370,7 @@ impl Source for NvmlSource {
                     hostname: self.hostname.clone(),
                     driver_version: session.and_then(|s| s.driver_version.clone()),
                     cuda_version: session.and_then(|s| s.cuda_version.clone()),
+                    ..HostInfo::default()
                 },
                 gpus,
                 processes,

@@ -20,12 +20,15 @@ use nvml_wrapper_sys::bindings::field_id::{
     NVML_FI_DEV_MEMORY_TEMP, NVML_FI_DEV_REMAPPED_COR, NVML_FI_DEV_REMAPPED_FAILURE,
     NVML_FI_DEV_REMAPPED_PENDING, NVML_FI_DEV_REMAPPED_UNC,
 };
-use nvml_wrapper_sys::bindings::{NVML_NVLINK_MAX_LINKS, nvmlMemory_t};
+use nvml_wrapper_sys::bindings::{
+    NVML_GPU_FABRIC_STATE_COMPLETED, NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+    NVML_GPU_FABRIC_STATE_NOT_STARTED, NVML_NVLINK_MAX_LINKS, nvmlGpuFabricInfo_t, nvmlMemory_t,
+};
 
 use super::calls::Calls;
 use crate::model::{
-    ClockEvents, Clocks, Ecc, GpuSample, Memory, NvLinkErrors, Pcie, RemappedRows, RetiredPages,
-    Utilization,
+    ClockEvents, Clocks, Ecc, Fabric, FabricState, GpuSample, Memory, NvLinkErrors, Pcie,
+    RemappedRows, RetiredPages, Utilization,
 };
 
 /// NVML's PCIe throughput unit. `nvml.h` says "KB/s"; NVML counts memory in binary units
@@ -302,6 +305,7 @@ pub fn nvlink(dev: &Device<'_>, c: &mut Calls<'_>, s: &mut GpuSample) {
     const STATE: &str = "nvmlDeviceGetNvLinkState";
     const COUNTER: &str = "nvmlDeviceGetNvLinkErrorCounter";
     let mut links = Vec::new();
+    let mut inactive = Vec::new();
     for link in 0..NVML_NVLINK_MAX_LINKS {
         if c.skip(STATE, "") {
             break;
@@ -312,6 +316,11 @@ pub fn nvlink(dev: &Device<'_>, c: &mut Calls<'_>, s: &mut GpuSample) {
             result => c.settle(STATE, "", result),
         };
         if active != Some(true) {
+            // Listed by NVML and not active: down, if it was ever up (the health verdict
+            // remembers which were).
+            if active == Some(false) {
+                inactive.push(link);
+            }
             continue;
         }
         let mut counter =
@@ -333,4 +342,47 @@ pub fn nvlink(dev: &Device<'_>, c: &mut Calls<'_>, s: &mut GpuSample) {
         }
     }
     s.nvlink = links;
+    s.nvlink_inactive = inactive;
+    s.fabric = c
+        .call("nvmlDeviceGetGpuFabricInfo", "", || fabric_info(dev))
+        .flatten();
+}
+
+/// The GPU's NVLink fabric registration (`nvmlDeviceGetGpuFabricInfo`, which nvml-wrapper
+/// 0.13 does not wrap); `None` where the GPU has no fabric (state NOT_SUPPORTED).
+fn fabric_info(dev: &Device<'_>) -> Result<Option<Fabric>, NvmlError> {
+    let sym = nvml_sym(dev.nvml().lib().nvmlDeviceGetGpuFabricInfo.as_ref())?;
+    let mut info = nvmlGpuFabricInfo_t {
+        clusterUuid: [0; 16],
+        status: 0,
+        cliqueId: 0,
+        state: 0,
+    };
+    // SAFETY: the handle belongs to this NVML instance; `info` is a live, correctly laid
+    // out nvmlGpuFabricInfo_t that NVML only writes into.
+    nvml_try(unsafe { sym(dev.handle(), &mut info) })?;
+    let state = match u32::from(info.state) {
+        NVML_GPU_FABRIC_STATE_NOT_STARTED => FabricState::NotStarted,
+        NVML_GPU_FABRIC_STATE_IN_PROGRESS => FabricState::InProgress,
+        NVML_GPU_FABRIC_STATE_COMPLETED => FabricState::Completed,
+        _ => return Ok(None),
+    };
+    Ok(Some(Fabric {
+        state,
+        status: info.status,
+    }))
+}
+
+/// Persistence mode and the firmware (driver) version the GPU runs; an empty version (no
+/// GSP firmware in use) is none.
+pub fn driver_state(dev: &Device<'_>, c: &mut Calls<'_>, s: &mut GpuSample) {
+    s.persistence_mode = c.call("nvmlDeviceGetPersistenceMode", "", || {
+        dev.is_in_persistent_mode()
+    });
+    s.firmware_version = c
+        .call("nvmlDeviceGetGspFirmwareVersion", "", || {
+            dev.gsp_firmware_version()
+        })
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
 }

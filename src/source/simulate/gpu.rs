@@ -466,6 +466,9 @@ impl SimGpu {
             .collect();
         sample.failed_calls = w.failed_calls;
         sample.collect_seconds = w.collect_seconds;
+        // Simulated GPUs run in persistence mode, on the firmware of the fleet's driver.
+        sample.persistence_mode = Some(true);
+        sample.firmware_version = Some(super::DRIVER_VERSION.to_string());
         sample.gpm = Some(Gpm {
             sm_active: Some(round(self.util * 0.88)),
             sm_occupancy: Some(round(self.util * 0.45)),

@@ -37,6 +37,9 @@ use crate::model::{
     CollectHealth, FamilyHealth, GpuSample, HostInfo, ProcessSample, Snapshot, XidEvent, XidSource,
 };
 
+/// The driver version the simulated host reports, and its GPUs' firmware.
+pub const DRIVER_VERSION: &str = "570.124.06";
+
 /// What one simulated GPU runs and how it fails.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GpuPlan {
@@ -254,8 +257,9 @@ impl Fleet {
             pending_failures: Vec::new(),
             host: HostInfo {
                 hostname: crate::host::hostname(),
-                driver_version: Some("570.124.06".into()),
+                driver_version: Some(DRIVER_VERSION.into()),
                 cuda_version: Some("12.8".into()),
+                ..HostInfo::default()
             },
         }
     }

@@ -570,10 +570,13 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
         if link >= NVML_NVLINK_MAX_LINKS {
             return Err(INVALID_ARGUMENT);
         }
+        // Links the GPU does not have answer INVALID_ARGUMENT, as past a real GPU's last.
         let active = if s.nvlink.iter().any(|l| l.link == link) {
             nvmlEnableState_enum_NVML_FEATURE_ENABLED
-        } else {
+        } else if s.nvlink_inactive.contains(&link) {
             nvmlEnableState_enum_NVML_FEATURE_DISABLED
+        } else {
+            return Err(INVALID_ARGUMENT);
         };
         // SAFETY: the caller's output contract, passed on.
         unsafe { write(is_active, active) }

@@ -22,6 +22,7 @@
 
 pub mod codes;
 mod device;
+mod driver;
 mod events;
 mod gpm;
 mod out;

@@ -36,7 +36,13 @@
 //! [[mig]]                   # GPU 2 is in MIG mode with these MIG devices
 //! gpu = 2
 //! devices = ["MIG-5c1e0b2d-1f3a-5e6b-9c8d-7a6b5c4d3e2f"]
-//! ```
+//!
+//! [[set]]                   # GPU 1 reports these values from 600 s to 1200 s of
+//! gpu = 1                   # *simulated* time (until_seconds optional): fields of
+//! from_seconds = 600.0      # gpu-sentinel's GpuSample, merged into the simulated one
+//! until_seconds = 1200.0    # (tables merge, anything else replaces); a link listed in
+//! sample = { remapped_rows = { correctable = 0, uncorrectable = 1, pending = true, failure = false }, nvlink_inactive = [3] }
+//! ```                       # nvlink_inactive leaves `nvlink`; `up = false` loses the GPU
 //!
 //! `FAKE_NVML_PROCESSES="GPU:PID:BYTES[:SM],…"` adds processes the same way, for tests that
 //! spawn a child and cannot write its PID into a file first.
@@ -44,6 +50,7 @@
 use std::path::Path;
 
 use gpu_sentinel::config::{SIMULATED_FAULTS, SimulationConfig};
+use gpu_sentinel::model::GpuSample;
 use nvml_wrapper_sys::bindings::nvmlReturn_t;
 use serde::Deserialize;
 
@@ -67,6 +74,89 @@ pub struct Scenario {
     pub migs: Vec<MigSpec>,
     #[serde(rename = "vanish")]
     pub vanishings: Vec<VanishSpec>,
+    #[serde(rename = "set")]
+    pub sets: Vec<SetSpec>,
+}
+
+/// Values a GPU reports over a window of simulated time, merged into its simulated sample:
+/// how the tests drive a health component to a state and back.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetSpec {
+    pub gpu: u32,
+    #[serde(default)]
+    pub from_seconds: f64,
+    #[serde(default)]
+    pub until_seconds: Option<f64>,
+    pub sample: toml::Table,
+}
+
+impl SetSpec {
+    /// Whether the window holds `seconds` of simulated time.
+    pub fn active(&self, gpu: usize, seconds: f64) -> bool {
+        self.gpu as usize == gpu
+            && seconds >= self.from_seconds
+            && self.until_seconds.is_none_or(|until| seconds < until)
+    }
+
+    /// `sample` with this spec's values merged in. A key the sample does not have is an
+    /// error (a misspelt field would otherwise change nothing, silently).
+    pub fn apply(&self, sample: &GpuSample) -> Result<GpuSample, String> {
+        let mut value = serde_json::to_value(sample).map_err(|e| e.to_string())?;
+        let change = serde_json::to_value(&self.sample).map_err(|e| e.to_string())?;
+        merge(&mut value, change.clone());
+        let mut merged: GpuSample =
+            serde_json::from_value(value).map_err(|e| format!("set on GPU {}: {e}", self.gpu))?;
+        let read_back = serde_json::to_value(&merged).map_err(|e| e.to_string())?;
+        if let Some(key) = unknown_key(&change, &read_back, "") {
+            return Err(format!(
+                "set on GPU {}: {key} is not a sample field",
+                self.gpu
+            ));
+        }
+        let inactive = merged.nvlink_inactive.clone();
+        merged.nvlink.retain(|l| !inactive.contains(&l.link));
+        Ok(merged)
+    }
+}
+
+/// The first key of `change` that `sample` (a merged sample, serialised) lacks.
+fn unknown_key(
+    change: &serde_json::Value,
+    sample: &serde_json::Value,
+    path: &str,
+) -> Option<String> {
+    let serde_json::Value::Object(change) = change else {
+        return None;
+    };
+    for (key, value) in change {
+        let here = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        match sample.get(key) {
+            None => return Some(here),
+            Some(inner) => {
+                if let Some(found) = unknown_key(value, inner, &here) {
+                    return Some(found);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Merges `change` into `into`: objects key by key, anything else replaced.
+fn merge(into: &mut serde_json::Value, change: serde_json::Value) {
+    match (into, change) {
+        (serde_json::Value::Object(into), serde_json::Value::Object(change)) => {
+            for (key, value) in change {
+                merge(into.entry(key).or_insert(serde_json::Value::Null), value);
+            }
+        }
+        (into, change) => *into = change,
+    }
 }
 
 /// A GPU that leaves NVML's device list: the count shrinks and the GPUs after it move up
@@ -226,6 +316,17 @@ impl Scenario {
                 return Err(format!("fault #{}: after_seconds must be >= 0", i + 1));
             }
         }
+        for (i, set) in self.sets.iter().enumerate() {
+            if set.gpu >= sim.gpus {
+                return Err(format!("set #{}: gpu {} is past the fleet", i + 1, set.gpu));
+            }
+            let healthy = GpuSample {
+                up: true,
+                ..GpuSample::default()
+            };
+            set.apply(&healthy)
+                .map_err(|e| format!("set #{}: {e}", i + 1))?;
+        }
         for v in &self.vanishings {
             if v.gpu >= sim.gpus {
                 return Err(format!("vanish: gpu {} is past the fleet", v.gpu));
@@ -367,6 +468,50 @@ mod tests {
             ("[[fault]]\ngpu = 99\nfunction = \"x\"\n", "past the fleet"),
             ("[clock]\nmode = \"sundial\"\n", "sundial"),
             ("[simulation]\nfautls = []\n", "fautls"),
+        ] {
+            let err = Scenario::parse(text).unwrap_err();
+            assert!(err.contains(needle), "{needle:?} not in {err:?}");
+        }
+    }
+
+    #[test]
+    fn sets_merge_into_the_sample_and_misspelt_fields_are_refused() {
+        let s = Scenario::parse(
+            "[[set]]\ngpu = 1\nfrom_seconds = 60.0\nuntil_seconds = 120.0\n\
+             sample = { persistence_mode = false, nvlink_inactive = [3], \
+             remapped_rows = { correctable = 0, uncorrectable = 1, pending = true, failure = false } }\n",
+        )
+        .unwrap();
+        let set = &s.sets[0];
+        assert!(set.active(1, 60.0) && !set.active(1, 120.0) && !set.active(0, 60.0));
+        let before = GpuSample {
+            up: true,
+            nvlink: (0..4)
+                .map(|link| gpu_sentinel::model::NvLinkErrors {
+                    link,
+                    ..Default::default()
+                })
+                .collect(),
+            ..GpuSample::default()
+        };
+        let after = set.apply(&before).unwrap();
+        assert_eq!(after.persistence_mode, Some(false));
+        assert!(after.remapped_rows.unwrap().pending);
+        assert_eq!(
+            after.nvlink.iter().map(|l| l.link).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        for (text, needle) in [
+            (
+                "[[set]]\ngpu = 1\nsample = { persistance_mode = false }\n",
+                "persistance_mode is not a sample field",
+            ),
+            (
+                "[[set]]\ngpu = 1\nsample = { pcie = { widht = 8 } }\n",
+                "pcie.widht is not a sample field",
+            ),
+            ("[[set]]\ngpu = 1\nsample = { up = 3 }\n", "set #1"),
+            ("[[set]]\ngpu = 9\nsample = {}\n", "past the fleet"),
         ] {
             let err = Scenario::parse(text).unwrap_err();
             assert!(err.contains(needle), "{needle:?} not in {err:?}");

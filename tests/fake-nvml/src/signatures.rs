@@ -4,7 +4,7 @@
 
 use nvml_wrapper_sys::bindings::NvmlLib;
 
-use crate::{device, events, gpm, processes, system};
+use crate::{device, driver, events, gpm, processes, system};
 
 /// Never called; its body is the check.
 #[allow(dead_code)]
@@ -49,6 +49,9 @@ fn exports_match_nvml_wrapper(lib: &mut NvmlLib) {
     lib.nvmlDeviceGetPcieThroughput = Ok(device::nvmlDeviceGetPcieThroughput);
     lib.nvmlDeviceGetNvLinkState = Ok(device::nvmlDeviceGetNvLinkState);
     lib.nvmlDeviceGetNvLinkErrorCounter = Ok(device::nvmlDeviceGetNvLinkErrorCounter);
+    lib.nvmlDeviceGetPersistenceMode = Ok(driver::nvmlDeviceGetPersistenceMode);
+    lib.nvmlDeviceGetGspFirmwareVersion = Ok(driver::nvmlDeviceGetGspFirmwareVersion);
+    lib.nvmlDeviceGetGpuFabricInfo = Ok(driver::nvmlDeviceGetGpuFabricInfo);
     lib.nvmlDeviceGetComputeRunningProcesses_v3 =
         Ok(processes::nvmlDeviceGetComputeRunningProcesses_v3);
     lib.nvmlDeviceGetProcessUtilization = Ok(processes::nvmlDeviceGetProcessUtilization);

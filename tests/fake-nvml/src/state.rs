@@ -16,7 +16,7 @@ use gpu_sentinel::source::simulate::Fleet;
 use nvml_wrapper_sys::bindings::{nvmlDevice_st, nvmlDevice_t, nvmlReturn_t};
 
 use crate::codes::*;
-use crate::scenario::{ClockMode, Fault, MigSpec, ProcessSpec, Scenario, VanishSpec};
+use crate::scenario::{ClockMode, Fault, MigSpec, ProcessSpec, Scenario, SetSpec, VanishSpec};
 
 /// Device handles are these addresses plus 16 × index: opaque to the caller, never
 /// dereferenced, and easy to check.
@@ -57,6 +57,7 @@ pub struct State {
     pub extra_processes: Vec<ProcessSpec>,
     pub migs: Vec<MigSpec>,
     vanishings: Vec<VanishSpec>,
+    sets: Vec<SetSpec>,
     /// The first successful `nvmlInit_v2`: fault times and wall-clock simulation count from it.
     epoch: Instant,
     last_advance: Instant,
@@ -78,6 +79,7 @@ impl State {
             extra_processes: scenario.processes.clone(),
             migs: scenario.migs.clone(),
             vanishings: scenario.vanishings.clone(),
+            sets: scenario.sets.clone(),
             epoch: now,
             last_advance: now,
             init_refs: 0,
@@ -138,7 +140,15 @@ impl State {
         let fleet = &self.fleet;
         let slot = self.samples.get_mut(index).ok_or(INVALID_ARGUMENT)?;
         if slot.is_none() {
-            *slot = fleet.sample(index);
+            let now = fleet.elapsed_seconds();
+            let mut sample = fleet.sample(index);
+            for set in self.sets.iter().filter(|s| s.active(index, now)) {
+                // Checked against a sample when the scenario was read.
+                if let Some(changed) = sample.as_ref().and_then(|s| set.apply(s).ok()) {
+                    sample = Some(changed);
+                }
+            }
+            *slot = sample;
         }
         slot.as_ref().ok_or(INVALID_ARGUMENT)
     }

@@ -1,0 +1,196 @@
+//! Anti-flap: how a component's state follows its evidence.
+//!
+//! A worse state is taken at once (a GPU that fell off the bus must leave the scheduler
+//! before the next job lands). A better one is taken only once the evidence of the current
+//! state has been gone for the hold time: a remap that stops being pending, a link back at
+//! full width, a slowdown that stopped. So a condition that comes and goes between
+//! collections keeps its state, and a state lasts at least the hold time after the last
+//! time anything showed it. While the evidence is only weaker, the state keeps the reason
+//! and action it was last seen with.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Action, State};
+
+/// One component's held state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Hold {
+    pub state: State,
+    pub action: Action,
+    pub reason: String,
+    /// Unix seconds the state began; `None` before the first judgement.
+    pub since: Option<i64>,
+    /// Unix seconds the evidence for the state was last seen.
+    pub seen: i64,
+}
+
+/// What one step's readings say of a component.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    pub state: State,
+    pub action: Action,
+    pub reason: Reason,
+}
+
+/// A reason: fixed text for the common healthy case (no formatting every step), or text
+/// with the numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reason {
+    Fixed(&'static str),
+    Text(String),
+}
+
+impl Reason {
+    fn as_str(&self) -> &str {
+        match self {
+            Reason::Fixed(text) => text,
+            Reason::Text(text) => text,
+        }
+    }
+}
+
+/// Evidence of a healthy component, with its fixed reason.
+pub fn healthy(text: &'static str) -> Option<Found> {
+    Some(Found {
+        state: State::Healthy,
+        action: Action::None,
+        reason: Reason::Fixed(text),
+    })
+}
+
+/// Evidence of a component in `state`, asking for `action`, with the numbers in `text`.
+pub fn found(state: State, action: Action, text: String) -> Option<Found> {
+    Some(Found {
+        state,
+        action,
+        reason: Reason::Text(text),
+    })
+}
+
+/// The reason of a component nothing could be judged of yet (its GPU never answered).
+const NOT_JUDGED: &str = "no reading of this GPU yet";
+
+impl Hold {
+    /// Folds one step's evidence in at unix time `now`; `found` is `None` when nothing
+    /// could be judged (the GPU does not answer): the state holds. `hold` is in seconds.
+    pub fn update(&mut self, now: i64, found: Option<Found>, hold: i64) {
+        let Some(found) = found else {
+            if self.since.is_none() {
+                self.since = Some(now);
+                self.seen = now;
+                set_text(&mut self.reason, NOT_JUDGED);
+            }
+            return;
+        };
+        let first = self.since.is_none();
+        if first || found.state > self.state {
+            self.since = Some(now);
+        } else if found.state < self.state {
+            // Held while the evidence of the current state is recent; a clock that went
+            // back (a recording) holds too.
+            if now - self.seen < hold {
+                return;
+            }
+            self.since = Some(now);
+        }
+        self.state = found.state;
+        self.action = found.action;
+        self.seen = now;
+        set_text(&mut self.reason, found.reason.as_str());
+    }
+}
+
+/// Replaces `out` with `text`, reusing its allocation (and skipping the copy when equal).
+fn set_text(out: &mut String, text: &str) {
+    if out != text {
+        out.clear();
+        out.push_str(text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(state: State, action: Action, reason: &str) -> Option<Found> {
+        Some(Found {
+            state,
+            action,
+            reason: Reason::Text(reason.into()),
+        })
+    }
+
+    const HOLD: i64 = 300;
+
+    #[test]
+    fn worse_is_taken_at_once_and_better_only_after_the_hold() {
+        let mut h = Hold::default();
+        h.update(0, found(State::Healthy, Action::None, "ok"), HOLD);
+        assert_eq!((h.state, h.since), (State::Healthy, Some(0)));
+        h.update(10, found(State::Unhealthy, Action::ResetGpu, "bad"), HOLD);
+        assert_eq!(
+            (h.state, h.action, h.since),
+            (State::Unhealthy, Action::ResetGpu, Some(10))
+        );
+        // The evidence goes, and comes back before the hold is over: no flap.
+        h.update(20, found(State::Healthy, Action::None, "ok"), HOLD);
+        assert_eq!((h.state, h.reason.as_str()), (State::Unhealthy, "bad"));
+        h.update(
+            200,
+            found(State::Unhealthy, Action::ResetGpu, "bad again"),
+            HOLD,
+        );
+        assert_eq!(
+            (h.state, h.since, h.seen),
+            (State::Unhealthy, Some(10), 200)
+        );
+        // Gone: still held until 300 s after it was last seen.
+        h.update(499, found(State::Healthy, Action::None, "ok"), HOLD);
+        assert_eq!(h.state, State::Unhealthy);
+        h.update(500, found(State::Healthy, Action::None, "ok"), HOLD);
+        assert_eq!(
+            (h.state, h.action, h.since),
+            (State::Healthy, Action::None, Some(500))
+        );
+        assert_eq!(h.reason, "ok");
+    }
+
+    #[test]
+    fn unhealthy_steps_down_through_degraded() {
+        let mut h = Hold::default();
+        h.update(
+            0,
+            found(State::Unhealthy, Action::InspectHardware, "x"),
+            HOLD,
+        );
+        h.update(400, found(State::Degraded, Action::ResetGpu, "y"), HOLD);
+        assert_eq!((h.state, h.since), (State::Degraded, Some(400)));
+        h.update(500, found(State::Healthy, Action::None, "ok"), HOLD);
+        assert_eq!(h.state, State::Degraded);
+        h.update(700, found(State::Healthy, Action::None, "ok"), HOLD);
+        assert_eq!(h.state, State::Healthy);
+    }
+
+    #[test]
+    fn nothing_to_judge_holds_the_state() {
+        let mut h = Hold::default();
+        h.update(0, None, HOLD);
+        assert_eq!((h.state, h.reason.as_str()), (State::Healthy, NOT_JUDGED));
+        h.update(
+            5,
+            found(State::Unhealthy, Action::DrainAndReboot, "lost"),
+            HOLD,
+        );
+        h.update(10_000, None, HOLD);
+        assert_eq!(h.state, State::Unhealthy);
+    }
+
+    #[test]
+    fn a_clock_that_goes_back_holds() {
+        let mut h = Hold::default();
+        h.update(1_000, found(State::Degraded, Action::None, "x"), HOLD);
+        h.update(0, found(State::Healthy, Action::None, "ok"), HOLD);
+        assert_eq!(h.state, State::Degraded);
+    }
+}
