@@ -121,13 +121,12 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     buffer: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    if let Some((index, slot)) = mig_of(device) {
+    if let Some((index, gi, ci)) = mig_of(device) {
         return enter("nvmlDeviceGetUUID", u32::try_from(index).ok(), |state| {
             let uuid = state
-                .mig_devices(index)
-                .and_then(|d| d.get(slot))
+                .mig_instance(index, gi, ci)
                 .ok_or(INVALID_ARGUMENT)?
-                .clone();
+                .uuid;
             // SAFETY: the caller's buffer contract, passed on.
             unsafe { write_str(buffer, length, &uuid) }
         });
@@ -147,7 +146,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
     count: *mut c_uint,
 ) -> nvmlReturn_t {
     enter_device("nvmlDeviceGetMaxMigDeviceCount", device, |state, index| {
-        state.mig_devices(index).ok_or(NOT_SUPPORTED)?;
+        state.mig_instances(index).ok_or(NOT_SUPPORTED)?;
         // SAFETY: the caller's output contract, passed on.
         unsafe { write(count, MAX_MIG_DEVICES as c_uint) }
     })
@@ -165,14 +164,16 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
         "nvmlDeviceGetMigDeviceHandleByIndex",
         device,
         |state, index| {
-            let devices = state.mig_devices(index).ok_or(NOT_SUPPORTED)?;
-            let slot = slot as usize;
+            let devices = state.mig_instances(index).ok_or(NOT_SUPPORTED)?;
             // Empty slots answer NOT_FOUND, as the real call does.
-            if slot >= devices.len().min(MAX_MIG_DEVICES) {
-                return Err(NOT_FOUND);
-            }
+            let found = devices
+                .iter()
+                .take(MAX_MIG_DEVICES)
+                .find(|d| d.device_index == slot)
+                .ok_or(NOT_FOUND)?;
+            let handle = mig_handle(index, found.gpu_instance, found.compute_instance);
             // SAFETY: the caller's output contract, passed on.
-            unsafe { write(mig, mig_handle(index, slot)) }
+            unsafe { write(mig, handle) }
         },
     )
 }
@@ -220,7 +221,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     pending_mode: *mut c_uint,
 ) -> nvmlReturn_t {
     enter_device("nvmlDeviceGetMigMode", device, |state, index| {
-        let mode = if state.mig_devices(index).is_some() {
+        let mode = if state.mig_instances(index).is_some() {
             1
         } else {
             c_uint::from(supported(sample(state, index)?.mig_enabled)?)
@@ -285,7 +286,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
-    enter_device("nvmlDeviceGetMemoryInfo_v2", device, |state, index| {
+    const NAME: &str = "nvmlDeviceGetMemoryInfo_v2";
+    let answer = |m: gpu_sentinel::model::Memory| {
         if memory.is_null() {
             return Err(INVALID_ARGUMENT);
         }
@@ -294,7 +296,6 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if unsafe { (*memory).version } != expected {
             return Err(ARGUMENT_VERSION_MISMATCH);
         }
-        let m = sample(state, index)?.memory;
         let info = nvmlMemory_v2_t {
             version: expected,
             total: supported(m.total_bytes)?,
@@ -304,6 +305,21 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         };
         // SAFETY: the caller's output contract, passed on.
         unsafe { write(memory, info) }
+    };
+    // On a MIG device handle: its GPU instance's memory.
+    if let Some((index, gi, ci)) = mig_of(device) {
+        return enter(NAME, u32::try_from(index).ok(), |state| {
+            answer(
+                state
+                    .mig_instance(index, gi, ci)
+                    .ok_or(INVALID_ARGUMENT)?
+                    .memory,
+            )
+        });
+    }
+    enter_device(NAME, device, |state, index| {
+        let m = sample(state, index)?.memory;
+        answer(m)
     })
 }
 

@@ -24,6 +24,7 @@ pub mod codes;
 mod device;
 mod events;
 mod gpm;
+mod mig;
 mod out;
 mod processes;
 pub mod scenario;
@@ -122,6 +123,8 @@ pub extern "C" fn fake_nvml_set_process(
             pid,
             used_memory_bytes,
             sm_utilization: sm_utilization.clamp(0.0, 1.0),
+            gpu_instance: None,
+            compute_instance: None,
         });
         SUCCESS
     })

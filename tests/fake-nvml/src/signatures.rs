@@ -4,7 +4,7 @@
 
 use nvml_wrapper_sys::bindings::NvmlLib;
 
-use crate::{device, events, gpm, processes, system};
+use crate::{device, events, gpm, mig, processes, system};
 
 /// Never called; its body is the check.
 #[allow(dead_code)]
@@ -62,4 +62,11 @@ fn exports_match_nvml_wrapper(lib: &mut NvmlLib) {
     lib.nvmlGpmSampleFree = Ok(gpm::nvmlGpmSampleFree);
     lib.nvmlGpmSampleGet = Ok(gpm::nvmlGpmSampleGet);
     lib.nvmlGpmMetricsGet = Ok(gpm::nvmlGpmMetricsGet);
+    lib.nvmlGpmMigSampleGet = Ok(gpm::nvmlGpmMigSampleGet);
+    lib.nvmlDeviceGetGpuInstanceId = Ok(mig::nvmlDeviceGetGpuInstanceId);
+    lib.nvmlDeviceGetComputeInstanceId = Ok(mig::nvmlDeviceGetComputeInstanceId);
+    lib.nvmlDeviceGetAttributes_v2 = Ok(mig::nvmlDeviceGetAttributes_v2);
+    lib.nvmlDeviceGetGpuInstanceProfileInfoV = Ok(mig::nvmlDeviceGetGpuInstanceProfileInfoV);
+    lib.nvmlDeviceGetGpuInstanceById = Ok(mig::nvmlDeviceGetGpuInstanceById);
+    lib.nvmlGpuInstanceGetInfo = Ok(mig::nvmlGpuInstanceGetInfo);
 }
