@@ -361,6 +361,7 @@ fn findings() -> Findings {
         failing_nvlink: None,
         cost: Default::default(),
         readings: Default::default(),
+        mig: Vec::new(),
     };
     gpu.idle.ghosts.push(ghost);
     let mut other = gpu.clone();

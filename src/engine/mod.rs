@@ -17,6 +17,8 @@ pub mod cost;
 mod counters;
 pub use counters::FailingLink;
 pub mod idle;
+pub mod mig;
+mod readings;
 pub mod risk;
 mod slots;
 pub mod store;
@@ -30,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, IdleConfig};
 use crate::model::{Allocation, ClockEvents, GpuSample, ProcessSample, Snapshot};
 use counters::Counters;
+pub use readings::Readings;
 pub use slots::GpuStates;
 use slots::Scratch;
 use window::{Deltas, Point, Windows};
@@ -112,6 +115,9 @@ pub struct GpuState {
     /// before it existed, and then learnt again.
     #[serde(default)]
     pub risk: risk::RiskState,
+    /// Its MIG instances' idle runs and cost (absent from state saved before them).
+    #[serde(default)]
+    pub mig: mig::MigState,
 }
 
 impl GpuState {
@@ -130,6 +136,7 @@ impl GpuState {
             recent_xids: VecDeque::new(),
             lost: false,
             risk: risk::RiskState::default(),
+            mig: mig::MigState::default(),
         }
     }
 }
@@ -206,32 +213,8 @@ pub struct GpuFindings {
     pub cost: cost::CostView,
     /// This step's raw readings, for rules that compare them with thresholds.
     pub readings: Readings,
-}
-
-/// A GPU's readings at one step, as rules and reports use them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Readings {
-    pub temperature_celsius: Option<f64>,
-    pub memory_temperature_celsius: Option<f64>,
-    pub power_watts: Option<f64>,
-    pub utilization: Option<f64>,
-    /// Used over total memory, 0–1.
-    pub memory_used_ratio: Option<f64>,
-}
-
-impl Readings {
-    fn of(sample: &GpuSample) -> Readings {
-        Readings {
-            temperature_celsius: sample.temperature_celsius,
-            memory_temperature_celsius: sample.memory_temperature_celsius,
-            power_watts: sample.power_watts,
-            utilization: sample.utilization.gpu,
-            memory_used_ratio: match (sample.memory.used_bytes, sample.memory.total_bytes) {
-                (Some(used), Some(total)) if total > 0 => Some(used as f64 / total as f64),
-                _ => None,
-            },
-        }
-    }
+    /// Each MIG instance's idle state and cost, on a GPU in MIG mode.
+    pub mig: Vec<mig::InstanceFindings>,
 }
 
 /// Every finding a GPU can have, in the order the API and the replay report list them.
@@ -277,6 +260,7 @@ impl GpuFindings {
         self.failing_nvlink = state.counters.failing_link();
         self.cost = state.cost.view(now);
         self.readings = Readings::default();
+        state.mig.last_known(now, &mut self.mig);
     }
 
     /// The findings that hold as a bit mask over [`FINDING_KINDS`] (bit i: kind i).
@@ -513,7 +497,8 @@ impl Engine {
         let point = Point {
             at: now,
             seconds,
-            utilization: sample.utilization.gpu,
+            // A GPU in MIG mode has no utilization of its own: its instances' activity.
+            utilization: sample.utilization.gpu.or_else(|| mig::utilization(sample)),
             temperature: sample.temperature_celsius,
             memory_temperature: sample.memory_temperature_celsius,
             power: sample.power_watts,
@@ -535,7 +520,8 @@ impl Engine {
             &self.config.idle,
         );
         let busy = !idle.idle_now;
-        let cost = cost::update(
+        let cost = mig::account(
+            &mut state.mig,
             &mut state.cost,
             now,
             seconds,
@@ -545,7 +531,11 @@ impl Engine {
                 allocations,
             },
             busy,
-            &self.config.cost,
+            &mig::Settings {
+                idle: &self.config.idle,
+                cost: &self.config.cost,
+            },
+            &mut out.mig,
         );
         recent_distinct(&state.recent_xids, now, &mut out.hardware_xids_24h);
         out.index = sample.index;
