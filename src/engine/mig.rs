@@ -164,6 +164,11 @@ pub fn account(
 }
 
 impl MigState {
+    /// Whether no instance is remembered (a GPU never in MIG mode).
+    pub fn is_empty(&self) -> bool {
+        self.instances.is_empty()
+    }
+
     /// The instances as last seen within a day, not present now.
     pub fn last_known(&self, now: i64, out: &mut Vec<InstanceFindings>) {
         out.clear();

@@ -116,7 +116,7 @@ pub struct GpuState {
     #[serde(default)]
     pub risk: risk::RiskState,
     /// Its MIG instances' idle runs and cost (absent from state saved before them).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "mig::MigState::is_empty")]
     pub mig: mig::MigState,
 }
 

@@ -28,6 +28,9 @@ pub enum Cost {
     PerHost(u32),
     /// A number for the host that varies; `what` says with what.
     PerHostVarying(&'static str),
+    /// Exactly this many a MIG instance (a GPU in MIG mode has them in place of some of
+    /// its own: see docs/metrics.md).
+    PerMigInstance(u32),
 }
 
 /// One family's cost and the reason to pay it.
@@ -63,6 +66,14 @@ const fn per_host(family: &'static str, n: u32, why: &'static str) -> Budget {
     Budget {
         family,
         cost: Cost::PerHost(n),
+        why,
+    }
+}
+
+const fn per_instance(family: &'static str, n: u32, why: &'static str) -> Budget {
+    Budget {
+        family,
+        cost: Cost::PerMigInstance(n),
         why,
     }
 }
@@ -393,7 +404,75 @@ pub const BUDGETS: &[Budget] = &[
         "the LLM advisor failing",
     ),
     per_host("gpu_sentinel_advice_cached", 1, "advice held"),
+    per_instance(
+        "gpu_mig_memory_total_bytes",
+        1,
+        "the denominator of the instance's memory",
+    ),
+    per_instance(
+        "gpu_mig_memory_used_bytes",
+        1,
+        "memory held in the instance: the idle notebook's",
+    ),
+    per_instance(
+        "gpu_mig_share_ratio",
+        1,
+        "what the instance's idle time costs, as a share of the GPU",
+    ),
+    per_instance(
+        "gpu_mig_sm_active_ratio",
+        1,
+        "busy or idle: the only activity NVML gives per instance",
+    ),
+    per_instance(
+        "gpu_mig_sm_occupancy_ratio",
+        1,
+        "a busy instance that runs little in parallel",
+    ),
+    per_instance(
+        "gpu_mig_tensor_active_ratio",
+        1,
+        "whether an inference instance uses its tensor cores",
+    ),
+    per_instance(
+        "gpu_mig_dram_active_ratio",
+        1,
+        "memory-bound work looks idle by SM activity alone",
+    ),
+    per_instance(
+        "gpu_mig_processes",
+        1,
+        "an instance with nothing in it, told from one that computes nothing",
+    ),
+    per_instance("gpu_mig_allocated", 1, "allocated or free, per instance"),
+    per_instance("gpu_mig_allocated_idle", 1, "the waste alert, per instance"),
+    per_instance(
+        "gpu_mig_idle_seconds",
+        1,
+        "how long an instance has done nothing",
+    ),
+    per_instance(
+        "gpu_mig_cost_total",
+        2,
+        "busy and idle cost of the instance's share: the waste, in money",
+    ),
+    per_host(
+        "gpu_node_free_mig_gpus",
+        1,
+        "placement: free MIG capacity in GPUs (only on a node with MIG)",
+    ),
 ];
+
+/// Series a MIG instance adds: every per-instance family's budget.
+pub fn per_mig_instance() -> u32 {
+    BUDGETS
+        .iter()
+        .map(|b| match b.cost {
+            Cost::PerMigInstance(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
 
 /// The budget of family `name`.
 pub fn of(name: &str) -> Option<&'static Budget> {
@@ -408,6 +487,7 @@ impl Cost {
             Cost::UpTo { per_gpu, what } => format!("≤ {per_gpu} a GPU: {what}"),
             Cost::PerHost(n) => format!("{n} a host"),
             Cost::PerHostVarying(what) => format!("a host: {what}"),
+            Cost::PerMigInstance(n) => format!("{n} a MIG instance"),
         }
     }
 }
@@ -416,6 +496,7 @@ impl Cost {
 mod tests {
     use super::*;
     use crate::export::metrics::{ALERTING, ANALYSIS, NATIVE};
+    use crate::export::mig::{MIG_ANALYSIS, MIG_NATIVE};
 
     #[test]
     fn every_family_has_one_budget_and_every_budget_a_family() {
@@ -423,6 +504,8 @@ mod tests {
             .iter()
             .chain(ANALYSIS)
             .chain(ALERTING)
+            .chain(MIG_NATIVE)
+            .chain(MIG_ANALYSIS)
             .map(|d| d.name)
             .collect();
         for name in &families {
