@@ -9,10 +9,11 @@
 //!
 //! - [`defaults`](mod@defaults): the default rule table, whose names are a contract;
 //! - [`evaluate`](mod@evaluate): which conditions hold, with the labels and annotations of
-//!   each.
+//!   each; [`instances`](mod@instances): what MIG instances add to them.
 
 mod defaults;
 mod evaluate;
+mod instances;
 
 use std::time::Duration;
 
