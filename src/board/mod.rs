@@ -14,7 +14,7 @@
 //!
 //! - [`heat`]: the shade scale and the heat strips (shared by tiles and any other HTML
 //!   report that draws utilization);
-//! - [`tile`]: one GPU's tile;
+//! - [`tile`]: one GPU's tile, and [`mig`] the instances of a GPU in MIG mode on it;
 //! - [`tables`]: the failure-risk ranking and the alerts;
 //! - [`today`]: today's cost and waste, and the baseline the agent keeps for it;
 //! - [`advice`]: scaling and placement advice;
@@ -22,6 +22,7 @@
 
 mod advice;
 pub mod heat;
+mod mig;
 mod page;
 mod tables;
 mod tile;

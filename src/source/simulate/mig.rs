@@ -205,11 +205,15 @@ impl SimMig {
         gpu
     }
 
-    /// Bytes a job sized for an 80 GB GPU holds in a GPU instance of `profile`: as much of
-    /// what the instance leaves after its context and the driver's share.
-    fn scaled(profile: &GiProfile, bytes: u64) -> u64 {
-        let room = (profile.memory_mib * MIB).saturating_sub(CONTEXT_BYTES + 64 * MIB);
-        let share = room as f64 / JOB_SIZED_FOR_BYTES as f64;
+    /// Bytes a job sized for an 80 GB GPU holds in compute instance `i`: as much of its
+    /// part of the GPU instance's memory (by compute slices, so the jobs of a split GPU
+    /// instance fit together) after contexts and the driver's share.
+    fn scaled(i: &SimInstance, bytes: u64) -> u64 {
+        let profile = i.profile;
+        let room = (profile.memory_mib * MIB)
+            .saturating_sub(CONTEXT_BYTES * u64::from(profile.slices) + 64 * MIB);
+        let part = room as f64 * f64::from(i.slices) / f64::from(profile.slices.max(1));
+        let share = part / JOB_SIZED_FOR_BYTES as f64;
         (bytes as f64 * share / MIB as f64).floor() as u64 * MIB
     }
 
@@ -218,7 +222,7 @@ impl SimMig {
         let mut out = Vec::new();
         for i in self.present() {
             for mut p in i.workload.processes(i.load.util) {
-                p.memory_bytes = SimMig::scaled(i.profile, p.memory_bytes);
+                p.memory_bytes = SimMig::scaled(i, p.memory_bytes);
                 p.instance = Some((i.gpu_instance, i.compute_instance));
                 out.push(p);
             }
@@ -250,7 +254,7 @@ impl SimMig {
                 .workload
                 .processes(0.0)
                 .iter()
-                .map(|p| SimMig::scaled(i.profile, p.memory_bytes) + CONTEXT_BYTES)
+                .map(|p| SimMig::scaled(i, p.memory_bytes) + CONTEXT_BYTES)
                 .sum::<u64>();
         }
         let driver_mib = match slices {

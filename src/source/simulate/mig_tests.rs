@@ -74,7 +74,9 @@ fn every_instance_reports_and_holds_no_more_than_it_has() {
         assert_eq!(instances.len(), 5, "none drops out at {t}");
         for i in &instances {
             let (used, total) = (i.memory.used_bytes.unwrap(), i.memory.total_bytes.unwrap());
-            assert!(used <= total, "{} at {t}: {used} > {total}", i.uuid);
+            // Strictly less: the simulator never fills an instance to the brim, so nothing
+            // is cut to fit (the jobs of a split GPU instance share it by slices).
+            assert!(used < total, "{} at {t}: {used} >= {total}", i.uuid);
             let gpm = i.gpm.unwrap();
             assert!(gpm.sm_active.unwrap() <= 1.0);
         }
