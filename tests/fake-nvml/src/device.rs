@@ -10,7 +10,7 @@ use nvml_wrapper_sys::bindings::*;
 
 use crate::codes::*;
 use crate::out::{fill_array, percent, write, write_str};
-use crate::state::{MAX_MIG_DEVICES, State, enter, enter_device, mig_handle, mig_of};
+use crate::state::{State, enter, enter_device, mig_of};
 
 /// NVML's PCIe throughput unit (see gpu-sentinel's `PCIE_THROUGHPUT_UNIT_BYTES`).
 const PCIE_KB: f64 = gpu_sentinel::source::nvml::PCIE_THROUGHPUT_UNIT_BYTES;
@@ -138,45 +138,6 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     })
 }
 
-/// # Safety
-/// `device` is one of ours; `count` is null or valid for one write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
-    device: nvmlDevice_t,
-    count: *mut c_uint,
-) -> nvmlReturn_t {
-    enter_device("nvmlDeviceGetMaxMigDeviceCount", device, |state, index| {
-        state.mig_instances(index).ok_or(NOT_SUPPORTED)?;
-        // SAFETY: the caller's output contract, passed on.
-        unsafe { write(count, MAX_MIG_DEVICES as c_uint) }
-    })
-}
-
-/// # Safety
-/// `device` is one of ours; `mig` is null or valid for one write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
-    device: nvmlDevice_t,
-    slot: c_uint,
-    mig: *mut nvmlDevice_t,
-) -> nvmlReturn_t {
-    enter_device(
-        "nvmlDeviceGetMigDeviceHandleByIndex",
-        device,
-        |state, index| {
-            let devices = state.mig_instances(index).ok_or(NOT_SUPPORTED)?;
-            // Empty slots answer NOT_FOUND, as the real call does.
-            let found = devices
-                .iter()
-                .take(MAX_MIG_DEVICES)
-                .find(|d| d.device_index == slot)
-                .ok_or(NOT_FOUND)?;
-            let handle = mig_handle(index, found.gpu_instance, found.compute_instance);
-            // SAFETY: the caller's output contract, passed on.
-            unsafe { write(mig, handle) }
-        },
-    )
-}
 device_string!(nvmlDeviceGetName, |s| s.name.clone());
 device_string!(nvmlDeviceGetSerial, |s| supported(s.serial.clone())?);
 
@@ -209,28 +170,6 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
         );
         // SAFETY: the caller's output contract, passed on.
         unsafe { write(pci, info) }
-    })
-}
-
-/// # Safety
-/// `device` is one of ours; both outputs are null or valid for one write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(
-    device: nvmlDevice_t,
-    current_mode: *mut c_uint,
-    pending_mode: *mut c_uint,
-) -> nvmlReturn_t {
-    enter_device("nvmlDeviceGetMigMode", device, |state, index| {
-        let mode = if state.mig_instances(index).is_some() {
-            1
-        } else {
-            c_uint::from(supported(sample(state, index)?.mig_enabled)?)
-        };
-        // SAFETY: the caller's output contract, passed on.
-        unsafe {
-            write(current_mode, mode)?;
-            write(pending_mode, mode)
-        }
     })
 }
 

@@ -1,4 +1,4 @@
-//! MIG: a GPU in MIG mode's devices (compute instances) and GPU instances, answered from
+//! MIG: a GPU in MIG mode (its mode, its MIG devices and GPU instances), answered from
 //! the simulator's MIG GPUs (`[simulation] mig_gpus`) and the scenario's `[[mig]]` GPUs.
 //!
 //! MIG device handles name (GPU, GPU instance, compute instance), so a handle keeps naming
@@ -13,7 +13,10 @@ use nvml_wrapper_sys::bindings::*;
 
 use crate::codes::*;
 use crate::out::{fill_array, write};
-use crate::state::{State, enter, enter_device, gpu_instance_handle, gpu_instance_of, mig_of};
+use crate::state::{
+    MAX_MIG_DEVICES, State, enter, enter_device, gpu_instance_handle, gpu_instance_of, mig_handle,
+    mig_of,
+};
 
 /// Answers a call on a MIG device handle with `body`'s value from the device.
 fn on_mig(
@@ -189,4 +192,66 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
             unsafe { write(info, value) }
         },
     )
+}
+
+/// # Safety
+/// `device` is one of ours; `count` is null or valid for one write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    enter_device("nvmlDeviceGetMaxMigDeviceCount", device, |state, index| {
+        state.mig_instances(index).ok_or(NOT_SUPPORTED)?;
+        // SAFETY: the caller's output contract, passed on.
+        unsafe { write(count, MAX_MIG_DEVICES as c_uint) }
+    })
+}
+
+/// # Safety
+/// `device` is one of ours; `mig` is null or valid for one write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: nvmlDevice_t,
+    slot: c_uint,
+    mig: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    enter_device(
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        device,
+        |state, index| {
+            let devices = state.mig_instances(index).ok_or(NOT_SUPPORTED)?;
+            // Empty slots answer NOT_FOUND, as the real call does.
+            let found = devices
+                .iter()
+                .take(MAX_MIG_DEVICES)
+                .find(|d| d.device_index == slot)
+                .ok_or(NOT_FOUND)?;
+            let handle = mig_handle(index, found.gpu_instance, found.compute_instance);
+            // SAFETY: the caller's output contract, passed on.
+            unsafe { write(mig, handle) }
+        },
+    )
+}
+
+/// # Safety
+/// `device` is one of ours; both outputs are null or valid for one write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    current_mode: *mut c_uint,
+    pending_mode: *mut c_uint,
+) -> nvmlReturn_t {
+    enter_device("nvmlDeviceGetMigMode", device, |state, index| {
+        let mode = if state.mig_instances(index).is_some() {
+            1
+        } else {
+            c_uint::from(state.sample(index)?.mig_enabled.ok_or(NOT_SUPPORTED)?)
+        };
+        // SAFETY: the caller's output contract, passed on.
+        unsafe {
+            write(current_mode, mode)?;
+            write(pending_mode, mode)
+        }
+    })
 }

@@ -19,9 +19,9 @@ fn exports_match_nvml_wrapper(lib: &mut NvmlLib) {
     lib.nvmlDeviceGetName = Ok(device::nvmlDeviceGetName);
     lib.nvmlDeviceGetSerial = Ok(device::nvmlDeviceGetSerial);
     lib.nvmlDeviceGetPciInfo_v3 = Ok(device::nvmlDeviceGetPciInfo_v3);
-    lib.nvmlDeviceGetMigMode = Ok(device::nvmlDeviceGetMigMode);
-    lib.nvmlDeviceGetMaxMigDeviceCount = Ok(device::nvmlDeviceGetMaxMigDeviceCount);
-    lib.nvmlDeviceGetMigDeviceHandleByIndex = Ok(device::nvmlDeviceGetMigDeviceHandleByIndex);
+    lib.nvmlDeviceGetMigMode = Ok(mig::nvmlDeviceGetMigMode);
+    lib.nvmlDeviceGetMaxMigDeviceCount = Ok(mig::nvmlDeviceGetMaxMigDeviceCount);
+    lib.nvmlDeviceGetMigDeviceHandleByIndex = Ok(mig::nvmlDeviceGetMigDeviceHandleByIndex);
     lib.nvmlDeviceGetUtilizationRates = Ok(device::nvmlDeviceGetUtilizationRates);
     lib.nvmlDeviceGetEncoderUtilization = Ok(device::nvmlDeviceGetEncoderUtilization);
     lib.nvmlDeviceGetDecoderUtilization = Ok(device::nvmlDeviceGetDecoderUtilization);
