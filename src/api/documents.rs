@@ -90,7 +90,7 @@ pub struct GpuView<'a> {
     pub mig_findings: Cow<'a, [InstanceFindings]>,
 }
 
-fn no_instances(findings: &Cow<'_, [InstanceFindings]>) -> bool {
+fn no_instances(findings: &[InstanceFindings]) -> bool {
     findings.is_empty()
 }
 
