@@ -196,6 +196,30 @@ mod tests {
     }
 
     #[test]
+    fn recordings_with_and_without_instances_load() {
+        use crate::model::GpuSample;
+        // A sample recorded before MIG instances were read.
+        let old: GpuSample =
+            serde_json::from_str(r#"{"index":0,"uuid":"GPU-1","name":"H100","up":true}"#)
+                .expect("an old sample loads");
+        assert!(old.mig_instances.is_empty());
+        let process: ProcessSample =
+            serde_json::from_str(r#"{"gpu":0,"uuid":"GPU-1","pid":7}"#).expect("an old process");
+        assert_eq!(process.gpu_instance, None);
+        let sample = GpuSample {
+            mig_instances: vec![instance(2, 1, 2, 3)],
+            ..old
+        };
+        let json = serde_json::to_string(&sample).expect("JSON");
+        assert!(
+            json.contains("\"gpu_instance\":2") && !json.contains("null"),
+            "{json}"
+        );
+        let back: GpuSample = serde_json::from_str(&json).expect("it loads back");
+        assert_eq!(back, sample);
+    }
+
+    #[test]
     fn impossible_slices_and_memory_are_cleared() {
         let mut i = instance(1, 0, 9, 9);
         i.memory.total_bytes = Some(10);
