@@ -12,6 +12,7 @@ mod locate;
 mod matcher;
 mod parsed;
 mod server;
+mod simulation;
 mod teams;
 pub mod url;
 
@@ -33,6 +34,7 @@ pub use locate::Problem;
 pub use matcher::{Matcher, MatcherError};
 pub use parsed::Parsed;
 pub use server::ServerConfig;
+pub use simulation::{MAX_SIM_SPEED, MIG_MODELS, SIMULATED_FAULTS, SimulationConfig};
 pub use teams::{Glob, GlobError, Holder, TeamConfig, UNASSIGNED, team_of};
 
 /// The whole configuration file.
@@ -223,66 +225,6 @@ impl Default for StateConfig {
     }
 }
 
-/// `[simulation]`: the built-in fleet used by `--simulate`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SimulationConfig {
-    /// Number of simulated GPUs (`--sim-gpus` overrides).
-    pub gpus: u32,
-    /// Simulated seconds per wall-clock second (`--sim-speed` overrides).
-    pub speed: f64,
-    /// Seed of every random draw: the same seed gives the same fleet and the same faults.
-    pub seed: u64,
-    /// Model name reported by every simulated GPU.
-    pub model: String,
-    /// Fault families placed on GPUs 1, 2, 3, … in this order (GPU 0 stays healthy as a
-    /// reference). Known families: `memory_wear`, `pcie_link`, `thermal`, `fell_off_bus`,
-    /// `nvlink`, `gsp_firmware`, `power_delivery`, `allocated_idle`, `ghost_process`.
-    pub faults: Vec<String>,
-    /// Simulated hours from start until a fault family reaches its failure point. Short by
-    /// default so that `--sim-speed 600` shows every family within about a minute.
-    pub fault_hours: f64,
-}
-
-impl Default for SimulationConfig {
-    fn default() -> Self {
-        Self {
-            gpus: 8,
-            speed: 1.0,
-            seed: 42,
-            model: "NVIDIA H100 80GB HBM3".into(),
-            faults: [
-                "memory_wear",
-                "pcie_link",
-                "thermal",
-                "fell_off_bus",
-                "allocated_idle",
-                "ghost_process",
-            ]
-            .map(String::from)
-            .to_vec(),
-            fault_hours: 8.0,
-        }
-    }
-}
-
-/// Fastest simulated time: a million simulated seconds per second keeps simulated dates
-/// representable for decades of wall time.
-pub const MAX_SIM_SPEED: f64 = 1e6;
-
-/// Fault families the simulator knows, as written in `[simulation] faults`.
-pub const SIMULATED_FAULTS: [&str; 9] = [
-    "memory_wear",
-    "pcie_link",
-    "thermal",
-    "fell_off_bus",
-    "nvlink",
-    "gsp_firmware",
-    "power_delivery",
-    "allocated_idle",
-    "ghost_process",
-];
-
 /// A configuration that failed to load: every problem found, each with key and line.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", render_problems(.path, .problems))]
@@ -412,35 +354,7 @@ impl Config {
                 format!("must be at least {min_label} characters, so GPU UUIDs stay whole"),
             ));
         }
-        if self.simulation.gpus == 0 || self.simulation.gpus > 4096 {
-            out.push((
-                "simulation.gpus",
-                format!("{} is outside 1..4096", self.simulation.gpus),
-            ));
-        }
-        if !(self.simulation.speed > 0.0 && self.simulation.speed <= MAX_SIM_SPEED) {
-            out.push((
-                "simulation.speed",
-                format!("{} is outside (0, {MAX_SIM_SPEED}]", self.simulation.speed),
-            ));
-        }
-        if !(self.simulation.fault_hours.is_finite() && self.simulation.fault_hours > 0.0) {
-            out.push((
-                "simulation.fault_hours",
-                format!("{} must be a positive number", self.simulation.fault_hours),
-            ));
-        }
-        for fault in &self.simulation.faults {
-            if !SIMULATED_FAULTS.contains(&fault.as_str()) {
-                out.push((
-                    "simulation.faults",
-                    format!(
-                        "unknown fault family {fault:?}; known: {}",
-                        SIMULATED_FAULTS.join(", ")
-                    ),
-                ));
-            }
-        }
+        out.extend(self.simulation.problems());
         out.extend(analysis::problems(
             &self.risk,
             &self.idle,

@@ -9,6 +9,7 @@
 
 pub mod checks;
 pub mod health;
+pub mod mig;
 pub mod pci;
 pub mod sanitize;
 
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 pub use checks::{Fabric, FabricState, KernelLog};
 pub use health::{CollectHealth, FamilyHealth};
+pub use mig::{MigInstance, MigPlacement};
 pub use pci::normalize_pci_bus_id;
 pub use sanitize::{Checked, RejectedValues};
 
@@ -87,6 +89,10 @@ pub struct GpuSample {
     /// MIG allocations to their parent GPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mig_devices: Vec<String>,
+    /// The MIG devices of a GPU in MIG mode, each with its profile, memory and activity,
+    /// in NVML's order (absent from recordings made before they were read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_instances: Vec<MigInstance>,
 
     #[serde(default)]
     pub utilization: Utilization,
@@ -396,6 +402,11 @@ pub struct ProcessSample {
     /// Seconds since the process started, where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_seconds: Option<f64>,
+    /// The MIG GPU instance and compute instance the process runs in, on a GPU in MIG mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_instance: Option<u32>,
 }
 
 /// A GPU given to a holder by a scheduler: a Kubernetes pod's container (from the kubelet's
@@ -424,6 +435,12 @@ pub struct Allocation {
     pub user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
+    /// The MIG instance allocated, where `device` names one NVML lists: its GPU instance,
+    /// and its compute instance where the device id says (GKE's `nvidia0/gi1` does not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_instance: Option<u32>,
 }
 
 impl Allocation {

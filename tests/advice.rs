@@ -362,6 +362,7 @@ fn findings() -> Findings {
         cost: Default::default(),
         readings: Default::default(),
         health: Default::default(),
+        mig: Vec::new(),
     };
     gpu.idle.ghosts.push(ghost);
     let mut other = gpu.clone();

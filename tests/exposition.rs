@@ -277,7 +277,8 @@ fn promtool_accepts_hostile_label_values() {
 /// the node's own (`gpu_node_*`, `gpu_scale_*`) are shared out over the GPUs; the agent's
 /// (`gpu_sentinel_*`) and per-process series (`gpu_process_*`, bounded by
 /// `max_process_series`) are not counted. Returns (the most any GPU has, per family the
-/// most any GPU has).
+/// most any GPU has). `gpu_health_state` counts in its family, not in the total: it has
+/// series only for components that are not healthy, none on a healthy GPU.
 fn series_per_gpu(text: &str) -> (f64, BTreeMap<String, usize>) {
     let mut per_gpu: BTreeMap<String, usize> = BTreeMap::new();
     let mut per_family: BTreeMap<(String, String), usize> = BTreeMap::new();
@@ -295,6 +296,9 @@ fn series_per_gpu(text: &str) -> (f64, BTreeMap<String, usize>) {
             .and_then(|(_, rest)| rest.split_once('"'))
             .map(|(gpu, _)| gpu.to_string());
         match gpu {
+            Some(gpu) if name == "gpu_health_state" => {
+                *per_family.entry((name.to_string(), gpu)).or_default() += 1;
+            }
             Some(gpu) => {
                 *per_gpu.entry(gpu.clone()).or_default() += 1;
                 *per_family.entry((name.to_string(), gpu)).or_default() += 1;
@@ -371,11 +375,123 @@ fn series_a_gpu_stay_within_the_budget() {
                         "{name}: {n} series a GPU, budget {per_gpu}"
                     )
                 }
-                Some(Cost::PerHost(_) | Cost::PerHostVarying(_)) | None => {
+                Some(Cost::PerHost(_) | Cost::PerHostVarying(_) | Cost::PerMigInstance(_))
+                | None => {
                     panic!("{name} has a gpu label but no per-GPU budget")
                 }
             }
         }
         eprintln!("dcgm_compat {dcgm_compat}: at most {most:.1} series a GPU (budget {limit})");
+    }
+}
+
+/// Series of one exposition per MIG instance (those with `mig_uuid`) and per dcgm GPU
+/// instance (`GPU_I_ID`), by family: (GPU, instance) → family → count.
+fn series_per_instance(text: &str) -> BTreeMap<String, usize> {
+    let mut per_family: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name = line.split(['{', ' ']).next().unwrap_or("");
+        let label = |key: &str| {
+            line.split_once(&format!("{key}=\""))
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map(|(value, _)| value.to_string())
+        };
+        let gpu = label("gpu").unwrap_or_default();
+        let instance = label("mig_uuid").or_else(|| label("GPU_I_ID"));
+        if let Some(instance) = instance {
+            *per_family
+                .entry((name.to_string(), format!("{gpu}/{instance}")))
+                .or_default() += 1;
+        }
+    }
+    let mut most: BTreeMap<String, usize> = BTreeMap::new();
+    for ((name, _), n) in per_family {
+        let m = most.entry(name).or_default();
+        *m = (*m).max(n);
+    }
+    most
+}
+
+#[test]
+fn series_of_mig_instances_stay_within_their_budget_and_the_gpus_within_theirs() {
+    use gpu_sentinel::export::budget::{self, Cost};
+    let config = SimulationConfig {
+        mig_gpus: 3,
+        ..SimulationConfig::default()
+    };
+    for (dcgm_compat, limit) in [
+        (false, budget::DEFAULT_PER_GPU),
+        (true, budget::DCGM_COMPAT_PER_GPU),
+    ] {
+        let mut fleet = Fleet::new(&config, start());
+        let options = RenderOptions {
+            dcgm_compat,
+            ..RenderOptions::default()
+        };
+        let mut state = ExportState::new();
+        let mut engine = Engine::new(EngineConfig::default());
+        let mut instances: BTreeMap<String, usize> = BTreeMap::new();
+        let mut most_per_gpu = 0.0f64;
+        let mut saw_instances = false;
+        for _ in 0..6 * 3600 / STEP_SECONDS {
+            fleet.advance(f64::from(STEP_SECONDS));
+            let snapshot = fleet.snapshot();
+            let findings = engine.step(&snapshot);
+            let health = health();
+            let input = RenderInput {
+                findings: Some(&findings),
+                ..RenderInput::new(&snapshot, &health)
+            };
+            let text = String::from_utf8_lossy(&export::render(&input, &mut state, &options).text)
+                .to_string();
+            for (name, n) in series_per_instance(&text) {
+                saw_instances = true;
+                let seen = instances.entry(name).or_default();
+                *seen = (*seen).max(n);
+            }
+            // What is left once the instances' series are set aside is each GPU's own.
+            let own: String = text
+                .lines()
+                .filter(|l| !l.contains("mig_uuid=\"") && !l.contains("GPU_I_ID=\""))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            most_per_gpu = most_per_gpu.max(series_per_gpu(&own).0);
+        }
+        assert!(saw_instances);
+        assert!(
+            most_per_gpu <= f64::from(limit),
+            "dcgm_compat {dcgm_compat}: a GPU has {most_per_gpu:.1} series of its own"
+        );
+        for (name, n) in &instances {
+            if name.starts_with("DCGM_FI_") {
+                assert!(*n <= 1, "{name}: {n} series a GPU instance");
+                continue;
+            }
+            match budget::of(name).map(|b| b.cost) {
+                Some(Cost::PerMigInstance(most)) => {
+                    assert!(
+                        *n <= most as usize,
+                        "{name}: {n} series an instance, budget {most}"
+                    )
+                }
+                // Processes and allocations in an instance carry its ids, not its UUID.
+                other => panic!("{name} has a mig_uuid label but budget {other:?}"),
+            }
+        }
+        let total: usize = instances
+            .iter()
+            .filter(|(name, _)| !name.starts_with("DCGM_FI_"))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            total <= budget::per_mig_instance() as usize,
+            "{total} series an instance"
+        );
+        eprintln!(
+            "dcgm_compat {dcgm_compat}: {total} series a MIG instance, {most_per_gpu:.1} a GPU"
+        );
     }
 }

@@ -9,11 +9,13 @@
 //!
 //! - [`defaults`](mod@defaults): the default rule table, whose names are a contract;
 //! - [`evaluate`](mod@evaluate): which conditions hold, with the labels and annotations of
-//!   each; [`health`](mod@health) for the health verdicts' two rules.
+//!   each; [`health`](mod@health) for the health verdicts' two rules;
+//!   [`instances`](mod@instances): what MIG instances add to them.
 
 mod defaults;
 mod evaluate;
 mod health;
+mod instances;
 
 use std::time::Duration;
 

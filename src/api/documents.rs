@@ -27,6 +27,7 @@ use crate::engine::capacity::{Advice, Placement};
 use crate::engine::cost::CostView;
 use crate::engine::health::{Action, State, Verdict};
 use crate::engine::idle::IdleFindings;
+use crate::engine::mig::InstanceFindings;
 use crate::engine::risk::Assessment;
 use crate::model::{Allocation, GpuSample, ProcessSample, Snapshot, XidEvent};
 
@@ -84,6 +85,14 @@ pub struct GpuView<'a> {
     /// Cost and owner time. Not read back.
     #[serde(skip_deserializing)]
     pub cost: Cow<'a, CostView>,
+    /// On a GPU in MIG mode, each instance's idle state, holders and cost (its profile,
+    /// placement and memory are in `mig_instances`). Not read back.
+    #[serde(skip_deserializing, skip_serializing_if = "no_instances")]
+    pub mig_findings: Cow<'a, [InstanceFindings]>,
+}
+
+fn no_instances(findings: &[InstanceFindings]) -> bool {
+    findings.is_empty()
 }
 
 /// `/api/v1/alerts`: pending and firing alerts, and resolved ones still kept.
@@ -225,6 +234,7 @@ impl<'a> GpusDocument<'a> {
                     hardware_xids_24h: Cow::Borrowed(&f.hardware_xids_24h),
                     idle: Cow::Borrowed(&f.idle),
                     cost: Cow::Borrowed(&f.cost),
+                    mig_findings: Cow::Borrowed(&f.mig),
                 }
             })
             .collect();

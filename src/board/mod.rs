@@ -14,7 +14,8 @@
 //!
 //! - [`heat`]: the shade scale and the heat strips (shared by tiles and any other HTML
 //!   report that draws utilization);
-//! - [`tile`]: one GPU's tile, with its health verdict ([`health`]);
+//! - [`tile`]: one GPU's tile, with its health verdict ([`health`]), and [`mig`] the
+//!   instances of a GPU in MIG mode on it;
 //! - [`tables`]: the failure-risk ranking and the alerts;
 //! - [`today`]: today's cost and waste, and the baseline the agent keeps for it;
 //! - [`advice`]: scaling and placement advice;
@@ -23,6 +24,7 @@
 mod advice;
 mod health;
 pub mod heat;
+mod mig;
 mod page;
 mod tables;
 mod tile;

@@ -62,6 +62,10 @@ svg.bar{display:block;width:100%;height:4px;margin-top:2px}.bar .track{fill:var(
 .holders{list-style:none;padding:0;font-size:12px}.holders li{padding:2px 0;border-top:1px solid var(--line)}\
 .holders li.ghost{color:var(--warn)}.what{color:var(--muted)}\
 .tile>.strip{margin-top:auto;padding:6px 0 8px}\
+.mig{font-size:12px}.mig-head{margin:0;color:var(--muted)}svg.split{display:block;width:100%;height:14px;margin:2px 0}\
+.split .track{fill:var(--line)}.split rect{stroke:var(--panel);stroke-width:.05}.split rect.idle-allocated{stroke:var(--warn);stroke-width:.15}\
+.instances{list-style:none;padding:0;margin:0}.instances li{padding:2px 0;border-top:1px solid var(--line)}\
+.instances li.idle-allocated{color:var(--warn)}.instances li.down{color:var(--muted)}.prof{font-family:monospace;font-weight:600}\
 svg.heat{display:block;width:100%;height:18px}\
 .axis{display:flex;justify-content:space-between;font-size:10px;color:var(--muted);margin:0}\
 .cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:12px;margin-top:12px}\

@@ -32,7 +32,7 @@ pub fn states(gpu: &GpuView<'_>, risk_threshold: f64) -> Vec<&'static str> {
     if !gpu.idle.ghosts.is_empty() {
         states.push("ghost");
     }
-    if gpu.idle.allocated_idle {
+    if gpu.idle.allocated_idle || gpu.mig_findings.iter().any(|i| i.allocated_idle) {
         states.push("idle-allocated");
     }
     if states.is_empty() {
@@ -62,7 +62,10 @@ pub fn write_tile(out: &mut String, gpu: &GpuView<'_>, cx: &TileContext<'_>) {
     let score = gpu.risk.as_ref().map_or(0.0, |r| r.score);
     let states = states(gpu, cx.risk_threshold);
     let up = sample.up && !gpu.lost;
-    let utilization = sample.utilization.gpu.filter(|_| up);
+    // A GPU in MIG mode has no utilization of its own: its instances' activity by share.
+    let utilization = (sample.utilization.gpu)
+        .or_else(|| crate::engine::mig::utilization(sample))
+        .filter(|_| up);
     let _ = write!(
         out,
         "<article class=\"tile\" data-uuid=\"{}\" data-risk=\"{score:.3}\" data-state=\"{}\" \
@@ -92,7 +95,11 @@ pub fn write_tile(out: &mut String, gpu: &GpuView<'_>, cx: &TileContext<'_>) {
     out.push_str("</p>");
     write_readings(out, gpu);
     write_risk(out, gpu, score, cx.risk_threshold);
-    write_holders(out, gpu, cx);
+    match sample.mig_instances.is_empty() && gpu.mig_findings.is_empty() {
+        true => write_holders(out, gpu, cx),
+        // Each instance's line names its holders.
+        false => super::mig::write_instances(out, gpu),
+    }
     if let Some(strip) = cx.strip {
         out.push_str("<div class=\"strip\">");
         strip.write_svg(out);

@@ -94,6 +94,9 @@ pub struct SourceArgs {
     /// Simulated seconds per wall-clock second (overrides [simulation] speed).
     #[arg(long, value_name = "X")]
     pub sim_speed: Option<f64>,
+    /// Put the first N simulated GPUs in MIG mode (overrides [simulation] mig_gpus).
+    #[arg(long, value_name = "N")]
+    pub sim_mig: Option<u32>,
     /// Path of libnvidia-ml.so.1 (overrides [collect] nvml_lib).
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
@@ -162,6 +165,13 @@ impl SourceArgs {
                 "--sim-speed {x} is outside (0, {MAX_SIM_SPEED}]"
             );
             config.simulation.speed = x;
+        }
+        if let Some(n) = self.sim_mig {
+            config.simulation.mig_gpus = n;
+        }
+        if let Some((key, problem)) = config.simulation.problems().into_iter().next() {
+            // The file's values were checked before: the command line made them disagree.
+            anyhow::bail!("{key} (with --sim-gpus/--sim-mig as given): {problem}");
         }
         if let Some(path) = &self.nvml_lib {
             config.collect.nvml_lib = Some(path.clone());
@@ -262,5 +272,21 @@ mod tests {
             ..Default::default()
         };
         assert!(args.config().is_err());
+    }
+
+    #[test]
+    fn sim_mig_puts_gpus_in_mig_mode_within_the_fleet() {
+        let cli = Cli::try_parse_from(["gpu-sentinel", "--simulate", "--sim-mig", "2"]).unwrap();
+        assert_eq!(cli.run.source.config().unwrap().simulation.mig_gpus, 2);
+        let args = SourceArgs {
+            sim_gpus: Some(2),
+            sim_mig: Some(3),
+            ..Default::default()
+        };
+        let error = args.config().unwrap_err().to_string();
+        assert!(
+            error.contains("simulation.mig_gpus") && error.contains("more than the 2"),
+            "{error}"
+        );
     }
 }

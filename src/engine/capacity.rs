@@ -10,7 +10,10 @@
 //! Placement answers what a scheduler asks before sending a job here: how many GPUs are
 //! free, the largest free memory, how much free memory is stranded on partly used GPUs,
 //! and whether an N-GPU job needing M bytes per GPU fits now (best fit: the smallest
-//! sufficient holes are used, keeping large ones for large jobs).
+//! sufficient holes are used, keeping large ones for large jobs). A GPU in MIG mode is no
+//! whole GPU to place on: its free capacity is its free instances, counted in GPU
+//! fractions (a free `1g` of an H100 is 1/7 of a GPU), and the scaling advice reads its
+//! load as its instances' activity by share (the engine's windows hold it so).
 
 use serde::{Deserialize, Serialize};
 
@@ -145,8 +148,23 @@ pub fn advise(
 pub struct Slot {
     pub index: u32,
     pub free_bytes: u64,
-    /// Held by a process or memory above the floor.
+    /// Held by a process or memory above the floor (in MIG mode: any of its instances).
     pub allocated: bool,
+    /// In MIG mode: no job gets it whole.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mig: bool,
+}
+
+/// A MIG instance nothing holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FreeInstance {
+    pub gpu: u32,
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
+    pub profile: String,
+    /// Its share of its GPU.
+    pub fraction: f64,
+    pub free_bytes: u64,
 }
 
 /// What a job could get on this node now.
@@ -158,11 +176,17 @@ pub struct Placement {
     /// Share of free memory that sits on partly used GPUs (0 = none stranded).
     pub fragmentation_ratio: f64,
     pub slots: Vec<Slot>,
+    /// Free MIG capacity in GPUs: the shares of the MIG instances nothing holds.
+    pub free_mig_gpus: f64,
+    /// The MIG instances nothing holds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mig_free: Vec<FreeInstance>,
 }
 
 impl Placement {
     /// The answering GPUs of a snapshot.
     pub fn of(snapshot: &Snapshot, idle: &IdleConfig) -> Placement {
+        let mut mig_free = Vec::new();
         let slots: Vec<Slot> = snapshot
             .gpus
             .iter()
@@ -173,11 +197,29 @@ impl Placement {
                     snapshot.processes.iter().filter(|p| p.is_on(g)).collect();
                 let allocations: Vec<&Allocation> =
                     snapshot.allocations.iter().filter(|a| a.is_on(g)).collect();
-                let allocated = super::idle::allocated(g, &processes, &allocations, idle);
+                let mut allocated = super::idle::allocated(g, &processes, &allocations, idle);
+                if !g.mig_instances.is_empty() {
+                    allocated = false;
+                    for i in &g.mig_instances {
+                        if super::mig::allocated(i, &processes, &allocations, idle) {
+                            allocated = true;
+                        } else {
+                            mig_free.push(FreeInstance {
+                                gpu: g.index,
+                                gpu_instance: i.gpu_instance,
+                                compute_instance: i.compute_instance,
+                                profile: i.compute_profile(),
+                                fraction: i.fraction(),
+                                free_bytes: i.memory.free_bytes.unwrap_or(0),
+                            });
+                        }
+                    }
+                }
                 Some(Slot {
                     index: g.index,
                     free_bytes,
                     allocated,
+                    mig: !g.mig_instances.is_empty(),
                 })
             })
             .collect();
@@ -192,7 +234,9 @@ impl Placement {
             .map(|s| s.free_bytes)
             .fold(0, u64::saturating_add);
         Placement {
-            free_gpus: slots.iter().filter(|s| !s.allocated).count(),
+            free_gpus: slots.iter().filter(|s| !s.allocated && !s.mig).count(),
+            free_mig_gpus: mig_free.iter().map(|f| f.fraction).sum(),
+            mig_free,
             largest_free_memory_bytes: slots.iter().map(|s| s.free_bytes).max().unwrap_or(0),
             fragmentation_ratio: if total_free == 0 {
                 0.0
@@ -209,7 +253,7 @@ impl Placement {
         let mut candidates: Vec<&Slot> = self
             .slots
             .iter()
-            .filter(|s| s.free_bytes >= memory_bytes && !(exclusive && s.allocated))
+            .filter(|s| !s.mig && s.free_bytes >= memory_bytes && !(exclusive && s.allocated))
             .collect();
         if gpus == 0 || candidates.len() < gpus {
             return None;
@@ -288,6 +332,37 @@ mod tests {
         assert_eq!(p.largest_free_memory_bytes, 80 << 30);
         // 60 GiB of 220 GiB free sits on partly used GPUs.
         assert!((p.fragmentation_ratio - 60.0 / 220.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_mig_gpu_offers_its_free_instances_in_gpu_fractions_not_itself() {
+        use crate::model::MigInstance;
+        let mut snap = snapshot();
+        let instance = |gi: u32, slices: u32| MigInstance {
+            gpu_instance: gi,
+            slices,
+            gpu_instance_slices: slices,
+            gpu_slices: 7,
+            profile: format!("{slices}g"),
+            ..MigInstance::default()
+        };
+        snap.gpus[0].mig_instances = vec![instance(2, 3), instance(9, 1), instance(10, 1)];
+        snap.processes.push(ProcessSample {
+            gpu: 0,
+            uuid: "GPU-0".into(),
+            gpu_instance: Some(2),
+            compute_instance: Some(0),
+            ..ProcessSample::default()
+        });
+        let p = Placement::of(&snap, &IdleConfig::default());
+        // GPU 2 stays free; GPU 0 is no whole GPU now, its two free 1g are 2/7 of one.
+        assert_eq!(p.free_gpus, 1);
+        assert!((p.free_mig_gpus - 2.0 / 7.0).abs() < 1e-9);
+        let free: Vec<u32> = p.mig_free.iter().map(|f| f.gpu_instance).collect();
+        assert_eq!(free, [9, 10]);
+        // No whole-GPU job lands on it.
+        assert_eq!(p.fit(3, 1 << 30, false), Some(vec![1, 2, 3]));
+        assert_eq!(p.fit(4, 1 << 30, false), None);
     }
 
     #[test]

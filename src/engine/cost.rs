@@ -154,6 +154,56 @@ pub struct Holders<'a> {
     pub allocations: &'a [&'a Allocation],
 }
 
+/// Who holds a GPU (or a MIG instance) by `[cost] owner`, with their teams.
+pub fn owners_of(holders: Holders<'_>, kind: &str) -> BTreeMap<String, Option<String>> {
+    let mut owners: BTreeMap<String, Option<String>> = holders
+        .processes
+        .iter()
+        .map(|p| (owner(p, kind), p.team.clone()))
+        .collect();
+    for a in holders.allocations {
+        owners
+            .entry(allocation_owner(a, kind))
+            .or_insert_with(|| a.team.clone());
+    }
+    owners
+}
+
+/// Charges `seconds` GPU-seconds, split evenly, to `owners` as busy or idle time, and keeps
+/// the owners remembered bounded.
+pub fn charge_owners(
+    state: &mut CostState,
+    now: i64,
+    owners: BTreeMap<String, Option<String>>,
+    seconds: f64,
+    busy: bool,
+) {
+    let share = seconds / owners.len().max(1) as f64;
+    for (name, team) in owners {
+        let entry = state.owners.entry(name).or_default();
+        if team.is_some() {
+            entry.team = team;
+        }
+        if busy {
+            entry.busy_seconds += share;
+        } else {
+            entry.idle_seconds += share;
+        }
+        entry.last_seen = now;
+    }
+    while state.owners.len() > MAX_OWNERS {
+        let oldest = state
+            .owners
+            .iter()
+            .min_by_key(|(_, t)| t.last_seen)
+            .map(|(name, _)| name.clone());
+        match oldest {
+            Some(name) => state.owners.remove(&name),
+            None => break,
+        };
+    }
+}
+
 /// Charges `seconds` of this GPU: to busy or idle, and to the owners holding it.
 pub fn update(
     state: &mut CostState,
@@ -164,10 +214,6 @@ pub fn update(
     busy: bool,
     config: &CostConfig,
 ) -> CostView {
-    let Holders {
-        processes,
-        allocations,
-    } = holders;
     let hourly = hourly_cost(config, sample.power_watts);
     if sample.up && seconds > 0.0 {
         let cost = hourly * seconds / 3600.0;
@@ -177,40 +223,9 @@ pub fn update(
             state.idle += cost;
         }
         // A pod allocated the GPU is charged even while it runs nothing: that is the waste.
-        let mut owners: BTreeMap<String, Option<String>> = processes
-            .iter()
-            .map(|p| (owner(p, &config.owner), p.team.clone()))
-            .collect();
-        for a in allocations {
-            owners
-                .entry(allocation_owner(a, &config.owner))
-                .or_insert_with(|| a.team.clone());
-        }
+        let owners = owners_of(holders, &config.owner);
         // Sharing GPUs split the time evenly: GPU-seconds add up to wall time.
-        let share = seconds / owners.len().max(1) as f64;
-        for (name, team) in owners {
-            let entry = state.owners.entry(name).or_default();
-            if team.is_some() {
-                entry.team = team;
-            }
-            if busy {
-                entry.busy_seconds += share;
-            } else {
-                entry.idle_seconds += share;
-            }
-            entry.last_seen = now;
-        }
-        while state.owners.len() > MAX_OWNERS {
-            let oldest = state
-                .owners
-                .iter()
-                .min_by_key(|(_, t)| t.last_seen)
-                .map(|(name, _)| name.clone());
-            match oldest {
-                Some(name) => state.owners.remove(&name),
-                None => break,
-            };
-        }
+        charge_owners(state, now, owners, seconds, busy);
     }
     CostView {
         hourly,

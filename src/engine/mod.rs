@@ -18,6 +18,7 @@ mod counters;
 pub use counters::FailingLink;
 pub mod health;
 pub mod idle;
+pub mod mig;
 mod readings;
 pub use readings::Readings;
 pub mod risk;
@@ -121,6 +122,9 @@ pub struct GpuState {
     /// The health verdicts' holds and references; absent from older state: judged afresh.
     #[serde(default)]
     pub health: health::GpuHealthState,
+    /// Its MIG instances' idle runs and cost (absent from state saved before them).
+    #[serde(default, skip_serializing_if = "mig::MigState::is_empty")]
+    pub mig: mig::MigState,
 }
 
 impl GpuState {
@@ -140,6 +144,7 @@ impl GpuState {
             lost: false,
             risk: risk::RiskState::default(),
             health: health::GpuHealthState::default(),
+            mig: mig::MigState::default(),
         }
     }
 }
@@ -223,6 +228,8 @@ pub struct GpuFindings {
     pub readings: Readings,
     /// The GPU's health verdict, component by component.
     pub health: health::GpuHealth,
+    /// Each MIG instance's idle state and cost, on a GPU in MIG mode.
+    pub mig: Vec<mig::InstanceFindings>,
 }
 
 /// Every finding a GPU can have, in the order the API and the replay report list them.
@@ -268,6 +275,7 @@ impl GpuFindings {
         self.failing_nvlink = state.counters.failing_link();
         self.cost = state.cost.view(now);
         self.readings = Readings::default();
+        state.mig.last_known(now, &mut self.mig);
     }
 
     /// The findings that hold as a bit mask over [`FINDING_KINDS`] (bit i: kind i).
@@ -506,7 +514,8 @@ impl Engine {
         let point = Point {
             at: now,
             seconds,
-            utilization: sample.utilization.gpu,
+            // A GPU in MIG mode has no utilization of its own: its instances' activity.
+            utilization: sample.utilization.gpu.or_else(|| mig::utilization(sample)),
             temperature: sample.temperature_celsius,
             memory_temperature: sample.memory_temperature_celsius,
             power: sample.power_watts,
@@ -528,7 +537,8 @@ impl Engine {
             &self.config.idle,
         );
         let busy = !idle.idle_now;
-        let cost = cost::update(
+        let cost = mig::account(
+            &mut state.mig,
             &mut state.cost,
             now,
             seconds,
@@ -538,7 +548,11 @@ impl Engine {
                 allocations,
             },
             busy,
-            &self.config.cost,
+            &mig::Settings {
+                idle: &self.config.idle,
+                cost: &self.config.cost,
+            },
+            &mut out.mig,
         );
         recent_distinct(&state.recent_xids, now, &mut out.hardware_xids_24h);
         out.index = sample.index;

@@ -102,9 +102,11 @@ pub(super) fn render_analysis(
     render_health(families, &gpus, findings);
 }
 
-/// `gpu_health_state`: every component of every GPU, healthy ones included, so an alert
-/// can rely on the series being there (`absent()`) and a component that recovers reads 0
-/// rather than vanishing; `gpu_node_health_state`: the node's verdict.
+/// `gpu_health_state`: the components of each GPU that are not healthy (a healthy fleet
+/// costs no series: the series budget has no room for eight constant zeros a GPU); a
+/// component that recovers leaves, which Prometheus marks stale at the next scrape, so its
+/// alert resolves. `gpu_node_health_state`, always present, is the node's verdict: 0 is
+/// there to read when every GPU is healthy.
 fn render_health(
     families: &mut Families,
     gpus: &[&crate::engine::GpuFindings],
@@ -113,7 +115,12 @@ fn render_health(
     let family = families.family(&HEALTH_STATE);
     for g in gpus {
         let index = g.index.to_string();
-        for c in &g.health.components {
+        for c in g
+            .health
+            .components
+            .iter()
+            .filter(|c| c.state != crate::engine::health::State::Healthy)
+        {
             family.push(&[&index, &g.uuid, &c.component], c.state.value());
         }
     }

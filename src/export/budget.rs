@@ -7,12 +7,11 @@
 //! ([`DCGM_COMPAT_PER_GPU`] with the dcgm-exporter names, whose default set is 26 fields).
 
 /// Most series a GPU in the default exposition (not counting the agent's own
-/// `gpu_sentinel_*` and the per-process series, which `max_process_series` bounds). It was
-/// 70 before the health verdicts; their 8 a GPU are argued in the metrics reference.
-pub const DEFAULT_PER_GPU: u32 = 78;
+/// `gpu_sentinel_*` and the per-process series, which `max_process_series` bounds).
+pub const DEFAULT_PER_GPU: u32 = 70;
 
-/// Most series a GPU with `[export] dcgm_compat = true` (110 before the health verdicts).
-pub const DCGM_COMPAT_PER_GPU: u32 = 118;
+/// Most series a GPU with `[export] dcgm_compat = true`.
+pub const DCGM_COMPAT_PER_GPU: u32 = 110;
 
 /// Risk contributions exposed per GPU: the largest positive ones, what an operator reads
 /// as the reasons (`/api/v1/gpus` has every term).
@@ -29,6 +28,9 @@ pub enum Cost {
     PerHost(u32),
     /// A number for the host that varies; `what` says with what.
     PerHostVarying(&'static str),
+    /// Exactly this many a MIG instance (a GPU in MIG mode has them in place of some of
+    /// its own: see docs/metrics.md).
+    PerMigInstance(u32),
 }
 
 /// One family's cost and the reason to pay it.
@@ -64,6 +66,14 @@ const fn per_host(family: &'static str, n: u32, why: &'static str) -> Budget {
     Budget {
         family,
         cost: Cost::PerHost(n),
+        why,
+    }
+}
+
+const fn per_instance(family: &'static str, n: u32, why: &'static str) -> Budget {
+    Budget {
+        family,
+        cost: Cost::PerMigInstance(n),
         why,
     }
 }
@@ -351,10 +361,11 @@ pub const BUDGETS: &[Budget] = &[
         1,
         "memory stranded across GPUs",
     ),
-    per_gpu(
+    up_to(
         "gpu_health_state",
         8,
-        "one per component, healthy ones included: what schedulers and alerts act on, each series constant for hours (a few bytes a day on disk), always there so an alert can use absent() and a recovered component reads 0, not a gap",
+        "the components not healthy (none on a healthy GPU)",
+        "what schedulers and alerts act on; a healthy component has no series (eight constant zeros a GPU would be 64,000 series at a thousand hosts), so a component that recovers leaves and its alert resolves; the node's verdict below is always there",
     ),
     per_host(
         "gpu_node_health_state",
@@ -404,7 +415,75 @@ pub const BUDGETS: &[Budget] = &[
         "the LLM advisor failing",
     ),
     per_host("gpu_sentinel_advice_cached", 1, "advice held"),
+    per_instance(
+        "gpu_mig_memory_total_bytes",
+        1,
+        "the denominator of the instance's memory",
+    ),
+    per_instance(
+        "gpu_mig_memory_used_bytes",
+        1,
+        "memory held in the instance: the idle notebook's",
+    ),
+    per_instance(
+        "gpu_mig_share_ratio",
+        1,
+        "what the instance's idle time costs, as a share of the GPU",
+    ),
+    per_instance(
+        "gpu_mig_sm_active_ratio",
+        1,
+        "busy or idle: the only activity NVML gives per instance",
+    ),
+    per_instance(
+        "gpu_mig_sm_occupancy_ratio",
+        1,
+        "a busy instance that runs little in parallel",
+    ),
+    per_instance(
+        "gpu_mig_tensor_active_ratio",
+        1,
+        "whether an inference instance uses its tensor cores",
+    ),
+    per_instance(
+        "gpu_mig_dram_active_ratio",
+        1,
+        "memory-bound work looks idle by SM activity alone",
+    ),
+    per_instance(
+        "gpu_mig_processes",
+        1,
+        "an instance with nothing in it, told from one that computes nothing",
+    ),
+    per_instance("gpu_mig_allocated", 1, "allocated or free, per instance"),
+    per_instance("gpu_mig_allocated_idle", 1, "the waste alert, per instance"),
+    per_instance(
+        "gpu_mig_idle_seconds",
+        1,
+        "how long an instance has done nothing",
+    ),
+    per_instance(
+        "gpu_mig_cost_total",
+        2,
+        "busy and idle cost of the instance's share: the waste, in money",
+    ),
+    per_host(
+        "gpu_node_free_mig_gpus",
+        1,
+        "placement: free MIG capacity in GPUs (only on a node with MIG)",
+    ),
 ];
+
+/// Series a MIG instance adds: every per-instance family's budget.
+pub fn per_mig_instance() -> u32 {
+    BUDGETS
+        .iter()
+        .map(|b| match b.cost {
+            Cost::PerMigInstance(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
 
 /// The budget of family `name`.
 pub fn of(name: &str) -> Option<&'static Budget> {
@@ -419,6 +498,7 @@ impl Cost {
             Cost::UpTo { per_gpu, what } => format!("≤ {per_gpu} a GPU: {what}"),
             Cost::PerHost(n) => format!("{n} a host"),
             Cost::PerHostVarying(what) => format!("a host: {what}"),
+            Cost::PerMigInstance(n) => format!("{n} a MIG instance"),
         }
     }
 }
@@ -427,6 +507,7 @@ impl Cost {
 mod tests {
     use super::*;
     use crate::export::metrics::{ALERTING, ANALYSIS, NATIVE};
+    use crate::export::mig::{MIG_ANALYSIS, MIG_NATIVE};
 
     #[test]
     fn every_family_has_one_budget_and_every_budget_a_family() {
@@ -434,6 +515,8 @@ mod tests {
             .iter()
             .chain(ANALYSIS)
             .chain(ALERTING)
+            .chain(MIG_NATIVE)
+            .chain(MIG_ANALYSIS)
             .map(|d| d.name)
             .collect();
         for name in &families {

@@ -20,10 +20,9 @@
 //! Where our model has no source for a dcgm field, it is not rendered (see
 //! `docs/metrics.md` and the module tests for the list).
 
-use super::families::{Families, flag};
+use super::families::flag;
 use super::metric_def::{MetricDef, MetricKind};
-use super::state::ExportState;
-use crate::model::{GpuSample, NvLinkErrors, Snapshot};
+use crate::model::{GpuSample, NvLinkErrors};
 
 /// Which spelling of dcgm-exporter's hostname label to emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -38,15 +37,15 @@ pub enum HostnameLabel {
 const MIB: u64 = 1 << 20;
 
 /// How a field's value comes out of a GPU sample.
-type Reading = fn(&GpuSample) -> Option<f64>;
+pub(super) type Reading = fn(&GpuSample) -> Option<f64>;
 
 /// One dcgm-exporter field: its name, type and help, labels beyond the common ones, and
 /// where its value comes from (`None` for fields that need more than one GPU's sample).
-struct Field {
-    name: &'static str,
+pub(super) struct Field {
+    pub(super) name: &'static str,
     kind: MetricKind,
     help: &'static str,
-    reading: Option<Reading>,
+    pub(super) reading: Option<Reading>,
 }
 
 const fn field(
@@ -65,7 +64,7 @@ const fn field(
 
 use MetricKind::{Counter, Gauge};
 
-const XID_ERRORS: &str = "DCGM_FI_DEV_XID_ERRORS";
+pub(super) const XID_ERRORS: &str = "DCGM_FI_DEV_XID_ERRORS";
 
 fn mhz(value: Option<u32>) -> Option<f64> {
     value.map(f64::from)
@@ -90,7 +89,7 @@ fn nvlink_total(sample: &GpuSample, counter: fn(&NvLinkErrors) -> u64) -> Option
 
 /// Every field rendered, in exposition order (dcgm-exporter's default counter order, with
 /// the optional fields we can give next to their kin).
-const FIELDS: &[Field] = &[
+pub(super) const FIELDS: &[Field] = &[
     field(
         "DCGM_FI_DEV_SM_CLOCK",
         Gauge,
@@ -353,10 +352,17 @@ pub const NOT_COVERED: &[(&str, &str)] = &[
          first two natively.",
     ),
     (
-        "pod_uid, vgpu and DRA labels; MIG-instance series",
+        "pod_uid, vgpu and DRA labels",
         "The `pod`, `namespace`, `container` and `hpc_job` labels are given (from the kubelet \
-         and the Slurm mapping files); a MIG device's holder is on its parent GPU's series, \
-         as there are no per-instance series.",
+         and the Slurm mapping files).",
+    ),
+    (
+        "whole-board fields repeated per MIG GPU instance",
+        "dcgm-exporter repeats a MIG GPU's temperatures, power, clocks and error counters on \
+         every GPU instance's series, with the same value; here they are one series of the \
+         GPU, so sums over a node count each watt and error once. The fields MIG divides \
+         (frame buffer, SM, tensor and DRAM activity) are per GPU instance, with \
+         `GPU_I_PROFILE`, `GPU_I_ID` and the holding pod's labels.",
     ),
     (
         "err_msg label of DCGM_FI_DEV_XID_ERRORS",
@@ -366,13 +372,16 @@ pub const NOT_COVERED: &[(&str, &str)] = &[
 ];
 
 /// The labels every dcgm series carries, per hostname spelling, and the same plus
-/// `err_code` for `DCGM_FI_DEV_XID_ERRORS`.
+/// `err_code` for `DCGM_FI_DEV_XID_ERRORS`. `GPU_I_PROFILE` and `GPU_I_ID` are empty (so
+/// absent) but on the series of a MIG GPU instance, where dcgm-exporter's template puts them.
 const LABELS_CAPITALISED: &[&str] = &[
     "gpu",
     "UUID",
     "pci_bus_id",
     "device",
     "modelName",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
     "Hostname",
     "DCGM_FI_DRIVER_VERSION",
     "pod",
@@ -386,6 +395,8 @@ const LABELS_LOWERCASE: &[&str] = &[
     "pci_bus_id",
     "device",
     "modelName",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
     "hostname",
     "DCGM_FI_DRIVER_VERSION",
     "pod",
@@ -399,6 +410,8 @@ const XID_LABELS_CAPITALISED: &[&str] = &[
     "pci_bus_id",
     "device",
     "modelName",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
     "Hostname",
     "DCGM_FI_DRIVER_VERSION",
     "pod",
@@ -413,6 +426,8 @@ const XID_LABELS_LOWERCASE: &[&str] = &[
     "pci_bus_id",
     "device",
     "modelName",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
     "hostname",
     "DCGM_FI_DRIVER_VERSION",
     "pod",
@@ -423,7 +438,7 @@ const XID_LABELS_LOWERCASE: &[&str] = &[
 ];
 
 impl Field {
-    fn def(&self, hostname_label: HostnameLabel) -> MetricDef {
+    pub(super) fn def(&self, hostname_label: HostnameLabel) -> MetricDef {
         let xid = self.name == XID_ERRORS;
         let labels = match (hostname_label, xid) {
             (HostnameLabel::Capitalised, false) => LABELS_CAPITALISED,
@@ -455,84 +470,6 @@ pub fn reference_defs() -> Vec<MetricDef> {
             help: f.help,
         })
         .collect()
-}
-
-/// Renders the dcgm-exporter families after whatever `families` already holds. A lost GPU
-/// renders only its last XID (dcgm-exporter has no `up` series to say it is gone).
-pub(super) fn render_dcgm(
-    families: &mut Families,
-    snapshot: &Snapshot,
-    state: &ExportState,
-    hostname: &str,
-    hostname_label: HostnameLabel,
-) {
-    let driver = snapshot.host.driver_version.as_deref().unwrap_or("");
-    let mut gpus: Vec<&GpuSample> = snapshot.gpus.iter().collect();
-    gpus.sort_by_key(|g| g.index);
-    let labels: Vec<[String; 7]> = gpus
-        .iter()
-        .map(|g| {
-            [
-                g.index.to_string(),
-                g.uuid.clone(),
-                g.pci_bus_id.clone(),
-                format!("nvidia{}", g.index),
-                g.name.clone(),
-                hostname.to_string(),
-                driver.to_string(),
-            ]
-        })
-        .collect();
-    let holders: Vec<Vec<[&str; 4]>> = gpus.iter().map(|g| holders(snapshot, g)).collect();
-    for field in FIELDS {
-        let family = families.family(&field.def(hostname_label));
-        for ((gpu, labels), holders) in gpus.iter().zip(&labels).zip(&holders) {
-            let [a, b, c, d, e, f, g] = labels.each_ref().map(String::as_str);
-            for [pod, ns, container, job] in holders {
-                let common = [a, b, c, d, e, f, g, pod, ns, container, job];
-                match field.reading {
-                    Some(reading) if gpu.up => family.push_some(&common, reading(gpu)),
-                    Some(_) => {}
-                    None => {
-                        let last = state.last_xid(&gpu.uuid);
-                        if gpu.up || last.is_some() {
-                            let xid = last.unwrap_or(0);
-                            let code = xid.to_string();
-                            let mut with_code = common.to_vec();
-                            with_code.push(&code);
-                            family.push(&with_code, f64::from(xid));
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The `pod`, `namespace`, `container`, `hpc_job` label values of a GPU's series, as
-/// dcgm-exporter adds them: one series per distinct holder (its `--kubernetes-virtual-gpus`
-/// and HPC job mapping write one copy of each series per pod or job sharing the GPU; with a
-/// single holder that is its default), and one series without them when no one holds it.
-fn holders<'s>(snapshot: &'s Snapshot, gpu: &GpuSample) -> Vec<[&'s str; 4]> {
-    let text = |v: &'s Option<String>| v.as_deref().unwrap_or("");
-    let found: std::collections::BTreeSet<[&str; 4]> = snapshot
-        .allocations
-        .iter()
-        .filter(|a| a.is_on(gpu))
-        .map(|a| {
-            [
-                text(&a.pod),
-                text(&a.namespace),
-                text(&a.container),
-                text(&a.hpc_job),
-            ]
-        })
-        .collect();
-    if found.is_empty() {
-        vec![[""; 4]]
-    } else {
-        found.into_iter().collect()
-    }
 }
 
 #[cfg(test)]

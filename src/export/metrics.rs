@@ -25,6 +25,8 @@ const PROCESS: &[&str] = &[
     "namespace",
     "hpc_job",
     "team",
+    "gpu_instance",
+    "compute_instance",
 ];
 
 pub const GPU_INFO: MetricDef = gauge(
@@ -244,8 +246,10 @@ pub const ALLOCATION_INFO: MetricDef = gauge(
         "hpc_job",
         "user",
         "team",
+        "gpu_instance",
+        "compute_instance",
     ],
-    "A holder a scheduler gave the GPU to (a pod's container from the kubelet, a Slurm job), whether it runs a process or not; always 1.",
+    "A holder a scheduler gave the GPU to (a pod's container from the kubelet, a Slurm job), whether it runs a process or not, and on a GPU in MIG mode the MIG instance it holds; always 1.",
 );
 pub const BUILD_INFO: MetricDef = gauge(
     "gpu_sentinel_build_info",
@@ -389,7 +393,7 @@ pub const NODE_FRAGMENTATION: MetricDef = gauge(
 pub const HEALTH_STATE: MetricDef = gauge(
     "gpu_health_state",
     &["gpu", "uuid", "component"],
-    "Health verdict of one component of the GPU (memory, thermal, power, pcie, nvlink, xid, driver, risk): 0 healthy, 1 degraded, 2 unhealthy. Reason and repair action: /api/v1/health.",
+    "Health verdict of one component of the GPU (memory, thermal, power, pcie, nvlink, xid, driver, risk) that is not healthy: 1 degraded, 2 unhealthy; a healthy component has no series. Reason and repair action: /api/v1/health.",
 );
 pub const NODE_HEALTH_STATE: MetricDef = gauge(
     "gpu_node_health_state",

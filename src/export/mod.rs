@@ -11,17 +11,21 @@
 //! - [`reference`]: the metrics reference `docs/metrics.md`, from the catalogue and the
 //!   dcgm-exporter fields.
 //! - [`families`]: the families under construction and their text encoding.
-//! - `render`: the native families; [`dcgm`]: dcgm-exporter's names, units and labels.
+//! - `render`: the native families; [`dcgm`]: dcgm-exporter's names, units and labels,
+//!   rendered by `dcgm_render` (per GPU instance on a GPU in MIG mode).
 //! - [`state`]: what is carried across ticks (XID counters, last XID per GPU, stage times).
 //! - `analysis`: the engine's findings, the alerts and the delivery and advice counters,
 //!   rendered after the native families when [`RenderInput`] carries them.
+//! - [`mig`]: the `gpu_mig_*` families, one series per MIG instance of a GPU in MIG mode.
 
 mod analysis;
 pub mod budget;
 pub mod dcgm;
+mod dcgm_render;
 pub mod families;
 pub mod metric_def;
 pub mod metrics;
+pub mod mig;
 pub mod reference;
 mod render;
 pub mod state;
@@ -194,8 +198,10 @@ pub fn families(
     state.absorb_events(snapshot);
     let mut families = Families::new(options.max_label_length);
     render::render_native(&mut families, snapshot, input.health, state, options);
+    mig::render_native(&mut families, snapshot);
     if let Some(findings) = input.findings {
         analysis::render_analysis(&mut families, findings, options);
+        mig::render_analysis(&mut families, findings, &options.currency);
     }
     if let Some(alerts) = input.alerts {
         analysis::render_alerts(&mut families, alerts);
@@ -212,7 +218,7 @@ pub fn families(
         } else {
             &options.hostname
         };
-        dcgm::render_dcgm(
+        dcgm_render::render_dcgm(
             &mut families,
             snapshot,
             state,

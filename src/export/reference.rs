@@ -10,8 +10,10 @@ use std::fmt::Write as _;
 
 use super::budget;
 use super::dcgm;
+use super::dcgm_render::PER_INSTANCE;
 use super::metric_def::MetricDef;
 use super::metrics::{ALERTING, ANALYSIS, NATIVE};
+use super::mig::{MIG_ANALYSIS, MIG_NATIVE};
 
 /// The metrics reference (`docs/metrics.md`): native families, then the dcgm-exporter
 /// compatible ones. Generated; edit the catalogue, not the file.
@@ -37,6 +39,29 @@ pub fn reference_markdown() -> String {
     table(&mut out, ANALYSIS);
     out.push_str("\n## Alerting metrics\n\n");
     table(&mut out, ALERTING);
+    let _ = write!(
+        out,
+        "\n## MIG instance metrics\n\n\
+         A GPU in MIG mode is cut into MIG devices (compute instances of GPU instances); each \
+         has these series, labelled with its GPU's `gpu` and `uuid`, its `gpu_instance` and \
+         `compute_instance` ids as `nvidia-smi` shows them, its `profile` as `nvidia-smi -L` \
+         names it (`1g.10gb`, `1c.3g.40gb`) and its `mig_uuid`. An instance renders its series \
+         while it exists, zeros when nothing runs in it; one created or destroyed appears or \
+         goes at the next collection. Memory and activity are its GPU instance's (shared by \
+         its compute instances); activity comes from GPM (Hopper and newer), and an instance \
+         without it is never called idle. Idle time and cost are the instance's own, at its \
+         share of the GPU (`gpu_mig_share_ratio`), and `gpu_owner_seconds_total` charges its \
+         holders that share. `gpu_allocation_info` and `gpu_process_*` carry `gpu_instance` \
+         and `compute_instance` for what holds or runs in an instance.\n\n\
+         Each MIG instance costs {} series (the MIG lines of the budget below). A GPU in MIG \
+         mode keeps its own series too, less what NVML does not give in MIG mode (utilization, \
+         row remaps, NVLink, GPM of the whole GPU): seven `1g` instances of an H100 add \
+         {} series to it.\n\n",
+        budget::per_mig_instance(),
+        7 * budget::per_mig_instance()
+    );
+    table(&mut out, MIG_NATIVE);
+    table(&mut out, MIG_ANALYSIS);
     out.push_str(
         "\n## dcgm-exporter compatible metrics (`[export] dcgm_compat = true`)\n\n\
          Rendered in addition to the metrics above, with dcgm-exporter's names, units and \
@@ -46,7 +71,30 @@ pub fn reference_markdown() -> String {
          `hostname`) and `DCGM_FI_DRIVER_VERSION`; the labels column lists only the ones beyond those. Units \
          are dcgm-exporter's: MHz, °C, W, mJ, MiB, %.\n\n",
     );
-    table(&mut out, &dcgm::reference_defs());
+    let mut defs = dcgm::reference_defs();
+    for def in &mut defs {
+        if PER_INSTANCE.iter().any(|(name, _)| *name == def.name) {
+            def.labels = &[
+                "GPU_I_PROFILE",
+                "GPU_I_ID",
+                "pod",
+                "namespace",
+                "container",
+                "hpc_job",
+            ];
+        }
+    }
+    table(&mut out, &defs);
+    let _ = write!(
+        out,
+        "\nOn a GPU in MIG mode the fields with `GPU_I_PROFILE` and `GPU_I_ID` above are one \
+         series per GPU instance (its profile, `1g.10gb`, and NVML's id), in place of the \
+         GPU's own, with the `pod`, `namespace` and `container` of the pod holding that \
+         instance (dcgm-exporter's labels on its GPU-instance series); the other fields stay \
+         one series of the GPU, without the instances' pods. That is {} series a GPU \
+         instance.\n",
+        PER_INSTANCE.len()
+    );
     let _ = write!(
         out,
         "\nEach `DCGM_FI_*` family is one series a GPU; with the native families that is at \
@@ -68,18 +116,22 @@ pub fn reference_markdown() -> String {
          stays within {} series a GPU, not counting the agent's own `gpu_sentinel_*` and the \
          per-process series (`max_process_series` bounds those); `tests/exposition.rs` holds \
          the simulator's exposition to each line below and to the total.\n\n\
-         The budget was 70 series a GPU (110 with `dcgm_compat`) until the health verdicts \
-         added `gpu_health_state`, one series per component, 8 a GPU. Emitting only the \
-         components that are not healthy would have cost nothing on a healthy fleet, but a \
-         series that exists only while something is wrong cannot be told from a series that \
-         stopped being scraped, an alert cannot use `absent()` on it, and a dashboard shows a \
-         gap where a component recovered. The verdict is what schedulers and alerts act on, \
-         and each of its series keeps one value for hours (a few bytes a day on disk after \
-         compression), so it is worth its place in the head; no family was trimmed for it, \
-         because the families above were cut to what an operator acts on already.\n\n",
+         The health verdicts' `gpu_health_state` names only the components that are not \
+         healthy: eight constant zeros a GPU would have been 64,000 series at a thousand hosts. \
+         A component that recovers leaves the exposition, which Prometheus marks stale at \
+         the next scrape, so its alert resolves; `gpu_node_health_state` is always there, \
+         0 on a node whose GPUs are all healthy.\n\n",
         budget::DEFAULT_PER_GPU
     );
-    budget_table(&mut out, NATIVE.iter().chain(ANALYSIS).chain(ALERTING));
+    budget_table(
+        &mut out,
+        NATIVE
+            .iter()
+            .chain(ANALYSIS)
+            .chain(ALERTING)
+            .chain(MIG_NATIVE)
+            .chain(MIG_ANALYSIS),
+    );
     out
 }
 
@@ -123,7 +175,13 @@ mod tests {
     #[test]
     fn reference_lists_every_family() {
         let doc = reference_markdown();
-        for def in NATIVE.iter().chain(ANALYSIS).chain(ALERTING) {
+        for def in NATIVE
+            .iter()
+            .chain(ANALYSIS)
+            .chain(ALERTING)
+            .chain(MIG_NATIVE)
+            .chain(MIG_ANALYSIS)
+        {
             assert!(doc.contains(&format!("| `{}` |", def.name)), "{}", def.name);
         }
     }

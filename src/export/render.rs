@@ -335,10 +335,11 @@ fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptio
     candidates.truncate(options.max_process_series);
     candidates.sort_by_key(|p| (p.gpu, p.pid));
 
-    let labels: Vec<[String; 10]> = candidates
+    let labels: Vec<[String; 12]> = candidates
         .iter()
         .map(|p| {
             let text = |v: &Option<String>| v.clone().unwrap_or_default();
+            let id = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
             [
                 p.gpu.to_string(),
                 p.uuid.clone(),
@@ -350,6 +351,8 @@ fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptio
                 text(&p.namespace),
                 text(&p.hpc_job),
                 text(&p.team),
+                id(p.gpu_instance),
+                id(p.compute_instance),
             ]
         })
         .collect();
@@ -367,11 +370,12 @@ fn processes(families: &mut Families, snapshot: &Snapshot, options: &RenderOptio
     allocations(families, snapshot, &up);
 }
 
-/// One `gpu_allocation_info` per GPU and holder. Time-sliced replicas and MIG devices of
+/// One `gpu_allocation_info` per GPU, MIG instance and holder. Time-sliced replicas of
 /// one container name the same holder: it is one series.
 fn allocations(families: &mut Families, snapshot: &Snapshot, up: &BTreeSet<u32>) {
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
-    let holders: BTreeSet<(u32, [String; 7])> = snapshot
+    let id = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
+    let holders: BTreeSet<(u32, [String; 9])> = snapshot
         .allocations
         .iter()
         .filter(|a| up.contains(&a.gpu))
@@ -386,15 +390,19 @@ fn allocations(families: &mut Families, snapshot: &Snapshot, up: &BTreeSet<u32>)
                     text(&a.hpc_job),
                     text(&a.user),
                     text(&a.team),
+                    id(a.gpu_instance),
+                    id(a.compute_instance),
                 ],
             )
         })
         .collect();
     let family = families.family(&ALLOCATION_INFO);
-    for (gpu, [uuid, namespace, pod, container, job, user, team]) in &holders {
+    for (gpu, [uuid, namespace, pod, container, job, user, team, gi, ci]) in &holders {
         let gpu = gpu.to_string();
         family.push(
-            &[&gpu, uuid, namespace, pod, container, job, user, team],
+            &[
+                &gpu, uuid, namespace, pod, container, job, user, team, gi, ci,
+            ],
             1.0,
         );
     }

@@ -18,7 +18,7 @@ use super::{GpuSample, ProcessSample, Snapshot};
 pub const LARGEST_COUNT: u64 = 1 << 53;
 
 /// Frame-buffer memory of one GPU: 1 PiB, thousands of times today's largest.
-const LARGEST_MEMORY_BYTES: u64 = 1 << 50;
+pub(super) const LARGEST_MEMORY_BYTES: u64 = 1 << 50;
 
 /// Degrees Celsius. NVML reports temperatures unsigned, so nothing below 0 °C is a
 /// reading; silicon is destroyed long before 150 °C (GPUs shut down near 100 °C).
@@ -88,11 +88,12 @@ pub enum Checked {
     ProcessMemory,
     ProcessUtilization,
     ProcessRuntime,
+    MigSlices,
 }
 
 impl Checked {
     /// Every checked input, in counting order.
-    pub const ALL: [Checked; 30] = [
+    pub const ALL: [Checked; 31] = [
         Checked::Temperature,
         Checked::MemoryTemperature,
         Checked::Power,
@@ -123,6 +124,7 @@ impl Checked {
         Checked::ProcessMemory,
         Checked::ProcessUtilization,
         Checked::ProcessRuntime,
+        Checked::MigSlices,
     ];
 
     /// The field's name in a JSONL snapshot.
@@ -158,6 +160,7 @@ impl Checked {
             Checked::ProcessMemory => "processes.used_memory_bytes",
             Checked::ProcessUtilization => "processes.utilization",
             Checked::ProcessRuntime => "processes.runtime_seconds",
+            Checked::MigSlices => "mig_instances.slices",
         }
     }
 
@@ -199,7 +202,7 @@ impl RejectedValues {
         }
     }
 
-    fn reject(&mut self, field: Checked) {
+    pub(super) fn reject(&mut self, field: Checked) {
         self.counts[field.index()] += 1;
     }
 
@@ -213,12 +216,17 @@ impl RejectedValues {
         }
     }
 
-    fn ratio(&mut self, field: Checked, value: &mut Option<f64>) {
+    pub(super) fn ratio(&mut self, field: Checked, value: &mut Option<f64>) {
         self.real(field, value, (0.0, 1.0));
     }
 
     /// Clears a whole number above `hi`.
-    fn whole<T: PartialOrd + Copy>(&mut self, field: Checked, value: &mut Option<T>, hi: T) {
+    pub(super) fn whole<T: PartialOrd + Copy>(
+        &mut self,
+        field: Checked,
+        value: &mut Option<T>,
+        hi: T,
+    ) {
         if value.is_some_and(|v| v > hi) {
             *value = None;
             self.reject(field);
@@ -359,6 +367,10 @@ impl GpuSample {
             ] {
                 r.ratio(Checked::Gpm, ratio);
             }
+        }
+        // A MIG instance's memory and activity are checked as its GPU's are.
+        for instance in &mut self.mig_instances {
+            instance.sanitize_into(&mut r);
         }
         if !(0.0..=COLLECT_SECONDS).contains(&self.collect_seconds) {
             // Not optional in the model: zero is "nothing measured".

@@ -58,13 +58,16 @@ impl HpcJobFiles {
                         let Some((gpu, instance)) = mapping_file_gpu(&name, &snapshot.gpus) else {
                             continue;
                         };
+                        // `3.1`: GPU instance 1 of GPU 3, where NVML lists it.
+                        let gpu_instance = name
+                            .split_once('.')
+                            .and_then(|(_, gi)| gi.parse::<u32>().ok())
+                            .filter(|gi| gpu.mig_instances.iter().any(|m| m.gpu_instance == *gi));
                         for job in mapping_jobs(&text) {
-                            found.insert(allocation(
-                                gpu,
-                                instance.then(|| name.clone()),
-                                job,
-                                None,
-                            ));
+                            found.insert(Allocation {
+                                gpu_instance,
+                                ..allocation(gpu, instance.then(|| name.clone()), job, None)
+                            });
                         }
                     }
                 }

@@ -83,7 +83,7 @@ pub fn defaults(risk_threshold: f64) -> Vec<Rule> {
             "warning",
             0,
             Condition::AllocatedIdle,
-            "GPU {gpu} on {hostname} is allocated but idle for {value}",
+            "GPU {gpu}{instance} on {hostname} is allocated but idle for {value}",
             "Ask the owner to release the GPU or scale the job down; consider an idle-reclaim policy.",
         ),
         rule(

@@ -37,13 +37,20 @@ pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
             }
             _ => {
                 for gpu in &input.findings.gpus {
-                    if let Some((value, description)) = gpu_condition(&rule.condition, gpu) {
+                    if let Some((value, mut description)) = gpu_condition(&rule.condition, gpu) {
+                        // A GPU's health is its MIG instances' too: name what it takes down.
+                        if rule.condition != Condition::AllocatedIdle {
+                            description.push_str(&super::instances::affected(gpu));
+                        }
                         let mut found =
                             candidate(rule, input.hostname, Some(gpu), &value, description);
                         if rule.condition == Condition::AllocatedIdle {
                             add_holder_labels(&mut found.labels, &gpu.idle.holders);
                         }
                         out.push(found);
+                    }
+                    if rule.condition == Condition::AllocatedIdle {
+                        super::instances::allocated_idle(rule, input.hostname, gpu, &mut out);
                     }
                 }
             }
@@ -177,7 +184,7 @@ fn evidence(list: &[crate::engine::risk::Evidence]) -> String {
 
 /// The holders a scheduler gave a GPU to, for a description: `pod ml/train-0 (container
 /// trainer, team ml)`, `Slurm job 4242 (user alice, team hpc)`.
-fn holders(list: &[Allocation]) -> String {
+pub(super) fn holders(list: &[Allocation]) -> String {
     let mut described: Vec<String> = list
         .iter()
         .map(|a| {
@@ -207,7 +214,7 @@ fn holders(list: &[Allocation]) -> String {
 
 /// `namespace`, `pod`, `hpc_job` and `team` labels naming who holds an allocated GPU:
 /// several holders' distinct values joined with commas, in order.
-fn add_holder_labels(labels: &mut LabelSet, list: &[Allocation]) {
+pub(super) fn add_holder_labels(labels: &mut LabelSet, list: &[Allocation]) {
     type Field = fn(&Allocation) -> &Option<String>;
     let fields: [(&str, Field); 4] = [
         ("namespace", |a| &a.namespace),
@@ -305,7 +312,8 @@ pub(super) fn candidate(
         .replace("{gpu}", &index)
         .replace("{uuid}", &uuid)
         .replace("{hostname}", hostname)
-        .replace("{value}", value);
+        .replace("{value}", value)
+        .replace("{instance}", "");
     let mut annotations = LabelSet::new();
     annotations.insert("summary".into(), summary);
     annotations.insert("description".into(), description);

@@ -12,7 +12,10 @@
 //! | `nvidia0`, `nvidia0/gi1/vgpu2`    | GKE's device plugin (GPU, MIG, shared)            | NVML index 0     |
 //!
 //! A modern MIG UUID says nothing of its parent: the GPU's own list of MIG devices (read
-//! from NVML) answers it.
+//! from NVML) answers it. The MIG forms also name the instance ([`instance`]): by its
+//! UUID, by GPU and compute instance ids (`MIG-GPU-…/7/0`), by NVML's MIG device index
+//! (`0:1`) or by GPU instance (`nvidia0/gi1`); that instance's series and idle time then
+//! carry the pod.
 
 use crate::model::GpuSample;
 
@@ -79,6 +82,46 @@ pub fn resolve<'g>(id: &str, gpus: &'g [GpuSample]) -> Option<&'g GpuSample> {
             .find(|g| g.mig_devices.iter().any(|m| m.eq_ignore_ascii_case(&uuid))),
         DeviceRef::Index(index) => gpus.iter().find(|g| g.index == index),
     }
+}
+
+/// The MIG instance of `gpu` a device id names, as (GPU instance, compute instance where
+/// the id says): only one NVML lists on that GPU now.
+pub fn instance(id: &str, gpu: &GpuSample) -> Option<(u32, Option<u32>)> {
+    let id = id.trim();
+    let base = id.split_once("::").map_or(id, |(base, _)| base);
+    let base = base.split_once("/vgpu").map_or(base, |(base, _)| base);
+    let number = |s: &str| -> Option<u32> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let found = if let Some(rest) = base.strip_prefix("MIG-GPU-") {
+        // `MIG-GPU-<uuid>/<gi>/<ci>`
+        let mut parts = rest.split('/').skip(1);
+        let (gi, ci) = (number(parts.next()?)?, number(parts.next()?)?);
+        gpu.mig_instances
+            .iter()
+            .find(|i| i.gpu_instance == gi && i.compute_instance == ci)
+    } else if base.starts_with("MIG-") {
+        gpu.mig_instances
+            .iter()
+            .find(|i| i.uuid.eq_ignore_ascii_case(base))
+    } else if let Some((_, rest)) = base.split_once("/gi") {
+        // GKE: `nvidia<index>/gi<gpu instance>`, which names no compute instance.
+        let gi = number(rest.split('/').next()?)?;
+        return gpu
+            .mig_instances
+            .iter()
+            .any(|i| i.gpu_instance == gi)
+            .then_some((gi, None));
+    } else if let Some((_, index)) = base.split_once(':') {
+        // The index strategy: `<gpu>:<MIG device index>`.
+        let index = number(index)?;
+        gpu.mig_instances.iter().find(|i| i.device_index == index)
+    } else {
+        None
+    };
+    found.map(|i| (i.gpu_instance, Some(i.compute_instance)))
 }
 
 #[cfg(test)]
@@ -148,6 +191,47 @@ mod tests {
     }
 
     #[test]
+    fn every_mig_form_names_its_instance_and_only_one_that_exists() {
+        use crate::model::MigInstance;
+        let mut gpu = gpus().remove(1);
+        gpu.mig_instances = vec![
+            MigInstance {
+                gpu_instance: 2,
+                compute_instance: 1,
+                uuid: MIG.into(),
+                device_index: 1,
+                ..MigInstance::default()
+            },
+            MigInstance {
+                gpu_instance: 9,
+                compute_instance: 0,
+                uuid: "MIG-22222222-2222-2222-2222-222222222222".into(),
+                device_index: 2,
+                ..MigInstance::default()
+            },
+        ];
+        let of = |id: &str| instance(id, &gpu);
+        assert_eq!(of(MIG), Some((2, Some(1))));
+        assert_eq!(of(&MIG.to_uppercase()), Some((2, Some(1))));
+        assert_eq!(of(&format!("{MIG}::3")), Some((2, Some(1))));
+        assert_eq!(of(&format!("MIG-{UUID}/9/0")), Some((9, Some(0))));
+        assert_eq!(of("1:2"), Some((9, Some(0))));
+        assert_eq!(of("nvidia1/gi9/vgpu0"), Some((9, None)));
+        // Instances NVML does not list, and ids that name a whole GPU.
+        for id in [
+            "MIG-00000000-0000-0000-0000-000000000000",
+            &format!("MIG-{UUID}/7/0"),
+            "1:5",
+            "nvidia1/gi4",
+            "1",
+            UUID,
+            "nvidia1",
+        ] {
+            assert_eq!(of(id), None, "{id:?}");
+        }
+    }
+
+    #[test]
     fn gpu_resources_are_nvidia_mig_and_configured_names() {
         let configured = vec!["nvidia.com/gpu.shared".to_string()];
         assert!(is_gpu_resource("nvidia.com/gpu", &[]));
@@ -166,6 +250,21 @@ mod tests {
                 Some(DeviceRef::Gpu(u)) => prop_assert!(u.starts_with("GPU-")),
                 Some(DeviceRef::Mig(u)) => prop_assert!(u.starts_with("MIG-")),
                 Some(DeviceRef::Index(_)) | None => {}
+            }
+        }
+
+        /// Any text names a listed instance or none, without panicking.
+        #[test]
+        fn any_device_id_names_an_instance_without_panic(id in ".{0,80}") {
+            let mut gpu = gpus().remove(1);
+            gpu.mig_instances = vec![crate::model::MigInstance {
+                gpu_instance: 7,
+                uuid: MIG.into(),
+                ..Default::default()
+            }];
+            if let Some((gi, ci)) = instance(&id, &gpu) {
+                prop_assert_eq!(gi, 7);
+                prop_assert!(ci.is_none_or(|ci| ci == 0));
             }
         }
 

@@ -166,6 +166,7 @@ impl KubeletReader {
                             );
                             continue;
                         };
+                        let instance = devices::instance(id, gpu);
                         found.insert(Allocation {
                             gpu: gpu.index,
                             uuid: gpu.uuid.clone(),
@@ -173,6 +174,8 @@ impl KubeletReader {
                             namespace: Some(pod.namespace.clone()),
                             pod: Some(pod.name.clone()),
                             container: Some(container.name.clone()),
+                            gpu_instance: instance.map(|(gi, _)| gi),
+                            compute_instance: instance.and_then(|(_, ci)| ci),
                             ..Allocation::default()
                         });
                     }

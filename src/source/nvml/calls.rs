@@ -72,9 +72,10 @@ pub enum Family {
     Gpm,
     Processes,
     Events,
+    Mig,
 }
 
-pub const FAMILY_NAMES: [&str; 15] = [
+pub const FAMILY_NAMES: [&str; 16] = [
     "identity",
     "utilization",
     "memory",
@@ -90,6 +91,7 @@ pub const FAMILY_NAMES: [&str; 15] = [
     "gpm",
     "processes",
     "events",
+    "mig",
 ];
 
 /// Per-family time and success over one tick, across all GPUs.
@@ -333,6 +335,7 @@ mod tests {
         assert_eq!(names[0], "identity");
         assert_eq!(names[Family::Gpm as usize], "gpm");
         assert_eq!(names[Family::Events as usize], "events");
-        assert_eq!(names.len(), 15);
+        assert_eq!(names[Family::Mig as usize], "mig");
+        assert_eq!(names.len(), 16);
     }
 }

@@ -4,11 +4,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::Nvml;
 
 use super::calls::{CallKey, Calls, Families, Family};
 use super::gpm::GpmSamples;
+use super::mig::{self, MigSlot};
 use super::{processes, read};
 use crate::model::{GpuSample, ProcessSample};
 
@@ -34,6 +34,8 @@ pub struct Slot {
     pub ever_up: bool,
     /// MIG mode last tick: what a GPU supports changes with it.
     pub mig_enabled: Option<bool>,
+    /// What is known of the GPU's MIG side (its profiles), in MIG mode.
+    pub mig: MigSlot,
 }
 
 /// What reading one GPU produced.
@@ -95,6 +97,7 @@ pub fn read_gpu(
                 if slot.identity.is_some() {
                     c.forget_unavailable();
                     slot.process_last_seen = 0;
+                    slot.mig.reset();
                     gpm.forget(nvml, index as usize);
                 }
                 let pci = c.call("nvmlDeviceGetPciInfo_v3", "", || device.pci_info());
@@ -116,11 +119,10 @@ pub fn read_gpu(
             if sample.mig_enabled.is_some() && slot.mig_enabled != sample.mig_enabled {
                 if slot.mig_enabled.is_some() {
                     c.forget_unavailable();
+                    slot.mig.reset();
+                    gpm.keep_mig(nvml, index as usize, &[]);
                 }
                 slot.mig_enabled = sample.mig_enabled;
-            }
-            if sample.mig_enabled == Some(true) {
-                sample.mig_devices = mig_devices(&device, c);
             }
             read::driver_state(&device, c, &mut sample);
             Some(device)
@@ -177,6 +179,20 @@ pub fn read_gpu(
                 })
                 .unwrap_or_default();
         }
+        if sample.mig_enabled == Some(true) {
+            let slot_mig = &mut slot.mig;
+            let read = families.run(Family::Mig, &mut calls, |c| {
+                mig::read(nvml, dev, index as usize, slot_mig, gpm, c)
+            });
+            if let Some(read) = read {
+                sample.mig_devices = read.instances.iter().map(|i| i.uuid.clone()).collect();
+                sample.mig_instances = read.instances;
+                if with_processes {
+                    let uuid = slot.identity.as_ref().map_or("", |id| id.uuid.as_str());
+                    mig::attribute(&mut processes, &read.processes, index, uuid);
+                }
+            }
+        }
     }
 
     let up = device.is_some() && !calls.lost;
@@ -213,26 +229,4 @@ pub fn read_gpu(
         replaced,
         gone,
     }
-}
-
-/// The UUIDs of the MIG devices carved out of a GPU in MIG mode, so a scheduler's MIG
-/// allocations (`MIG-…`, which do not name their parent) map to it. Empty slots answer
-/// NOT_FOUND: no device there, not a failure.
-fn mig_devices(device: &Device<'_>, c: &mut Calls<'_>) -> Vec<String> {
-    let Some(slots) = c.call("nvmlDeviceGetMaxMigDeviceCount", "", || {
-        device.mig_device_count()
-    }) else {
-        return Vec::new();
-    };
-    let mut uuids = Vec::new();
-    for slot in 0..slots {
-        let mig = match device.mig_device_by_index(slot) {
-            Err(NvmlError::NotFound) => continue,
-            result => c.settle("nvmlDeviceGetMigDeviceHandleByIndex", "", result),
-        };
-        if let Some(uuid) = mig.and_then(|m| c.call("nvmlDeviceGetUUID", "mig", || m.uuid())) {
-            uuids.push(uuid);
-        }
-    }
-    uuids
 }

@@ -26,6 +26,8 @@ mod calls;
 mod events;
 mod gpm;
 mod gpu;
+mod mig;
+mod mig_raw;
 mod open;
 mod processes;
 mod read;

@@ -10,6 +10,8 @@
 mod fault;
 mod fault_memory;
 mod gpu;
+pub mod mig;
+pub mod mig_profiles;
 pub mod noise;
 pub mod quirks;
 pub mod shape;
@@ -148,9 +150,17 @@ const HEALTHY_CYCLE: [WorkloadKind; 5] = [
 ];
 
 impl Fleet {
-    /// The fleet `[simulation]` describes, starting at `start`.
+    /// The fleet `[simulation]` describes, starting at `start`: its first `mig_gpus` GPUs
+    /// in MIG mode (see [`mig`]).
     pub fn new(config: &SimulationConfig, start: DateTime<Utc>) -> Fleet {
-        Fleet::from_plans(config.seed, &config.model, start, &Fleet::plans(config))
+        let mig = (config.mig_gpus as usize, config.fault_hours * 3600.0);
+        Fleet::planned(
+            config.seed,
+            &config.model,
+            start,
+            &Fleet::plans(config),
+            mig,
+        )
     }
 
     /// Plans for `[simulation]`: GPU 0 healthy, the listed faults on GPUs 1, 2, …, the rest
@@ -175,11 +185,35 @@ impl Fleet {
 
     /// A fleet from explicit plans (the detection-quality tests build their own).
     pub fn from_plans(seed: u64, model: &str, start: DateTime<Utc>, plans: &[GpuPlan]) -> Fleet {
-        Fleet::build(seed, start, plans, |i, plan, workload, rng, _| {
+        Fleet::planned(seed, model, start, plans, (0, 0.0))
+    }
+
+    /// A fleet from plans whose first `mig.0` GPUs are in MIG mode, their workloads on the
+    /// time scale `mig.1` (seconds).
+    fn planned(
+        seed: u64,
+        model: &str,
+        start: DateTime<Utc>,
+        plans: &[GpuPlan],
+        (mig_gpus, horizon): (usize, f64),
+    ) -> Fleet {
+        let table = mig_profiles::table_for(model);
+        Fleet::build(seed, start, plans, |i, plan, workload, rng, gpu_seed| {
             let fault = plan
                 .fault
                 .map(|kind| fault::Fault::new(kind, plan.horizon_hours * 3600.0));
-            SimGpu::new(i as u32, model, workload, fault, plan.hot_aisle, rng)
+            let gpu = SimGpu::new(i as u32, model, workload, fault, plan.hot_aisle, rng);
+            match table.filter(|_| i < mig_gpus) {
+                // A stream of its own: the GPUs not in MIG mode draw what they always drew.
+                Some(table) => gpu.with_mig(mig::SimMig::new(
+                    table,
+                    i,
+                    i + 1 == mig_gpus,
+                    horizon,
+                    SmallRng::seed_from_u64(gpu_seed ^ 0x6D69_675F_6D6F_6465),
+                )),
+                None => gpu,
+            }
         })
     }
 
@@ -364,6 +398,8 @@ impl Fleet {
                 team: None,
                 liveness: p.liveness,
                 runtime_seconds: Some((self.elapsed - p.started).max(0.0).round()),
+                gpu_instance: p.instance.map(|(gi, _)| gi),
+                compute_instance: p.instance.map(|(_, ci)| ci),
             })
             .collect()
     }

@@ -54,6 +54,8 @@ pub struct SimProcess {
     pub liveness: Liveness,
     /// Simulated time the process started, seconds since the fleet started (may be negative).
     pub started: f64,
+    /// The MIG (GPU instance, compute instance) it runs in, on a GPU in MIG mode.
+    pub instance: Option<(u32, u32)>,
 }
 
 /// A workload with its schedule of jobs.
@@ -289,6 +291,7 @@ fn new_job(rng: &mut SmallRng, started: f64, memory_bytes: u64) -> SimProcess {
         )),
         liveness: Liveness::Running,
         started,
+        instance: None,
     }
 }
 

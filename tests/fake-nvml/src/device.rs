@@ -10,7 +10,7 @@ use nvml_wrapper_sys::bindings::*;
 
 use crate::codes::*;
 use crate::out::{fill_array, percent, write, write_str};
-use crate::state::{MAX_MIG_DEVICES, State, enter, enter_device, mig_handle, mig_of};
+use crate::state::{State, enter, enter_device, mig_of};
 
 /// NVML's PCIe throughput unit (see gpu-sentinel's `PCIE_THROUGHPUT_UNIT_BYTES`).
 const PCIE_KB: f64 = gpu_sentinel::source::nvml::PCIE_THROUGHPUT_UNIT_BYTES;
@@ -121,13 +121,12 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     buffer: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    if let Some((index, slot)) = mig_of(device) {
+    if let Some((index, gi, ci)) = mig_of(device) {
         return enter("nvmlDeviceGetUUID", u32::try_from(index).ok(), |state| {
             let uuid = state
-                .mig_devices(index)
-                .and_then(|d| d.get(slot))
+                .mig_instance(index, gi, ci)
                 .ok_or(INVALID_ARGUMENT)?
-                .clone();
+                .uuid;
             // SAFETY: the caller's buffer contract, passed on.
             unsafe { write_str(buffer, length, &uuid) }
         });
@@ -139,43 +138,6 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     })
 }
 
-/// # Safety
-/// `device` is one of ours; `count` is null or valid for one write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
-    device: nvmlDevice_t,
-    count: *mut c_uint,
-) -> nvmlReturn_t {
-    enter_device("nvmlDeviceGetMaxMigDeviceCount", device, |state, index| {
-        state.mig_devices(index).ok_or(NOT_SUPPORTED)?;
-        // SAFETY: the caller's output contract, passed on.
-        unsafe { write(count, MAX_MIG_DEVICES as c_uint) }
-    })
-}
-
-/// # Safety
-/// `device` is one of ours; `mig` is null or valid for one write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
-    device: nvmlDevice_t,
-    slot: c_uint,
-    mig: *mut nvmlDevice_t,
-) -> nvmlReturn_t {
-    enter_device(
-        "nvmlDeviceGetMigDeviceHandleByIndex",
-        device,
-        |state, index| {
-            let devices = state.mig_devices(index).ok_or(NOT_SUPPORTED)?;
-            let slot = slot as usize;
-            // Empty slots answer NOT_FOUND, as the real call does.
-            if slot >= devices.len().min(MAX_MIG_DEVICES) {
-                return Err(NOT_FOUND);
-            }
-            // SAFETY: the caller's output contract, passed on.
-            unsafe { write(mig, mig_handle(index, slot)) }
-        },
-    )
-}
 device_string!(nvmlDeviceGetName, |s| s.name.clone());
 device_string!(nvmlDeviceGetSerial, |s| supported(s.serial.clone())?);
 
@@ -208,28 +170,6 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
         );
         // SAFETY: the caller's output contract, passed on.
         unsafe { write(pci, info) }
-    })
-}
-
-/// # Safety
-/// `device` is one of ours; both outputs are null or valid for one write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(
-    device: nvmlDevice_t,
-    current_mode: *mut c_uint,
-    pending_mode: *mut c_uint,
-) -> nvmlReturn_t {
-    enter_device("nvmlDeviceGetMigMode", device, |state, index| {
-        let mode = if state.mig_devices(index).is_some() {
-            1
-        } else {
-            c_uint::from(supported(sample(state, index)?.mig_enabled)?)
-        };
-        // SAFETY: the caller's output contract, passed on.
-        unsafe {
-            write(current_mode, mode)?;
-            write(pending_mode, mode)
-        }
     })
 }
 
@@ -285,7 +225,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
-    enter_device("nvmlDeviceGetMemoryInfo_v2", device, |state, index| {
+    const NAME: &str = "nvmlDeviceGetMemoryInfo_v2";
+    let answer = |m: gpu_sentinel::model::Memory| {
         if memory.is_null() {
             return Err(INVALID_ARGUMENT);
         }
@@ -294,7 +235,6 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if unsafe { (*memory).version } != expected {
             return Err(ARGUMENT_VERSION_MISMATCH);
         }
-        let m = sample(state, index)?.memory;
         let info = nvmlMemory_v2_t {
             version: expected,
             total: supported(m.total_bytes)?,
@@ -304,6 +244,21 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         };
         // SAFETY: the caller's output contract, passed on.
         unsafe { write(memory, info) }
+    };
+    // On a MIG device handle: its GPU instance's memory.
+    if let Some((index, gi, ci)) = mig_of(device) {
+        return enter(NAME, u32::try_from(index).ok(), |state| {
+            answer(
+                state
+                    .mig_instance(index, gi, ci)
+                    .ok_or(INVALID_ARGUMENT)?
+                    .memory,
+            )
+        });
+    }
+    enter_device(NAME, device, |state, index| {
+        let m = sample(state, index)?.memory;
+        answer(m)
     })
 }
 

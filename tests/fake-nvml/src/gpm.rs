@@ -1,5 +1,6 @@
-//! GPM: samples capture the simulated GPU's GPM state; a metrics request between two samples
-//! answers the ratios of the later one, in NVML's percent.
+//! GPM: samples capture the simulated GPU's (or MIG GPU instance's) GPM state; a metrics
+//! request between two samples of the same one answers the ratios of the later one, in
+//! NVML's percent.
 
 use std::os::raw::c_uint;
 
@@ -79,7 +80,39 @@ pub extern "C" fn nvmlGpmSampleGet(
             .gpm_samples
             .get_mut(&gpm_sample.addr())
             .ok_or(INVALID_ARGUMENT)?;
-        *slot = Some(GpmSnapshot { gpu: index, gpm });
+        *slot = Some(GpmSnapshot {
+            gpu: index,
+            gpu_instance: None,
+            gpm,
+        });
+        Ok(())
+    })
+}
+
+/// A sample of one MIG GPU instance: its activity as the simulator reports it.
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlGpmMigSampleGet(
+    device: nvmlDevice_t,
+    gpu_instance_id: c_uint,
+    gpm_sample: nvmlGpmSample_t,
+) -> nvmlReturn_t {
+    enter_device("nvmlGpmMigSampleGet", device, |state, index| {
+        let instances = state.mig_instances(index).ok_or(NOT_SUPPORTED)?;
+        let gpm = instances
+            .iter()
+            .find(|i| i.gpu_instance == gpu_instance_id)
+            .ok_or(INVALID_ARGUMENT)?
+            .gpm
+            .ok_or(NOT_SUPPORTED)?;
+        let slot = state
+            .gpm_samples
+            .get_mut(&gpm_sample.addr())
+            .ok_or(INVALID_ARGUMENT)?;
+        *slot = Some(GpmSnapshot {
+            gpu: index,
+            gpu_instance: Some(gpu_instance_id),
+            gpm,
+        });
         Ok(())
     })
 }
@@ -107,7 +140,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(metrics_get: *mut nvmlGpmMetricsGet_t
         };
         let first = taken(request.sample1)?;
         let second = taken(request.sample2)?;
-        if first.gpu != second.gpu {
+        if (first.gpu, first.gpu_instance) != (second.gpu, second.gpu_instance) {
             return Err(INVALID_ARGUMENT);
         }
         let n = request.numMetrics as usize;

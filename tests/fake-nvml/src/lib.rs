@@ -25,6 +25,7 @@ mod device;
 mod driver;
 mod events;
 mod gpm;
+mod mig;
 mod out;
 mod processes;
 pub mod scenario;
@@ -123,6 +124,8 @@ pub extern "C" fn fake_nvml_set_process(
             pid,
             used_memory_bytes,
             sm_utilization: sm_utilization.clamp(0.0, 1.0),
+            gpu_instance: None,
+            compute_instance: None,
         });
         SUCCESS
     })

@@ -32,10 +32,12 @@
 //! pid = 12345
 //! used_memory_bytes = 1073741824
 //! sm_utilization = 0.0      # 0–1
+//! gpu_instance = 9          # optional: the MIG instance it runs in (GPU in MIG mode)
+//! compute_instance = 0
 //!
-//! [[mig]]                   # GPU 2 is in MIG mode with these MIG devices
-//! gpu = 2
-//! devices = ["MIG-5c1e0b2d-1f3a-5e6b-9c8d-7a6b5c4d3e2f"]
+//! [[mig]]                   # GPU 2 is in MIG mode with one 1g instance per MIG device
+//! gpu = 2                   # (GPU instances 7, 8, …); the simulator's own MIG GPUs
+//! devices = ["MIG-5c1e0b2d-1f3a-5e6b-9c8d-7a6b5c4d3e2f"]   # are [simulation] mig_gpus
 //!
 //! [[set]]                   # GPU 1 reports these values from 600 s to 1200 s of
 //! gpu = 1                   # *simulated* time (until_seconds optional): fields of
@@ -217,6 +219,12 @@ pub struct ProcessSpec {
     pub used_memory_bytes: u64,
     #[serde(default)]
     pub sm_utilization: f64,
+    /// The MIG GPU instance it runs in (its GPU in MIG mode), and its compute instance (0
+    /// when left out).
+    #[serde(default)]
+    pub gpu_instance: Option<u32>,
+    #[serde(default)]
+    pub compute_instance: Option<u32>,
 }
 
 /// A fault ready to match calls.
@@ -392,6 +400,8 @@ pub fn parse_process_list(list: &str) -> Result<Vec<ProcessSpec>, String> {
                 pid,
                 used_memory_bytes,
                 sm_utilization,
+                gpu_instance: None,
+                compute_instance: None,
             })
         })
         .collect()

@@ -4,7 +4,7 @@
 
 use nvml_wrapper_sys::bindings::NvmlLib;
 
-use crate::{device, driver, events, gpm, processes, system};
+use crate::{device, driver, events, gpm, mig, processes, system};
 
 /// Never called; its body is the check.
 #[allow(dead_code)]
@@ -19,9 +19,9 @@ fn exports_match_nvml_wrapper(lib: &mut NvmlLib) {
     lib.nvmlDeviceGetName = Ok(device::nvmlDeviceGetName);
     lib.nvmlDeviceGetSerial = Ok(device::nvmlDeviceGetSerial);
     lib.nvmlDeviceGetPciInfo_v3 = Ok(device::nvmlDeviceGetPciInfo_v3);
-    lib.nvmlDeviceGetMigMode = Ok(device::nvmlDeviceGetMigMode);
-    lib.nvmlDeviceGetMaxMigDeviceCount = Ok(device::nvmlDeviceGetMaxMigDeviceCount);
-    lib.nvmlDeviceGetMigDeviceHandleByIndex = Ok(device::nvmlDeviceGetMigDeviceHandleByIndex);
+    lib.nvmlDeviceGetMigMode = Ok(mig::nvmlDeviceGetMigMode);
+    lib.nvmlDeviceGetMaxMigDeviceCount = Ok(mig::nvmlDeviceGetMaxMigDeviceCount);
+    lib.nvmlDeviceGetMigDeviceHandleByIndex = Ok(mig::nvmlDeviceGetMigDeviceHandleByIndex);
     lib.nvmlDeviceGetUtilizationRates = Ok(device::nvmlDeviceGetUtilizationRates);
     lib.nvmlDeviceGetEncoderUtilization = Ok(device::nvmlDeviceGetEncoderUtilization);
     lib.nvmlDeviceGetDecoderUtilization = Ok(device::nvmlDeviceGetDecoderUtilization);
@@ -65,4 +65,11 @@ fn exports_match_nvml_wrapper(lib: &mut NvmlLib) {
     lib.nvmlGpmSampleFree = Ok(gpm::nvmlGpmSampleFree);
     lib.nvmlGpmSampleGet = Ok(gpm::nvmlGpmSampleGet);
     lib.nvmlGpmMetricsGet = Ok(gpm::nvmlGpmMetricsGet);
+    lib.nvmlGpmMigSampleGet = Ok(gpm::nvmlGpmMigSampleGet);
+    lib.nvmlDeviceGetGpuInstanceId = Ok(mig::nvmlDeviceGetGpuInstanceId);
+    lib.nvmlDeviceGetComputeInstanceId = Ok(mig::nvmlDeviceGetComputeInstanceId);
+    lib.nvmlDeviceGetAttributes_v2 = Ok(mig::nvmlDeviceGetAttributes_v2);
+    lib.nvmlDeviceGetGpuInstanceProfileInfoV = Ok(mig::nvmlDeviceGetGpuInstanceProfileInfoV);
+    lib.nvmlDeviceGetGpuInstanceById = Ok(mig::nvmlDeviceGetGpuInstanceById);
+    lib.nvmlGpuInstanceGetInfo = Ok(mig::nvmlGpuInstanceGetInfo);
 }

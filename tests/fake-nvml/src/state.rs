@@ -11,8 +11,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use gpu_sentinel::model::{Gpm, GpuSample};
+use gpu_sentinel::model::{Gpm, GpuSample, Memory, MigInstance, MigPlacement};
 use gpu_sentinel::source::simulate::Fleet;
+use gpu_sentinel::source::simulate::mig_profiles::table_for;
 use nvml_wrapper_sys::bindings::{nvmlDevice_st, nvmlDevice_t, nvmlReturn_t};
 
 use crate::codes::*;
@@ -22,10 +23,16 @@ use crate::scenario::{ClockMode, Fault, MigSpec, ProcessSpec, Scenario, SetSpec,
 /// dereferenced, and easy to check.
 const DEVICE_HANDLE_BASE: usize = 0x6e76_6d6c_0000;
 const HANDLE_STRIDE: usize = 16;
-/// MIG device handles: this address plus 16 × (GPU index × [`MAX_MIG_DEVICES`] + slot).
+/// MIG device handles: this address plus 16 × ((GPU index × 16 + GPU instance id) × 8 +
+/// compute instance id), so a handle stays the same device while it exists, as NVML's do.
 const MIG_HANDLE_BASE: usize = 0x6d69_6700_0000;
+/// GPU instance handles: this address plus 16 × (GPU index × 16 + GPU instance id).
+const GPU_INSTANCE_HANDLE_BASE: usize = 0x6769_0000_0000;
 /// Most MIG devices one GPU can hold (seven GPU instances on an A100/H100).
 pub const MAX_MIG_DEVICES: usize = 7;
+/// GPU instance ids are below 16, compute instance ids below 8.
+const GI_IDS: usize = 16;
+const CI_IDS: usize = 8;
 /// In wall-clock mode the fleet moves at most every 10 ms, so the calls of one collection
 /// see one consistent state (and the per-GPU sample cache stays useful).
 const MIN_ADVANCE: Duration = Duration::from_millis(10);
@@ -42,11 +49,23 @@ pub struct EventSet {
     pub pending: VecDeque<(usize, u64)>,
 }
 
-/// A GPM sample: the GPU it was taken on and that GPU's GPM state at the time.
+/// A GPM sample: the GPU (and MIG GPU instance) it was taken on and its GPM state then.
 #[derive(Debug, Clone, Copy)]
 pub struct GpmSnapshot {
     pub gpu: usize,
+    pub gpu_instance: Option<u32>,
     pub gpm: Gpm,
+}
+
+/// A process the fake reports on a GPU, and the MIG instance it runs in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FakeProcess {
+    pub pid: u32,
+    pub used_memory_bytes: u64,
+    /// Share of SM time, 0–1.
+    pub sm_utilization: f64,
+    /// (GPU instance, compute instance) on a GPU in MIG mode.
+    pub instance: Option<(u32, u32)>,
 }
 
 pub struct State {
@@ -153,18 +172,17 @@ impl State {
         slot.as_ref().ok_or(INVALID_ARGUMENT)
     }
 
-    /// `(pid, used bytes, SM share 0–1)` of every process on GPU `index`.
-    pub fn processes(&self, index: usize) -> Vec<(u32, u64, f64)> {
-        let mut out: Vec<(u32, u64, f64)> = self
+    /// Every process on GPU `index`: the simulator's and the scenario's.
+    pub fn processes(&self, index: usize) -> Vec<FakeProcess> {
+        let mut out: Vec<FakeProcess> = self
             .fleet
             .processes(index)
             .into_iter()
-            .map(|p| {
-                (
-                    p.pid,
-                    p.used_memory_bytes.unwrap_or(0),
-                    p.sm_utilization.unwrap_or(0.0),
-                )
+            .map(|p| FakeProcess {
+                pid: p.pid,
+                used_memory_bytes: p.used_memory_bytes.unwrap_or(0),
+                sm_utilization: p.sm_utilization.unwrap_or(0.0),
+                instance: p.gpu_instance.zip(p.compute_instance),
             })
             .collect();
         for extra in self
@@ -172,8 +190,15 @@ impl State {
             .iter()
             .filter(|p| p.gpu as usize == index)
         {
-            out.retain(|(pid, _, _)| *pid != extra.pid);
-            out.push((extra.pid, extra.used_memory_bytes, extra.sm_utilization));
+            out.retain(|p| p.pid != extra.pid);
+            out.push(FakeProcess {
+                pid: extra.pid,
+                used_memory_bytes: extra.used_memory_bytes,
+                sm_utilization: extra.sm_utilization,
+                instance: extra
+                    .gpu_instance
+                    .map(|gi| (gi, extra.compute_instance.unwrap_or(0))),
+            });
         }
         out
     }
@@ -243,30 +268,92 @@ pub fn device_handle(index: usize) -> nvmlDevice_t {
     std::ptr::without_provenance_mut::<nvmlDevice_st>(DEVICE_HANDLE_BASE + index * HANDLE_STRIDE)
 }
 
-/// The handle of MIG device `slot` of GPU `index`.
-pub fn mig_handle(index: usize, slot: usize) -> nvmlDevice_t {
-    let offset = (index * MAX_MIG_DEVICES + slot) * HANDLE_STRIDE;
-    std::ptr::without_provenance_mut::<nvmlDevice_st>(MIG_HANDLE_BASE + offset)
+/// The handle of MIG device (GPU instance `gi`, compute instance `ci`) of GPU `index`.
+pub fn mig_handle(index: usize, gi: u32, ci: u32) -> nvmlDevice_t {
+    let n = (index * GI_IDS + gi as usize % GI_IDS) * CI_IDS + ci as usize % CI_IDS;
+    std::ptr::without_provenance_mut::<nvmlDevice_st>(MIG_HANDLE_BASE + n * HANDLE_STRIDE)
 }
 
-/// The (GPU index, slot) a MIG handle stands for, if it is one of ours.
-pub fn mig_of(handle: nvmlDevice_t) -> Option<(usize, usize)> {
-    // MIG handles lie below the GPU handles.
+/// The (GPU index, GPU instance, compute instance) a MIG handle stands for, if it is ours.
+pub fn mig_of(handle: nvmlDevice_t) -> Option<(usize, u32, u32)> {
+    // MIG handles lie between the GPU instance handles and the GPU handles.
     if handle.addr() >= DEVICE_HANDLE_BASE {
         return None;
     }
     let offset = handle.addr().checked_sub(MIG_HANDLE_BASE)?;
     let n = (offset % HANDLE_STRIDE == 0).then_some(offset / HANDLE_STRIDE)?;
-    Some((n / MAX_MIG_DEVICES, n % MAX_MIG_DEVICES))
+    Some((
+        n / CI_IDS / GI_IDS,
+        (n / CI_IDS % GI_IDS) as u32,
+        (n % CI_IDS) as u32,
+    ))
+}
+
+/// The handle of GPU instance `gi` of GPU `index`.
+pub fn gpu_instance_handle(index: usize, gi: u32) -> usize {
+    GPU_INSTANCE_HANDLE_BASE + (index * GI_IDS + gi as usize % GI_IDS) * HANDLE_STRIDE
+}
+
+/// The (GPU index, GPU instance) a GPU instance handle stands for, if it is ours.
+pub fn gpu_instance_of(handle: usize) -> Option<(usize, u32)> {
+    if handle >= MIG_HANDLE_BASE {
+        return None;
+    }
+    let offset = handle.checked_sub(GPU_INSTANCE_HANDLE_BASE)?;
+    let n = (offset % HANDLE_STRIDE == 0).then_some(offset / HANDLE_STRIDE)?;
+    Some((n / GI_IDS, (n % GI_IDS) as u32))
 }
 
 impl State {
-    /// The MIG devices of GPU `index`, `None` when it is not in MIG mode.
-    pub fn mig_devices(&self, index: usize) -> Option<&[String]> {
-        self.migs
+    /// The MIG devices of GPU `index` now, `None` when it is not in MIG mode: the
+    /// simulator's, or for a scenario's `[[mig]]` GPU one `1g` instance of its model per
+    /// listed UUID.
+    pub fn mig_instances(&mut self, index: usize) -> Option<Vec<MigInstance>> {
+        let spec = self.migs.iter().find(|m| m.gpu as usize == index).cloned();
+        let sample = self.sample(index).ok()?;
+        if !sample.mig_instances.is_empty() {
+            return Some(sample.mig_instances.clone());
+        }
+        let spec = spec?;
+        let table = table_for(&sample.name)?;
+        let one = table.profile(1, 1)?;
+        let instances = spec
+            .devices
             .iter()
-            .find(|m| m.gpu as usize == index)
-            .map(|m| m.devices.as_slice())
+            .take(MAX_MIG_DEVICES)
+            .enumerate()
+            .map(|(i, uuid)| MigInstance {
+                gpu_instance: 7 + i as u32,
+                compute_instance: 0,
+                uuid: uuid.clone(),
+                device_index: i as u32,
+                profile: one.name.to_string(),
+                slices: 1,
+                gpu_instance_slices: 1,
+                gpu_slices: table.gpu_slices,
+                placement: Some(MigPlacement {
+                    start: i as u32,
+                    size: 1,
+                }),
+                multiprocessors: Some(one.multiprocessors),
+                memory: Memory {
+                    total_bytes: Some(one.memory_mib << 20),
+                    used_bytes: Some(9 << 20),
+                    free_bytes: Some((one.memory_mib - 9) << 20),
+                    reserved_bytes: Some(0),
+                },
+                gpm: Some(Gpm::default()),
+                processes: 0,
+            })
+            .collect();
+        Some(instances)
+    }
+
+    /// MIG device (`gi`, `ci`) of GPU `index`, if it exists now.
+    pub fn mig_instance(&mut self, index: usize, gi: u32, ci: u32) -> Option<MigInstance> {
+        self.mig_instances(index)?
+            .into_iter()
+            .find(|i| i.gpu_instance == gi && i.compute_instance == ci)
     }
 }
 
