@@ -16,9 +16,12 @@
 //! Values that are not finite (`NaN`, `±Inf`: a division by zero in a query, a broken
 //! exporter) are dropped where they are read, counted, and named in one warning per query:
 //! no figure downstream has to guard against them.
+//! A query the store refuses for its size (each store's words for it are in [`refusal`]) is
+//! not retried as it is: its error carries a [`Refused`] naming the limit, and the caller
+//! that planned it ([`super::plan`]) asks again in smaller pieces.
 //! Every error names the URL and the query; no error carries a credential.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -27,8 +30,10 @@ use serde::de::DeserializeOwned;
 
 use crate::redact;
 use answer::{Answer, Budgeted, Data, Dropped, Shape, excerpt};
+pub use refusal::{Limit, Refused, refusal};
 
 mod answer;
+mod refusal;
 #[cfg(test)]
 mod tests;
 
@@ -149,6 +154,8 @@ pub struct Client {
     /// Bytes read of the answers in flight.
     reading: AtomicUsize,
     answer_budget: usize,
+    /// Requests sent, retries included.
+    sent: AtomicUsize,
 }
 
 impl Client {
@@ -165,7 +172,13 @@ impl Client {
             permits: Permits::new(CONCURRENT),
             reading: AtomicUsize::new(0),
             answer_budget: ANSWER_BYTES_IN_FLIGHT,
+            sent: AtomicUsize::new(0),
         }
+    }
+
+    /// Requests sent to the store so far, retries included.
+    pub fn sent(&self) -> usize {
+        self.sent.load(Ordering::Relaxed)
     }
 
     /// The same client with another cap on the answer bytes in flight (`report
@@ -181,7 +194,7 @@ impl Client {
 
     /// An instant query evaluated at `at`.
     pub fn instant(&self, query: &str, at: DateTime<Utc>) -> anyhow::Result<Vec<Sample>> {
-        let time = at.timestamp().to_string();
+        let time = seconds(at);
         let data: Data = self.call("query", query, &[("time", time.as_str())])?;
         let mut dropped = Dropped::default();
         let samples = match data {
@@ -221,9 +234,9 @@ impl Client {
         step: Duration,
     ) -> anyhow::Result<Vec<Series>> {
         let (start, end, step) = (
-            start.timestamp().to_string(),
-            end.timestamp().to_string(),
-            step.as_secs().max(1).to_string(),
+            seconds(start),
+            seconds(end),
+            format!("{:.3}", step.as_secs_f64().max(0.001)),
         );
         let data: Data = self.call(
             "query_range",
@@ -237,6 +250,38 @@ impl Client {
         let Data::Matrix(series) = data else {
             anyhow::bail!("{}: did not answer a range vector", self.context(query));
         };
+        self.matrix(query, series)
+    }
+
+    /// An instant query answering a range vector (`family[1h]`: the raw samples of each
+    /// series in the hour before `at`, with their own timestamps).
+    pub fn instant_matrix(&self, query: &str, at: DateTime<Utc>) -> anyhow::Result<Vec<Series>> {
+        let time = seconds(at);
+        let data: Data = self.call("query", query, &[("time", time.as_str())])?;
+        match data {
+            Data::Matrix(series) => self.matrix(query, series),
+            // A selector without a range answers an instant vector: each series' last
+            // sample, stamped with the evaluation time.
+            Data::Vector(series) => self.matrix(
+                query,
+                series
+                    .into_iter()
+                    .map(|s| answer::MatrixSeries {
+                        metric: s.metric,
+                        values: vec![s.value],
+                    })
+                    .collect(),
+            ),
+            Data::Scalar(_) => anyhow::bail!("{}: answered a scalar", self.context(query)),
+        }
+    }
+
+    /// The series of a matrix answer, values that are not finite dropped.
+    fn matrix(
+        &self,
+        query: &str,
+        series: Vec<answer::MatrixSeries>,
+    ) -> anyhow::Result<Vec<Series>> {
         let mut dropped = Dropped::default();
         let mut out = Vec::with_capacity(series.len());
         for s in series {
@@ -282,6 +327,30 @@ impl Client {
         )
     }
 
+    /// The label sets of the series matching `matcher` with samples between `start` and
+    /// `end` (`/api/v1/series`): answered from the store's index, without reading samples.
+    pub fn series(
+        &self,
+        matcher: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> anyhow::Result<Vec<std::collections::BTreeMap<String, String>>> {
+        let (start, end) = (start.timestamp().to_string(), end.timestamp().to_string());
+        self.call(
+            "series",
+            matcher,
+            &[("start", start.as_str()), ("end", end.as_str())],
+        )
+    }
+
+    /// A flag of the store's command line (`/api/v1/status/flags`, which Prometheus and
+    /// Thanos serve); `None` when the store does not say.
+    pub fn flag(&self, name: &str) -> Option<String> {
+        let flags: std::collections::BTreeMap<String, String> =
+            self.call("status/flags", "", &[]).ok()?;
+        flags.get(name).cloned()
+    }
+
     fn context(&self, query: &str) -> String {
         format!("{} query {query:?}", redact::url(&self.endpoint.base))
     }
@@ -315,6 +384,7 @@ impl Client {
                 break;
             }
             made += 1;
+            self.sent.fetch_add(1, Ordering::Relaxed);
             let outcome = self.once::<D>(api, &url, query, params, left);
             drop(permit);
             match outcome {
@@ -350,10 +420,17 @@ impl Client {
         left: Duration,
     ) -> Result<D, Failure> {
         let shown = self.context(query);
-        // The query endpoints take a form (a long query fits no URL); the label-values
-        // endpoint is served for GET only, its matcher in `match[]`. The attempt gets what
-        // is left of the query's deadline, reading the answer included.
-        let sent = if api.starts_with("label/") {
+        // The query endpoints take a form (a long query fits no URL), and so does the series
+        // endpoint (its matcher in `match[]`); the label-values endpoint is served for GET
+        // only. The attempt gets what is left of the query's deadline, reading the answer
+        // included.
+        let sent = if api == "status/flags" {
+            self.authorize(self.agent.get(url))
+                .config()
+                .timeout_global(Some(left))
+                .build()
+                .call()
+        } else if api.starts_with("label/") {
             self.authorize(self.agent.get(url))
                 .config()
                 .timeout_global(Some(left))
@@ -361,7 +438,8 @@ impl Client {
                 .query_pairs(params.iter().copied().chain([("match[]", query)]))
                 .call()
         } else {
-            let mut form: Vec<(&str, &str)> = vec![("query", query)];
+            let key = if api == "series" { "match[]" } else { "query" };
+            let mut form: Vec<(&str, &str)> = vec![(key, query)];
             form.extend_from_slice(params);
             self.authorize(self.agent.post(url))
                 .config()
@@ -406,10 +484,13 @@ impl Client {
                         "crossed it beside other answers".to_string()
                     }
                 );
-                // Alone over the cap, it will be again; beside others, a later attempt may
-                // find the room they leave.
+                // Alone over the cap, it will be again (a smaller query may pass); beside
+                // others, a later attempt may find the room they leave.
                 return Err(if others == 0 {
-                    Failure::Final(error)
+                    Failure::Final(anyhow::Error::new(Refused {
+                        limit: Limit::Samples,
+                        message: format!("{error}"),
+                    }))
                 } else {
                     Failure::Retry(error)
                 });
@@ -421,10 +502,16 @@ impl Client {
                 )));
             }
             Err(_) => {
-                let error = anyhow::anyhow!(
-                    "{shown}: HTTP {status}, not a Prometheus API answer: {}",
-                    excerpt(&String::from_utf8_lossy(&start))
-                );
+                let body = excerpt(&String::from_utf8_lossy(&start));
+                let error =
+                    anyhow::anyhow!("{shown}: HTTP {status}, not a Prometheus API answer: {body}");
+                // A query frontend may answer a refusal in plain text.
+                if let Some(limit) = refusal::classify(&body).filter(|_| status >= 400) {
+                    return Err(Failure::Final(anyhow::Error::new(Refused {
+                        limit,
+                        message: format!("{error}"),
+                    })));
+                }
                 return Err(match status {
                     401 | 403 => Failure::Final(anyhow::anyhow!(
                         "{shown}: HTTP {status}: the store refused the credentials (set GPU_SENTINEL_PROMETHEUS_TOKEN, or GPU_SENTINEL_PROMETHEUS_USER and GPU_SENTINEL_PROMETHEUS_PASSWORD)"
@@ -435,11 +522,18 @@ impl Client {
             }
         };
         if answer.status != "success" {
+            let said = answer.error.unwrap_or_default();
             let error = anyhow::anyhow!(
                 "{shown}: HTTP {status}: {} {}",
                 answer.error_type.unwrap_or_default(),
-                answer.error.unwrap_or_default()
+                redact::scrub(&said)
             );
+            if let Some(limit) = refusal::classify(&said) {
+                return Err(Failure::Final(anyhow::Error::new(Refused {
+                    limit,
+                    message: format!("{error}"),
+                })));
+            }
             return Err(if status >= 500 {
                 Failure::Retry(error)
             } else {
@@ -465,6 +559,12 @@ impl Client {
             }
         }
     }
+}
+
+/// A time as the query API takes it: seconds since the epoch, to the millisecond.
+fn seconds(at: DateTime<Utc>) -> String {
+    let millis = at.timestamp_millis();
+    format!("{}.{:03}", millis.div_euclid(1000), millis.rem_euclid(1000))
 }
 
 enum Failure {
