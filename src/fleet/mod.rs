@@ -21,6 +21,8 @@ pub mod history;
 pub mod hourly;
 pub mod plan;
 pub mod prom;
+pub mod reading;
+pub mod recorded;
 pub mod render;
 pub mod report;
 pub mod review;

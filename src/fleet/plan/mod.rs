@@ -93,9 +93,12 @@ pub enum Shape {
     Range { step: Duration, window: Duration },
     /// An instant query at one time over `window` of samples; only host groups split it.
     At { window: Duration },
-    /// An instant query answering the raw samples of the piece's window (`family[W]`),
-    /// each series sampled `every` (recorded series: an hour).
-    Raw { every: Duration },
+    /// An instant query over the piece's window of series sampled once `every` at
+    /// `phase` past it (recording rules' records): sums over it add up over windows, whose
+    /// boundaries fall halfway between two samples.
+    Recorded { every: Duration, phase: Duration },
+    /// The same, answering the raw samples themselves (`family[W]`).
+    Raw { every: Duration, phase: Duration },
 }
 
 /// One query to plan: the families it reads, its shape and its text for a piece.
@@ -171,7 +174,7 @@ impl<'c> Planner<'c> {
     pub fn text(&self, query: &Query<'_>, piece: &Piece) -> String {
         let hosts = self.matcher(piece);
         let window = match query.shape {
-            Shape::Window { .. } | Shape::Raw { .. } => {
+            Shape::Window { .. } | Shape::Recorded { .. } | Shape::Raw { .. } => {
                 shard::duration((piece.end - piece.start).num_milliseconds())
             }
             _ => String::new(),
@@ -342,7 +345,11 @@ impl<'c> Planner<'c> {
                 let window = window.as_millis() as f64;
                 (series + window / interval, read * window / interval, series)
             }
-            Shape::Raw { every } => {
+            Shape::Recorded { every, .. } => {
+                let per_series = span / every.as_millis().max(1) as f64 + 1.0;
+                (series + per_series, series * per_series, series)
+            }
+            Shape::Raw { every, .. } => {
                 let points = series * (span / every.as_millis().max(1) as f64 + 1.0);
                 (points, points, points)
             }
@@ -381,19 +388,26 @@ fn split_time(
     if windows <= 1 || span <= 0 {
         return vec![(start, end)];
     }
-    match shape {
-        Shape::At { .. } => vec![(start, end)],
-        Shape::Raw { .. } => split_time(Shape::Window { step: None }, start, end, windows),
-        Shape::Window { step } => {
-            let grid = step.map_or(1000, |s| s.as_millis().max(1) as i64);
+    // Where boundaries may fall: (grid, offset), both in milliseconds.
+    let grid = match shape {
+        Shape::At { .. } => return vec![(start, end)],
+        Shape::Range { .. } => None,
+        Shape::Window { step: Some(step) } => {
+            let step = step.as_millis().max(1) as i64;
+            Some((step, step / 2))
+        }
+        Shape::Window { step: None } => Some((1000, 0)),
+        Shape::Recorded { every, phase } | Shape::Raw { every, phase } => {
+            let every = every.as_millis().max(1) as i64;
+            Some((every, (phase.as_millis() as i64 + every / 2) % every))
+        }
+    };
+    match grid {
+        Some((grid, offset)) => {
             let mut bounds = vec![start];
             for k in 1..windows as i64 {
                 let at = start.timestamp_millis() + span * k / windows as i64;
-                let at = if step.is_some() {
-                    at.div_euclid(grid) * grid + grid / 2
-                } else {
-                    at.div_euclid(grid) * grid
-                };
+                let at = (at - offset).div_euclid(grid) * grid + offset;
                 let at = DateTime::from_timestamp_millis(at).unwrap_or(end);
                 if at > *bounds.last().unwrap_or(&start) && at < end {
                     bounds.push(at);
@@ -402,7 +416,10 @@ fn split_time(
             bounds.push(end);
             bounds.windows(2).map(|w| (w[0], w[1])).collect()
         }
-        Shape::Range { step, .. } => {
+        None => {
+            let Shape::Range { step, .. } = shape else {
+                return vec![(start, end)];
+            };
             let step = TimeDelta::milliseconds(step.as_millis().max(1) as i64);
             let steps = span / step.num_milliseconds() + 1;
             let per = (steps as u64).div_ceil(windows).max(1) as i64;
