@@ -77,7 +77,22 @@ impl Census {
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> anyhow::Result<Census> {
-        let names = format!("__name__=~\"{}\"", families.join("|"));
+        Census::take_matching(client, host_label, families, "", start, end)
+    }
+
+    /// The same, of the series `matcher` (`instance="node-1"`; empty: all) matches.
+    pub fn take_matching(
+        client: &Client,
+        host_label: &str,
+        families: &[&str],
+        matcher: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> anyhow::Result<Census> {
+        let mut names = format!("__name__=~\"{}\"", families.join("|"));
+        if !matcher.is_empty() {
+            names = format!("{names},{matcher}");
+        }
         let mut hosts: Vec<String> = client
             .label_values(host_label, &format!("{{{names}}}"), start, end)?
             .into_iter()
