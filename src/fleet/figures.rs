@@ -156,6 +156,7 @@ pub(super) fn risk(reading: &Reading<'_>, spec: &ReportSpec) -> anyhow::Result<V
         reads: vec![("gpu_failure_risk_score".to_string(), 1.0)],
         shape: Shape::At { window },
         by_host: true,
+        per_series: false,
         text: Box::new(move |p| top(p.hosts)),
     };
     let reasons_query = Query {
@@ -165,6 +166,7 @@ pub(super) fn risk(reading: &Reading<'_>, spec: &ReportSpec) -> anyhow::Result<V
         ],
         shape: Shape::At { window },
         by_host: true,
+        per_series: false,
         text: Box::new(move |p| {
             format!(
                 "last_over_time({}[1h]) and on(instance, uuid) {}",
@@ -276,33 +278,44 @@ pub(super) fn earlier_months(
     };
     let mean = |(sum, hours): (f64, usize)| if hours > 0 { sum / hours as f64 } else { 0.0 };
     std::thread::scope(|scope| {
+        // Each month planned by its own census: a month before the store's history has no
+        // series, and costs a query a figure.
         let months: Vec<_> = ends
             .iter()
             .map(|&end| {
-                let held = scope.spawn(move || reading.held_hours(end - month, end));
-                let demand = scope.spawn(move || reading.demand(end - month, end));
-                (held, demand)
+                scope.spawn(move || -> anyhow::Result<(f64, f64)> {
+                    let planner = reading.planner_for(end - month, end)?;
+                    let held = reading.held_hours(&planner, end - month, end)?;
+                    let demand = reading.demand(&planner, end - month, end)?;
+                    Ok((held.max(0.0), mean(demand)))
+                })
             })
             .collect();
-        let last_held = scope.spawn(|| match held_span {
-            (a, b) if b > a => reading.held_hours(a, b),
-            _ => Ok(0.0),
-        });
-        let last_demand = scope.spawn(|| match demand_span {
-            (a, b) if b > a => reading.demand(a, b),
-            _ => Ok((0.0, 0)),
+        let last = scope.spawn(|| -> anyhow::Result<(f64, (f64, usize))> {
+            let planner = reading.planner_for(month_start, held_span.1.max(demand_span.1))?;
+            let held = match held_span {
+                (a, b) if b > a => reading.held_hours(&planner, a, b)?,
+                _ => 0.0,
+            };
+            let demand = match demand_span {
+                (a, b) if b > a => reading.demand(&planner, a, b)?,
+                _ => (0.0, 0),
+            };
+            Ok((held, demand))
         });
         let mut held = Vec::with_capacity(months.len());
         let mut demand = Vec::with_capacity(months.len());
-        for (h, d) in months {
-            held.push(joined(h)?.max(0.0));
-            demand.push(mean(joined(d)?));
+        for handle in months {
+            let (h, d) = joined(handle)?;
+            held.push(h);
+            demand.push(d);
         }
+        let (last_held, last_demand) = joined(last)?;
         Ok(EarlierMonths {
             held,
             demand,
-            last_held: joined(last_held)?,
-            last_demand: joined(last_demand)?,
+            last_held,
+            last_demand,
         })
     })
 }

@@ -119,6 +119,7 @@ impl Hourly {
             reads: vec![(family.to_string(), 1.0)],
             shape: Shape::Range { step, window: step },
             by_host: true,
+            per_series: false,
             text: Box::new(move |p| text(p.hosts)),
         };
         let (utilization_range, power_range) = (range.clone(), range);
@@ -136,6 +137,7 @@ impl Hourly {
             reads: vec![(family.to_string(), 1.0)],
             shape: reading.recorded_raw_shape(),
             by_host: true,
+            per_series: false,
             text: Box::new(move |p| format!("{}[{}]", select(family, &[p.hosts]), p.window)),
         };
         let (recorded_utilization, recorded_power) = (

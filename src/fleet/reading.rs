@@ -4,6 +4,8 @@
 //! hourly records where they cover the period and from raw samples elsewhere, every query
 //! planned into pieces the store's limits allow ([`super::plan`]).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -52,7 +54,13 @@ pub struct StoreUse {
 /// One report's reading of the store.
 pub struct Reading<'c> {
     pub dialect: Dialect,
+    /// The planner of the period and the one before it; other spans get their own
+    /// ([`Reading::planner_for`]).
     pub planner: Planner<'c>,
+    /// The families the censuses count.
+    families: Vec<&'static str>,
+    limits: Limits,
+    refusals: Arc<AtomicUsize>,
     /// The subquery resolution of dcgm-exporter's held GPU-seconds.
     pub step: Duration,
     pub names: Names,
@@ -85,7 +93,8 @@ impl<'c> Reading<'c> {
         if recorded {
             families.extend(names.all().into_iter().filter(|f| has(f)));
         }
-        let census = Census::take(client, dialect.host(), &families, start, spec.to)?;
+        let period_start = spec.from - (spec.to - spec.from);
+        let census = Census::take(client, dialect.host(), &families, period_start, spec.to)?;
         let interval = scrape_interval(
             client,
             &census,
@@ -104,7 +113,9 @@ impl<'c> Reading<'c> {
         });
         let limits = Limits::of(client, spec.max_samples);
         let max_samples = limits.peak_samples * 2;
-        let planner = Planner::new(client, limits, census, interval);
+        let refusals = Arc::<AtomicUsize>::default();
+        let planner =
+            Planner::new(client, limits.clone(), census, interval).counting_into(refusals.clone());
         let held_recorded = recorded
             && has(names.held)
             && match dialect {
@@ -124,6 +135,9 @@ impl<'c> Reading<'c> {
         let mut reading = Reading {
             dialect,
             planner,
+            families,
+            limits,
+            refusals,
             step: spec.step.unwrap_or(interval).max(Duration::from_secs(1)),
             names,
             coverage: Coverage::default(),
@@ -147,6 +161,7 @@ impl<'c> Reading<'c> {
                 phase: Duration::ZERO,
             },
             by_host: false,
+            per_series: false,
             text: Box::new(move |p| format!("{marker}[{}]", p.window)),
         };
         let mut evaluations: Vec<DateTime<Utc>> = self
@@ -198,8 +213,23 @@ impl<'c> Reading<'c> {
             step_seconds: self.step.as_secs_f64(),
             max_samples: self.max_samples,
             queries: self.planner.client.sent(),
-            refused: self.planner.refusals(),
+            refused: self.refusals.load(Ordering::Relaxed),
         }
+    }
+
+    /// A planner for `(start, end]`: a census of that span's series (a month before the
+    /// period may hold fewer hosts, or none).
+    pub fn planner_for(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> anyhow::Result<Planner<'c>> {
+        let client = self.planner.client;
+        let census = Census::take(client, self.dialect.host(), &self.families, start, end)?;
+        Ok(
+            Planner::new(client, self.limits.clone(), census, self.planner.interval)
+                .counting_into(self.refusals.clone()),
+        )
     }
 
     /// A quantity over `(from, to]` that adds up over time and hosts: `recorded` (when
@@ -207,6 +237,7 @@ impl<'c> Reading<'c> {
     /// over the rest, every row in the report's labels (`raw`'s with the state given).
     pub fn over(
         &self,
+        planner: &Planner<'_>,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
         recorded: Option<&Query<'_>>,
@@ -222,7 +253,7 @@ impl<'c> Reading<'c> {
             Some(recorded) => {
                 for run in self.coverage.runs(from, to) {
                     let (start, end) = run.reads();
-                    sums.add(normalise(self.planner.sum(recorded, start, end)?, None));
+                    sums.add(normalise(planner.sum(recorded, start, end)?, None));
                 }
                 self.coverage.gaps(from, to)
             }
@@ -230,7 +261,7 @@ impl<'c> Reading<'c> {
         };
         for (start, end) in gaps {
             for (query, state) in raw {
-                sums.add(normalise(self.planner.sum(query, start, end)?, *state));
+                sums.add(normalise(planner.sum(query, start, end)?, *state));
             }
         }
         Ok(sums.finish())
@@ -254,6 +285,7 @@ impl<'c> Reading<'c> {
                     reads: dialect.held_reads(),
                     shape: self.raw_window(),
                     by_host: true,
+                    per_series: false,
                     text: Box::new(move |p| {
                         dialect.usage(p.hosts, p.window, step, threshold, per_gpu)[k]
                             .0
@@ -272,27 +304,38 @@ impl<'c> Reading<'c> {
         let recorded = self.held_query(move |held, window| {
             format!("sum by ({by}) (sum_over_time({held}[{window}]))")
         });
-        self.over(from, to, recorded.as_ref(), &raw)
+        self.over(&self.planner, from, to, recorded.as_ref(), &raw)
     }
 
-    /// The fleet's GPU-hours held in `(from, to]`.
-    pub fn held_hours(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> anyhow::Result<f64> {
+    /// The fleet's GPU-hours held in `(from, to]`, read with `planner`.
+    pub fn held_hours(
+        &self,
+        planner: &Planner<'_>,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> anyhow::Result<f64> {
         let (dialect, step) = (self.dialect, self.step);
         let raw = Query {
             reads: dialect.held_reads(),
             shape: self.raw_window(),
             by_host: true,
+            per_series: false,
             text: Box::new(move |p| dialect.held_seconds(p.hosts, p.window, step)),
         };
         let recorded =
             self.held_query(|held, window| format!("sum(sum_over_time({held}[{window}]))"));
-        let rows = self.over(from, to, recorded.as_ref(), &[(raw, None)])?;
+        let rows = self.over(planner, from, to, recorded.as_ref(), &[(raw, None)])?;
         Ok(rows.iter().map(|r| r.value.max(0.0)).sum::<f64>() / 3600.0)
     }
 
     /// The fleet's work in `(from, to]`: its summed hourly utilization (GPU-hours of work)
-    /// and the hours with data.
-    pub fn demand(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> anyhow::Result<(f64, usize)> {
+    /// and the hours with data, read with `planner`.
+    pub fn demand(
+        &self,
+        planner: &Planner<'_>,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> anyhow::Result<(f64, usize)> {
         let dialect = self.dialect;
         let hourly = move |hosts: &str| dialect.per_gpu(&dialect.utilization_over(hosts, "1h"));
         let reads = vec![(dialect.utilization_metric().to_string(), 1.0)];
@@ -301,6 +344,7 @@ impl<'c> Reading<'c> {
             reads: reads.clone(),
             shape: Shape::Window { step },
             by_host: true,
+            per_series: false,
             text: Box::new(move |p| {
                 format!("sum_over_time(sum({})[{}:1h])", hourly(p.hosts), p.window)
             }),
@@ -310,6 +354,7 @@ impl<'c> Reading<'c> {
             shape: Shape::Window { step },
             // Hours with data anywhere in the fleet: host groups would each count theirs.
             by_host: false,
+            per_series: false,
             text: Box::new(move |p| {
                 format!("count_over_time(sum({})[{}:1h])", hourly(p.hosts), p.window)
             }),
@@ -320,6 +365,7 @@ impl<'c> Reading<'c> {
             reads: vec![(utilization.to_string(), 1.0)],
             shape: self.recorded_shape(),
             by_host: true,
+            per_series: false,
             text: Box::new(move |p| {
                 format!(
                     "sum(sum_over_time({}[{}]))",
@@ -333,6 +379,7 @@ impl<'c> Reading<'c> {
             reads: vec![(marker.to_string(), 1.0)],
             shape: self.recorded_shape(),
             by_host: false,
+            per_series: false,
             text: Box::new(move |p| format!("count_over_time({marker}[{}])", p.window)),
         });
         let total = |rows: Vec<Sample>| {
@@ -341,8 +388,14 @@ impl<'c> Reading<'c> {
                 .filter(|v| v.is_finite())
                 .sum::<f64>()
         };
-        let sum = total(self.over(from, to, recorded_sum.as_ref(), &[(raw_sum, None)])?);
-        let hours = total(self.over(from, to, recorded_hours.as_ref(), &[(raw_hours, None)])?);
+        let sum = total(self.over(planner, from, to, recorded_sum.as_ref(), &[(raw_sum, None)])?);
+        let hours = total(self.over(
+            planner,
+            from,
+            to,
+            recorded_hours.as_ref(),
+            &[(raw_hours, None)],
+        )?);
         Ok((sum, hours.round().max(0.0) as usize))
     }
 
@@ -369,6 +422,7 @@ impl<'c> Reading<'c> {
             reads: vec![(names.held.to_string(), 1.0)],
             shape: self.recorded_shape(),
             by_host: true,
+            per_series: false,
             text: Box::new(move |p| {
                 text(&names.held_selector(dialect, threshold, p.hosts), p.window)
             }),

@@ -24,6 +24,7 @@ pub mod shard;
 mod tests;
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -108,6 +109,10 @@ pub struct Query<'a> {
     pub shape: Shape,
     /// Whether pieces may split the hosts: false for a query that aggregates across them.
     pub by_host: bool,
+    /// Whether the store holds every series it selects at every step (a plain selector),
+    /// rather than a GPU's series one after the other (a GPU's series change labels with the
+    /// pod on it, so the GPUs are what a subquery or a range function holds at a time).
+    pub per_series: bool,
     /// The text for a piece, given the host matcher (empty: every host) and the window.
     pub text: Box<dyn Fn(&Part<'_>) -> String + Sync + 'a>,
 }
@@ -140,7 +145,8 @@ pub struct Planner<'c> {
     pub census: Census,
     /// The scrape interval of the families planned for.
     pub interval: Duration,
-    refusals: AtomicUsize,
+    /// Refused pieces, counted with those of the planners sharing the counter.
+    refusals: Arc<AtomicUsize>,
 }
 
 /// Windows a query is cut into at most before planning stops halving them.
@@ -153,8 +159,15 @@ impl<'c> Planner<'c> {
             limits,
             census,
             interval: interval.max(Duration::from_millis(1)),
-            refusals: AtomicUsize::new(0),
+            refusals: Arc::default(),
         }
+    }
+
+    /// The same planner counting its refusals into `counter` (one report's planners
+    /// together).
+    pub fn counting_into(mut self, counter: Arc<AtomicUsize>) -> Self {
+        self.refusals = counter;
+        self
     }
 
     /// Pieces the store refused and that were asked for again in halves.
@@ -325,6 +338,9 @@ impl<'c> Planner<'c> {
             selected += self.census.series(family, piece.hosts.clone(), unlabelled);
         }
         let series = selected as f64;
+        if query.per_series {
+            live = series;
+        }
         let interval = self.interval.as_millis().max(1) as f64;
         let span = (piece.end - piece.start).num_milliseconds().max(0) as f64;
         let steps = self.steps(query.shape, piece.start, piece.end);

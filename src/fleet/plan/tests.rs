@@ -80,6 +80,7 @@ fn subquery<'a>() -> Query<'a> {
             step: Some(Duration::from_secs(60)),
         },
         by_host: true,
+        per_series: false,
         text: Box::new(|p| {
             format!(
                 "sum by (Hostname) (count_over_time({}[{}:60s]))",
