@@ -512,3 +512,193 @@ fn victoria_metrics_at_default_flags_gives_both_dialects_reports() {
         "{review}"
     );
 }
+
+/// The hourly groups of the shipped rules file, alone: what the rules backfill evaluates.
+fn hourly_rules(dir: &Path) -> PathBuf {
+    let rules = std::fs::read_to_string(common::repo().join("alerts/gpu-sentinel-fleet.rules.yml"))
+        .expect("rules file");
+    let at = rules
+        .find("  - name: gpu-sentinel-fleet-hourly\n")
+        .expect("the hourly group");
+    let file = dir.join("hourly.rules.yml");
+    std::fs::write(&file, format!("groups:\n{}", &rules[at..])).expect("rules");
+    file
+}
+
+/// The history in Prometheus with the hourly rules' records from 12 hours in to the end
+/// (`promtool tsdb create-blocks-from rules` against a Prometheus on the raw blocks), then
+/// served under the scaled limit; and the records as VictoriaMetrics imports them.
+fn with_records(history: &History, name: &str) -> Option<(Prometheus, String)> {
+    let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
+        return None;
+    };
+    let data = history.blocks(&promtool, name);
+    // The records' subqueries step at the server's evaluation interval: the scrape
+    // interval, as a Prometheus scraping the fleet would have it.
+    let raw = Prometheus::on_blocks_configured(
+        &prometheus,
+        &data,
+        &format!(
+            "global:\n  scrape_interval: {0}s\n  evaluation_interval: {0}s\n",
+            INTERVAL as u64
+        ),
+        &[],
+    );
+    let rules = hourly_rules(&history.dir);
+    let recorded = history.dir.join(format!("{name}-rules"));
+    let _ = std::fs::remove_dir_all(&recorded);
+    let start = (history.first + 12.0 * 3600.0) as i64;
+    let backfilled = Command::new(&promtool)
+        .args(["tsdb", "create-blocks-from", "rules"])
+        .arg(format!("--start={start}"))
+        .arg(format!("--end={}", history.last as i64))
+        .arg(format!("--url={}", raw.base))
+        .arg(format!("--output-dir={}", recorded.display()))
+        .arg(&rules)
+        .output()
+        .expect("promtool runs");
+    assert!(
+        backfilled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&backfilled.stderr)
+    );
+    drop(raw);
+    for block in std::fs::read_dir(&recorded).expect("rule blocks").flatten() {
+        if block.path().join("meta.json").exists() {
+            std::fs::rename(block.path(), data.join(block.file_name())).expect("block moved");
+        }
+    }
+    let flag = format!("--query.max-samples={MAX_SAMPLES}");
+    let store = Prometheus::on_blocks_with(&prometheus, &data, &[&flag]);
+    // The records, raw, as VictoriaMetrics's JSON lines.
+    let mut lines = String::new();
+    for series in
+        store.query("{__name__=~\"instance_gpu.*|Hostname_gpu.*|fleet:.*_hourly_rules:.*\"}[7d]")
+    {
+        let values: Vec<f64> = series["values"]
+            .as_array()
+            .expect("values")
+            .iter()
+            .map(|p| p[1].as_str().and_then(|v| v.parse().ok()).expect("a value"))
+            .collect();
+        let stamps: Vec<i64> = series["values"]
+            .as_array()
+            .expect("values")
+            .iter()
+            .map(|p| (p[0].as_f64().expect("a time") * 1000.0).round() as i64)
+            .collect();
+        let line =
+            serde_json::json!({"metric": series["metric"], "values": values, "timestamps": stamps});
+        lines.push_str(&format!("{line}\n"));
+    }
+    assert!(!lines.is_empty(), "the rules recorded");
+    Some((store, lines))
+}
+
+/// A report that read 36 hours from the records and 12 from raw samples, with the figures
+/// of the recording.
+fn assert_recorded(doc: &Value, truth: &BTreeMap<String, (f64, f64)>, store: &str) {
+    let used = &doc["store"];
+    assert_eq!(
+        used["read"], "recording rules and raw samples",
+        "{store}: {used}"
+    );
+    let (recorded, raw) = (
+        used["recorded_hours"].as_u64().unwrap_or(0),
+        used["raw_hours"].as_u64().unwrap_or(0),
+    );
+    assert!((34..=36).contains(&recorded), "{store}: {used}");
+    assert_eq!(recorded + raw, 48, "{store}: {used}");
+    assert_teams(doc, truth, store);
+    assert_fleet(doc, store);
+}
+
+#[test]
+fn recorded_hours_are_read_from_the_rules_records_gpu_sentinel() {
+    let history = record("native");
+    let Some((store, records)) = with_records(history, "rules-native") else {
+        return;
+    };
+    let truth = native_truth(&history.text);
+    let (doc, _) = report(&store.base, history, &[], &[]);
+    assert_recorded(&doc, &truth, "Prometheus");
+    let markdown = gpu_sentinel(
+        &[
+            "report",
+            "--prometheus",
+            &store.base,
+            "--from",
+            &history.period().0,
+            "--to",
+            &history.period().1,
+            "--config",
+            path(&history.config),
+        ],
+        &[],
+    );
+    let markdown = String::from_utf8_lossy(&markdown.stdout);
+    assert!(
+        markdown.contains("recording rules' hourly records for 3"),
+        "{markdown}"
+    );
+    if let Some(victoria) = tool("victoria-metrics") {
+        let vm = Victoria::start(&victoria);
+        vm.import_openmetrics(&history.file);
+        vm.import_json_lines(&records);
+        let (doc, _) = report(&vm.base, history, &[], &[]);
+        assert_recorded(&doc, &truth, "VictoriaMetrics");
+    }
+}
+
+#[test]
+fn recorded_hours_are_read_from_the_rules_records_dcgm_exporter() {
+    let history = record("dcgm");
+    let Some((store, records)) = with_records(history, "rules-dcgm") else {
+        return;
+    };
+    let truth = dcgm_ground_truth(&history.text, INTERVAL);
+    let debug = [("RUST_LOG", "gpu_sentinel::fleet::prom=debug")];
+    let (doc, stderr) = report(&store.base, history, &[], &debug);
+    assert_recorded(&doc, &truth, "Prometheus");
+    let held = "sum_over_time(Hostname_gpu_namespace_state:DCGM_FI_DEV_FB_USED:held_seconds1h";
+    assert!(stderr.contains(held), "the held records read");
+    // Counted with another idle threshold than the rules', the held time comes from raw
+    // samples (the records say the threshold they were counted with).
+    let config = history.dir.join("threshold.toml");
+    let text = std::fs::read_to_string(&history.config).expect("config");
+    std::fs::write(&config, format!("[idle]\nthreshold = 0.5\n{text}")).expect("config");
+    let (from, to) = history.period();
+    let out = gpu_sentinel(
+        &[
+            "report",
+            "--prometheus",
+            &store.base,
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--config",
+            path(&config),
+            "--format",
+            "json",
+        ],
+        &debug,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ratio_avg1h") && !stderr.contains(held),
+        "the utilization records read, no held record at another threshold"
+    );
+    if let Some(victoria) = tool("victoria-metrics") {
+        let vm = Victoria::start(&victoria);
+        vm.import_openmetrics(&history.file);
+        vm.import_json_lines(&records);
+        let (doc, _) = report(&vm.base, history, &[], &[]);
+        assert_recorded(&doc, &truth, "VictoriaMetrics");
+    }
+}

@@ -362,12 +362,17 @@ impl Prometheus {
     /// As [`Prometheus::on_blocks`], with more command-line flags
     /// (`--query.max-samples=…`).
     pub fn on_blocks_with(binary: &Path, data: &Path, flags: &[&str]) -> Prometheus {
-        let prometheus = Prometheus::spawn(
-            binary,
-            "global:\n  scrape_interval: 1m\n",
-            Some(data),
-            flags,
-        );
+        Prometheus::on_blocks_configured(binary, data, "global:\n  scrape_interval: 1m\n", flags)
+    }
+
+    /// As [`Prometheus::on_blocks_with`], with `config` as its configuration file.
+    pub fn on_blocks_configured(
+        binary: &Path,
+        data: &Path,
+        config: &str,
+        flags: &[&str],
+    ) -> Prometheus {
+        let prometheus = Prometheus::spawn(binary, config, Some(data), flags);
         let began = Instant::now();
         while began.elapsed() < Duration::from_secs(60) {
             let ready = prometheus
