@@ -233,7 +233,7 @@ pub fn scrape_interval(
     let selector = format!(
         "{family}{{{}=\"{}\"}}[{}s]",
         census.host_label,
-        crate::fleet::history::quote(host),
+        super::shard::quote(host),
         window.num_seconds()
     );
     let middle = from + (to - from) / 2;

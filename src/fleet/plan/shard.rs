@@ -19,7 +19,7 @@ pub fn host_matcher(label: &str, hosts: &[String], range: Range<usize>) -> Strin
         names.push(String::new());
     }
     let pattern = names.join("|");
-    format!("{label}=~\"{}\"", crate::fleet::history::quote(&pattern))
+    format!("{label}=~\"{}\"", quote(&pattern))
 }
 
 /// `family{a,b}` with the non-empty matchers given, or `family` alone.
@@ -40,4 +40,18 @@ pub fn duration(millis: i64) -> String {
     } else {
         format!("{millis}ms")
     }
+}
+
+/// A label value inside a PromQL double-quoted string.
+pub fn quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
