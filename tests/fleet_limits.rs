@@ -702,3 +702,45 @@ fn recorded_hours_are_read_from_the_rules_records_dcgm_exporter() {
         assert_recorded(&doc, &truth, "VictoriaMetrics");
     }
 }
+
+/// A store that refuses every query for its size, however small: the report splits its
+/// pieces a bounded number of times, then fails naming the limit to raise.
+#[test]
+fn a_store_refusing_everything_costs_a_bounded_number_of_queries() {
+    use common::http_server::{Answer, HttpServer};
+    let store = HttpServer::answering(|request| match request.path() {
+        "/api/v1/label/__name__/values" => Answer::json(
+            200,
+            r#"{"status":"success","data":["DCGM_FI_DEV_GPU_UTIL","DCGM_FI_DEV_FB_USED"]}"#,
+        ),
+        "/api/v1/label/Hostname/values" => Answer::json(
+            200,
+            r#"{"status":"success","data":["a","b","c","d","e","f","g","h"]}"#,
+        ),
+        "/api/v1/series" => Answer::json(200, r#"{"status":"success","data":[]}"#),
+        _ => Answer::json(
+            422,
+            r#"{"status":"error","errorType":"execution","error":"query processing would load too many samples into memory in query execution"}"#,
+        ),
+    });
+    let out = gpu_sentinel(
+        &[
+            "report",
+            "--prometheus",
+            &store.url(""),
+            "--last",
+            "7d",
+            "--format",
+            "json",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("too many samples") && stderr.contains("--query.max-samples"),
+        "the error names the store's words and the limit to raise:\n{stderr}"
+    );
+    let asked = store.requests().len();
+    assert!(asked < 2_000, "{asked} requests");
+}

@@ -188,6 +188,11 @@ impl Client {
         self
     }
 
+    /// Bytes of the answers in flight at most.
+    pub fn answer_budget(&self) -> usize {
+        self.answer_budget
+    }
+
     pub fn base(&self) -> &str {
         &self.endpoint.base
     }
@@ -484,13 +489,11 @@ impl Client {
                         "crossed it beside other answers".to_string()
                     }
                 );
-                // Alone over the cap, it will be again (a smaller query may pass); beside
-                // others, a later attempt may find the room they leave.
+                // Alone over the cap, it will be again; beside others, a later attempt may
+                // find the room they leave. (The planner sizes pieces to the cap, so a
+                // store sending more than planned is misbehaving, not to be asked again.)
                 return Err(if others == 0 {
-                    Failure::Final(anyhow::Error::new(Refused {
-                        limit: Limit::Samples,
-                        message: format!("{error}"),
-                    }))
+                    Failure::Final(error)
                 } else {
                     Failure::Retry(error)
                 });
@@ -517,7 +520,7 @@ impl Client {
                         "{shown}: HTTP {status}: the store refused the credentials (set GPU_SENTINEL_PROMETHEUS_TOKEN, or GPU_SENTINEL_PROMETHEUS_USER and GPU_SENTINEL_PROMETHEUS_PASSWORD)"
                     )),
                     500.. => Failure::Retry(error),
-                    _ => Failure::Final(error),
+                    _ => Failure::Final(anyhow::Error::new(Misunderstood(format!("{error}")))),
                 });
             }
         };
@@ -537,7 +540,7 @@ impl Client {
             return Err(if status >= 500 {
                 Failure::Retry(error)
             } else {
-                Failure::Final(error)
+                Failure::Final(anyhow::Error::new(Misunderstood(format!("{error}"))))
             });
         }
         answer
@@ -559,6 +562,26 @@ impl Client {
             }
         }
     }
+}
+
+/// The store answered, but not as the endpoint asked answers: a body that is not a
+/// Prometheus API answer, or an error that is not about the query's size (a proxy serving
+/// only some endpoints, a matcher the store does not take). The query's planning can do
+/// without what it asked; the query itself cannot.
+#[derive(Debug)]
+pub struct Misunderstood(String);
+
+impl std::fmt::Display for Misunderstood {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Misunderstood {}
+
+/// Whether `error` is the store answering something else than asked ([`Misunderstood`]).
+pub fn misunderstood(error: &anyhow::Error) -> bool {
+    error.chain().any(|e| e.is::<Misunderstood>())
 }
 
 /// A time as the query API takes it: seconds since the epoch, to the millisecond.

@@ -101,7 +101,7 @@ impl<'c> Reading<'c> {
             dialect.utilization_metric(),
             spec.from,
             spec.to,
-        )
+        )?
         .unwrap_or_else(|| {
             tracing::warn!(
                 "{}: no two samples of {} a scrape apart near the period's end, middle or start; planning with a {}s scrape interval",

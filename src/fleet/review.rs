@@ -56,7 +56,7 @@ pub fn rank(
     let window = std::time::Duration::from_secs(3600);
     let start = at - chrono::TimeDelta::hours(1);
     let census = Census::take(client, "instance", &FAMILIES, start, at)?;
-    let interval = scrape_interval(client, &census, "gpu_up", start, at)
+    let interval = scrape_interval(client, &census, "gpu_up", start, at)?
         .unwrap_or(std::time::Duration::from_secs(60));
     let planner = Planner::new(client, Limits::of(client, max_samples), census, interval);
     let last = |metric: &'static str| {

@@ -43,13 +43,17 @@ pub fn survey(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
     ];
     let census = Census::take(client, "instance", &FAMILIES, start - window, period.to)?;
-    let interval = [
+    let mut interval = None;
+    for family in [
         "gpu_up",
         "DCGM_FI_DEV_GPU_UTIL",
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    ]
-    .iter()
-    .find_map(|family| scrape_interval(client, &census, family, period.from, period.to));
+    ] {
+        interval = scrape_interval(client, &census, family, period.from, period.to)?;
+        if interval.is_some() {
+            break;
+        }
+    }
     let planner = Planner::new(
         client,
         Limits::of(client, max_samples),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::shard::host_matcher;
-use crate::fleet::prom::{Client, refusal};
+use crate::fleet::prom::{Client, misunderstood, refusal};
 
 /// Splits of the census's own series listing before it gives up: 2^12 host groups.
 const MAX_SPLITS: u32 = 12;
@@ -80,8 +80,33 @@ impl Census {
         Census::take_matching(client, host_label, families, "", start, end)
     }
 
-    /// The same, of the series `matcher` (`instance="node-1"`; empty: all) matches.
+    /// The same, of the series `matcher` (`instance="node-1"`; empty: all) matches. A store
+    /// whose index does not answer (a proxy that serves only the query endpoints) gets a
+    /// warning and a census that knows nothing: its queries are split only when it refuses
+    /// them.
     pub fn take_matching(
+        client: &Client,
+        host_label: &str,
+        families: &[&str],
+        matcher: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> anyhow::Result<Census> {
+        match Census::listed(client, host_label, families, matcher, start, end) {
+            Ok(census) => Ok(census),
+            // An unreachable store or refused credentials fail the command now.
+            Err(error) if misunderstood(&error) || refusal(&error).is_some() => {
+                tracing::warn!(
+                    "{:#}; planning without the store's index: queries are split only when the store refuses them",
+                    error
+                );
+                Ok(Census::unknown(host_label))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    fn listed(
         client: &Client,
         host_label: &str,
         families: &[&str],
@@ -220,15 +245,18 @@ impl Census {
 /// The interval `family`'s samples were scraped at: the median spacing of the raw samples
 /// of its busiest host's series in the quarter hour before `to`, else before the middle of
 /// the period, else in its first quarter hour. `None` when none of those has two samples in
-/// a series (or the store refuses even that).
+/// a series (or the store refuses even that, or answers something else); an unreachable
+/// store is an error.
 pub fn scrape_interval(
     client: &Client,
     census: &Census,
     family: &str,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> Option<Duration> {
-    let host = census.busiest(family)?;
+) -> anyhow::Result<Option<Duration>> {
+    let Some(host) = census.busiest(family) else {
+        return Ok(None);
+    };
     let window = TimeDelta::minutes(15);
     let selector = format!(
         "{family}{{{}=\"{}\"}}[{}s]",
@@ -238,8 +266,10 @@ pub fn scrape_interval(
     );
     let middle = from + (to - from) / 2;
     for at in [to, middle, (from + window).min(to)] {
-        let Ok(series) = client.instant_matrix(&selector, at) else {
-            continue;
+        let series = match client.instant_matrix(&selector, at) {
+            Ok(series) => series,
+            Err(error) if misunderstood(&error) || refusal(&error).is_some() => continue,
+            Err(error) => return Err(error),
         };
         let mut gaps: Vec<i64> = series
             .iter()
@@ -252,7 +282,7 @@ pub fn scrape_interval(
         }
         gaps.sort_unstable();
         let median = gaps[gaps.len() / 2];
-        return Some(Duration::from_millis(median.unsigned_abs()));
+        return Ok(Some(Duration::from_millis(median.unsigned_abs())));
     }
-    None
+    Ok(None)
 }

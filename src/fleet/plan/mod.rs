@@ -72,14 +72,19 @@ impl Limits {
     }
 
     /// The store's own `--query.max-samples` when it says it (Prometheus and Thanos serve
-    /// their flags), `given` when the command line gives it, else Prometheus's default.
+    /// their flags), `given` when the command line gives it, else Prometheus's default; the
+    /// points of one answer as the client's cap on answers in flight allows, shared by the
+    /// queries in flight (about 40 bytes of JSON a point).
     pub fn of(client: &Client, given: Option<u64>) -> Limits {
         let max = given.or_else(|| {
             client
                 .flag("query.max-samples")
                 .and_then(|v| v.trim().parse().ok())
         });
-        Limits::with_max_samples(max.unwrap_or(PROMETHEUS_MAX_SAMPLES))
+        let mut limits = Limits::with_max_samples(max.unwrap_or(PROMETHEUS_MAX_SAMPLES));
+        let share = client.answer_budget() / (super::prom::CONCURRENT * 40);
+        limits.output_points = limits.output_points.min(share.max(1) as u64);
+        limits
     }
 }
 

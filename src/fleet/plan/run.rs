@@ -17,12 +17,18 @@ use crate::fleet::prom::{CONCURRENT, Limit, Sample, Series, refusal};
 /// smaller than planned.
 const MAX_DEPTH: u32 = 20;
 
+/// Refusals one run may meet before it fails, beyond eight a planned piece: a store that
+/// refuses pieces however small they get must not be asked a million times.
+const REFUSALS: usize = 64;
+
 /// The queue of pieces the workers share.
 struct Queue {
     pieces: VecDeque<Piece>,
     /// Pieces taken but not yet answered, refused or failed.
     running: usize,
     failed: bool,
+    /// Refusals left to this run.
+    refusals_left: usize,
 }
 
 impl Planner<'_> {
@@ -109,6 +115,7 @@ impl Planner<'_> {
     ) -> anyhow::Result<()> {
         let workers = pieces.len().clamp(1, CONCURRENT);
         let queue = Mutex::new(Queue {
+            refusals_left: REFUSALS + 8 * pieces.len(),
             pieces: pieces.into(),
             running: 0,
             failed: false,
@@ -130,8 +137,10 @@ impl Planner<'_> {
                                 drop(q);
                                 let _ = answers.send(Ok(answer));
                             }
-                            Err(error) => match self.halves(query, &piece, &error) {
+                            Err(error) => match self.halves(query, &piece, &error, q.refusals_left)
+                            {
                                 Ok((a, b)) => {
+                                    q.refusals_left -= 1;
                                     q.pieces.push_back(a);
                                     q.pieces.push_back(b);
                                 }
@@ -168,10 +177,16 @@ impl Planner<'_> {
         query: &Query<'_>,
         piece: &Piece,
         error: &anyhow::Error,
+        refusals_left: usize,
     ) -> anyhow::Result<(Piece, Piece)> {
         let Some(refused) = refusal(error) else {
             return Err(anyhow::anyhow!("{error:#}"));
         };
+        anyhow::ensure!(
+            refusals_left > 0,
+            "{error:#}\nthe store refused this query's pieces too many times over, however small; raise the store's limit ({}) or ask for a shorter period",
+            hint(refused.limit)
+        );
         let by_hosts = self.split_hosts(query, piece);
         let by_time = split_window(query.shape, piece);
         let halves = match refused.limit {
