@@ -16,5 +16,5 @@ echo "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-pa
 for n in $SIZES; do
   before=""
   [ "$n" -le "$BEFORE_UP_TO" ] && before=--before
-  /usr/bin/time -f "  (wall %e s, max RSS %M KiB)" "$bin" "$n" 2 24 $before
+  "$bin" "$n" 2 24 $before
 done

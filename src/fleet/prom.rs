@@ -30,10 +30,13 @@ use serde::de::DeserializeOwned;
 
 use crate::redact;
 use answer::{Answer, Budgeted, Data, Dropped, Shape, excerpt};
-pub use refusal::{Limit, Refused, refusal};
+use permits::Permits;
+pub use refusal::{Limit, Misunderstood, Refused, misunderstood, refusal};
 
 mod answer;
+mod permits;
 mod refusal;
+mod stream;
 #[cfg(test)]
 mod tests;
 
@@ -100,40 +103,6 @@ pub const CONCURRENT: usize = 4;
 /// unit caps the process at 256 MB; parsed answers (16 bytes a point) take less than their
 /// JSON (about 20 a point), so this leaves room for the report's own tables.
 pub const ANSWER_BYTES_IN_FLIGHT: usize = 128 << 20;
-
-/// A counting semaphore: the bound on queries in flight.
-struct Permits {
-    free: std::sync::Mutex<usize>,
-    returned: std::sync::Condvar,
-}
-
-struct Permit<'a>(&'a Permits);
-
-impl Permits {
-    fn new(count: usize) -> Permits {
-        Permits {
-            free: std::sync::Mutex::new(count),
-            returned: std::sync::Condvar::new(),
-        }
-    }
-
-    fn take(&self) -> Permit<'_> {
-        // A poisoned lock only means another query thread panicked; the count is still right.
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free == 0 {
-            free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
-        }
-        *free -= 1;
-        Permit(self)
-    }
-}
-
-impl Drop for Permit<'_> {
-    fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.0.returned.notify_one();
-    }
-}
 
 /// The answer of a query run on a scoped thread (`std::thread::scope`); a panic there
 /// becomes an error here.
@@ -238,12 +207,48 @@ impl Client {
         end: DateTime<Utc>,
         step: Duration,
     ) -> anyhow::Result<Vec<Series>> {
+        let mut series = Vec::new();
+        self.range_each(query, start, end, step, &mut |s| series.push(s))?;
+        Ok(series)
+    }
+
+    /// A range query whose series are handed to `each` as they are read, one at a time: the
+    /// client never holds the whole answer. Values that are not finite are dropped (and
+    /// named in a warning) as in [`Client::range`].
+    pub fn range_each(
+        &self,
+        query: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        step: Duration,
+        each: &mut dyn FnMut(Series),
+    ) -> anyhow::Result<()> {
         let (start, end, step) = (
             seconds(start),
             seconds(end),
             format!("{:.3}", step.as_secs_f64().max(0.001)),
         );
-        let data: Data = self.call(
+        let mut dropped = Dropped::default();
+        let mut bad_time = None;
+        let mut hand_on = |s: answer::MatrixSeries| {
+            let mut points = Vec::with_capacity(s.values.len());
+            for (t, v) in s.values {
+                if !dropped.keep(&s.metric, v.0) {
+                    continue;
+                }
+                match DateTime::from_timestamp_millis((t * 1000.0).round() as i64) {
+                    Some(at) => points.push((at, v.0)),
+                    None => bad_time = Some(t),
+                }
+            }
+            if !points.is_empty() {
+                each(Series {
+                    labels: s.metric,
+                    points,
+                });
+            }
+        };
+        self.call_with(
             "query_range",
             query,
             &[
@@ -251,11 +256,13 @@ impl Client {
                 ("end", end.as_str()),
                 ("step", step.as_str()),
             ],
+            &mut |reader| stream::matrix(reader, &mut hand_on),
         )?;
-        let Data::Matrix(series) = data else {
-            anyhow::bail!("{}: did not answer a range vector", self.context(query));
-        };
-        self.matrix(query, series)
+        if let Some(t) = bad_time {
+            anyhow::bail!("{}: timestamp {t} out of range", self.context(query));
+        }
+        dropped.warn(&self.context(query));
+        Ok(())
     }
 
     /// An instant query answering a range vector (`family[1h]`: the raw samples of each
@@ -366,6 +373,20 @@ impl Client {
         query: &str,
         params: &[(&str, &str)],
     ) -> anyhow::Result<D> {
+        self.call_with(api, query, params, &mut |reader| {
+            serde_json::from_reader(reader)
+        })
+    }
+
+    /// [`Client::call`], the answer read by `parse` (which may hand series on as it reads
+    /// them: an attempt that fails part-way and is retried hands some on twice).
+    fn call_with<D: Shape>(
+        &self,
+        api: &str,
+        query: &str,
+        params: &[(&str, &str)],
+        parse: &mut dyn FnMut(&mut dyn std::io::Read) -> serde_json::Result<Answer<D>>,
+    ) -> anyhow::Result<D> {
         let url = format!("{}/api/v1/{api}", self.endpoint.base);
         let mut last = None;
         // Set when the first attempt starts (a query queued behind others for a permit
@@ -390,7 +411,7 @@ impl Client {
             }
             made += 1;
             self.sent.fetch_add(1, Ordering::Relaxed);
-            let outcome = self.once::<D>(api, &url, query, params, left);
+            let outcome = self.once::<D>(api, &url, query, params, left, parse);
             drop(permit);
             match outcome {
                 Ok(data) => {
@@ -416,13 +437,14 @@ impl Client {
             })
     }
 
-    fn once<D: DeserializeOwned>(
+    fn once<D>(
         &self,
         api: &str,
         url: &str,
         query: &str,
         params: &[(&str, &str)],
         left: Duration,
+        parse: &mut dyn FnMut(&mut dyn std::io::Read) -> serde_json::Result<Answer<D>>,
     ) -> Result<D, Failure> {
         let shown = self.context(query);
         // The query endpoints take a form (a long query fits no URL), and so does the series
@@ -469,7 +491,7 @@ impl Client {
         };
         // serde_json reads a byte at a time: the buffer is outside the count, so the
         // count moves per chunk.
-        let parsed = serde_json::from_reader::<_, Answer<D>>(std::io::BufReader::with_capacity(
+        let parsed = parse(&mut std::io::BufReader::with_capacity(
             64 << 10,
             &mut reader,
         ));
@@ -562,26 +584,6 @@ impl Client {
             }
         }
     }
-}
-
-/// The store answered, but not as the endpoint asked answers: a body that is not a
-/// Prometheus API answer, or an error that is not about the query's size (a proxy serving
-/// only some endpoints, a matcher the store does not take). The query's planning can do
-/// without what it asked; the query itself cannot.
-#[derive(Debug)]
-pub struct Misunderstood(String);
-
-impl std::fmt::Display for Misunderstood {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Misunderstood {}
-
-/// Whether `error` is the store answering something else than asked ([`Misunderstood`]).
-pub fn misunderstood(error: &anyhow::Error) -> bool {
-    error.chain().any(|e| e.is::<Misunderstood>())
 }
 
 /// A time as the query API takes it: seconds since the epoch, to the millisecond.

@@ -7,6 +7,7 @@
 //!   in time order, a point that two pieces both answered (a window's closed edge) kept once.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 
 use chrono::{DateTime, Utc};
 
@@ -39,22 +40,46 @@ impl Sums {
     }
 }
 
-/// Series joined by label set.
+/// Series joined by label set. The table holds each label set's hash and where its series
+/// is, not a second copy of the labels: a hundred thousand series' label sets are most of
+/// what the join holds. Label sets whose hashes collide are kept aside.
 #[derive(Debug, Default)]
 pub struct Ranges {
-    at: HashMap<Labels, usize>,
+    hasher: RandomState,
+    at: HashMap<u64, usize>,
+    collided: HashMap<u64, Vec<usize>>,
     series: Vec<Series>,
 }
 
 impl Ranges {
     pub fn add(&mut self, parts: Vec<Series>) {
         for part in parts {
-            match self.at.get(&part.labels) {
-                Some(&i) => self.series[i].points.extend(part.points),
-                None => {
-                    self.at.insert(part.labels.clone(), self.series.len());
-                    self.series.push(part);
+            self.add_one(part);
+        }
+    }
+
+    /// Joins one series (as a streamed answer hands them on).
+    pub fn add_one(&mut self, part: Series) {
+        let hash = self.hasher.hash_one(&part.labels);
+        let same = |i: &usize| self.series[*i].labels == part.labels;
+        let found = match self.at.get(&hash) {
+            Some(i) if same(i) => Some(*i),
+            Some(_) => self
+                .collided
+                .get(&hash)
+                .and_then(|slots| slots.iter().copied().find(|i| same(i))),
+            None => None,
+        };
+        match found {
+            Some(i) => self.series[i].points.extend(part.points),
+            None => {
+                let i = self.series.len();
+                if self.at.contains_key(&hash) {
+                    self.collided.entry(hash).or_default().push(i);
+                } else {
+                    self.at.insert(hash, i);
                 }
+                self.series.push(part);
             }
         }
     }

@@ -74,15 +74,25 @@ impl Planner<'_> {
         let Shape::Range { step, .. } = query.shape else {
             anyhow::bail!("a range query planned with the shape {:?}", query.shape);
         };
-        let mut series = Ranges::default();
+        // Each answer is joined series by series as it is read: the client holds what is
+        // joined and one series an answer in flight, not whole answers.
+        let series = Mutex::new(Ranges::default());
         let pieces = self.pieces(query, start, end);
         self.run(
             query,
             pieces,
-            &|text, piece| self.client.range(text, piece.start, piece.end, step),
-            &mut |rows| series.add(rows),
+            &|text, piece| {
+                self.client
+                    .range_each(text, piece.start, piece.end, step, &mut |s| {
+                        series.lock().unwrap_or_else(|e| e.into_inner()).add_one(s)
+                    })
+            },
+            &mut |()| {},
         )?;
-        Ok(series.finish())
+        Ok(series
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .finish())
     }
 
     /// Runs `query` (shape `Window`, a range selector without a function) over

@@ -98,3 +98,23 @@ impl std::error::Error for Refused {}
 pub fn refusal(error: &anyhow::Error) -> Option<&Refused> {
     error.chain().find_map(|e| e.downcast_ref::<Refused>())
 }
+
+/// The store answered, but not as the endpoint asked answers: a body that is not a
+/// Prometheus API answer, or an error that is not about the query's size (a proxy serving
+/// only some endpoints, a matcher the store does not take). The query's planning can do
+/// without what it asked; the query itself cannot.
+#[derive(Debug)]
+pub struct Misunderstood(pub(super) String);
+
+impl fmt::Display for Misunderstood {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Misunderstood {}
+
+/// Whether `error` is the store answering something else than asked ([`Misunderstood`]).
+pub fn misunderstood(error: &anyhow::Error) -> bool {
+    error.chain().any(|e| e.is::<Misunderstood>())
+}
