@@ -74,10 +74,13 @@ impl Ranges {
             Some(i) => self.series[i].points.extend(part.points),
             None => {
                 let i = self.series.len();
-                if self.at.contains_key(&hash) {
-                    self.collided.entry(hash).or_default().push(i);
-                } else {
-                    self.at.insert(hash, i);
+                match self.at.entry(hash) {
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        self.collided.entry(hash).or_default().push(i);
+                    }
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(i);
+                    }
                 }
                 self.series.push(part);
             }
