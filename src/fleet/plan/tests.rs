@@ -154,3 +154,32 @@ fn a_host_too_large_for_the_limit_gets_shorter_windows() {
         "one host a piece"
     );
 }
+
+#[test]
+fn a_large_query_that_fits_goes_in_two_halves_side_by_side() {
+    let client = Client::new(Endpoint::default());
+    let query = Query {
+        reads: vec![("util".to_string(), 1.0)],
+        shape: Shape::Window { step: None },
+        by_host: true,
+        per_series: false,
+        text: Box::new(|p| {
+            format!(
+                "sum(increase({}[{}]))",
+                select("util", &[p.hosts]),
+                p.window
+            )
+        }),
+    };
+    let week = (at(0), at(7 * 86_400));
+    // 2,048 series × 10,080 samples: read in two host groups.
+    let large = planner(&client, 256, 8, 1_000_000_000);
+    let pieces = large.pieces(&query, week.0, week.1);
+    assert_eq!(
+        pieces.iter().map(|p| p.hosts.clone()).collect::<Vec<_>>(),
+        vec![Some(0..128), Some(128..256)]
+    );
+    // 128 series: one query.
+    let small = planner(&client, 16, 8, 1_000_000_000);
+    assert_eq!(small.pieces(&query, week.0, week.1).len(), 1);
+}
