@@ -13,6 +13,9 @@ declare -A needs=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [prometheus-alertmanager]=prometheus-alertmanager
+  # tests/fleet_limits.rs: the fleet report, review and replay against VictoriaMetrics at
+  # its default flags.
+  [victoria-metrics]=victoria-metrics
   # tests/board.rs, tests/fleet_report.rs: the live page and the HTML report in a
   # headless browser.
   [chromium]=chromium

@@ -34,11 +34,53 @@ fn rules_are_valid() {
 fn fleet_recording_rules_are_valid_and_pass_their_unit_tests() {
     if let Some((ok, printed)) = promtool(&["check", "rules", "gpu-sentinel-fleet.rules.yml"]) {
         assert!(ok, "{printed}");
-        assert!(printed.contains("7 rules found"), "{printed}");
+        // Seven for the dashboards, four hourly for gpu-sentinel's metrics, five for
+        // dcgm-exporter's.
+        assert!(printed.contains("16 rules found"), "{printed}");
     }
     if let Some((ok, printed)) = promtool(&["test", "rules", "gpu-sentinel-fleet.rules.test.yml"]) {
         assert!(ok, "{printed}");
     }
+}
+
+/// The report reads the hourly records by the names and labels the rules write.
+#[test]
+fn the_reports_hourly_records_are_the_rules_records() {
+    use gpu_sentinel::config::Config;
+    use gpu_sentinel::fleet::dialect::Dialect;
+    use gpu_sentinel::fleet::recorded::{Names, threshold_label};
+    let rules = std::fs::read_to_string(repo().join("alerts/gpu-sentinel-fleet.rules.yml"))
+        .expect("rules file");
+    let defaults = Config::default();
+    let dcgm = Dialect::Dcgm {
+        memory_floor_mib: defaults.idle.memory_floor_mib,
+    };
+    for dialect in [Dialect::Native, dcgm] {
+        for name in Names::of(dialect).all() {
+            assert!(
+                rules.contains(&format!("- record: {name}\n")),
+                "{name} is not recorded by the rules"
+            );
+        }
+    }
+    // dcgm-exporter's held records say the thresholds they were counted with: the
+    // defaults, as a report with the default configuration asks for them.
+    assert!(rules.contains(&format!(
+        "memory_floor_mib: \"{}\"",
+        defaults.idle.memory_floor_mib
+    )));
+    assert!(rules.contains(&format!(
+        "idle_threshold: \"{}\"",
+        threshold_label(defaults.idle.threshold)
+    )));
+    assert!(rules.contains(&format!(
+        "DCGM_FI_DEV_FB_USED > {} or",
+        defaults.idle.memory_floor_mib
+    )));
+    assert!(rules.contains(&format!(
+        "DCGM_FI_DEV_GPU_UTIL >= {})",
+        defaults.idle.threshold * 100.0
+    )));
 }
 
 #[test]

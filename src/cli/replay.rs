@@ -37,10 +37,14 @@ pub struct ReplayArgs {
     /// With --prometheus: end of the history (RFC 3339).
     #[arg(long, value_name = "RFC3339", requires = "prometheus")]
     pub to: Option<chrono::DateTime<chrono::Utc>>,
-    /// With --prometheus: time between the rebuilt snapshots (the store's scrape interval,
-    /// or coarser for speed).
-    #[arg(long, value_name = "D", default_value = "60s", value_parser = humantime::parse_duration)]
-    pub step: std::time::Duration,
+    /// With --prometheus: time between the rebuilt snapshots; by default the store's scrape
+    /// interval, told from the spacing of its samples (coarser is faster).
+    #[arg(long, value_name = "D", value_parser = humantime::parse_duration)]
+    pub step: Option<std::time::Duration>,
+    /// With --prometheus: samples one query may load in the store (Prometheus
+    /// --query.max-samples); by default what the store's flags say, else 50000000.
+    #[arg(long, value_name = "N", requires = "prometheus")]
+    pub max_samples: Option<u64>,
     /// With --prometheus: give up on one query after this long.
     #[arg(long, value_name = "D", default_value = "60s", value_parser = humantime::parse_duration)]
     pub timeout: std::time::Duration,
@@ -90,6 +94,7 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             step: args.step,
             timeout: args.timeout,
             json: args.json,
+            max_samples: args.max_samples,
         };
         return super::replay_store::replay(&store, &config, &engine_config);
     };

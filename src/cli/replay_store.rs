@@ -22,6 +22,10 @@ use crate::replay::alerts::ReplayAlerting;
 use crate::replay::report::{Report, rfc3339};
 use crate::replay::{ReadStats, SnapshotReader, Warnings};
 
+/// The step where neither `--step` nor the store's samples say one: Prometheus's default
+/// scrape interval.
+const DEFAULT_STEP: Duration = Duration::from_secs(60);
+
 /// `replay --prometheus --json`: every host's replay report.
 #[derive(Debug, Serialize)]
 struct StoreReplay {
@@ -43,9 +47,11 @@ pub struct StoreArgs<'a> {
     pub base: &'a str,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,
-    pub step: Duration,
+    /// None: the store's scrape interval.
+    pub step: Option<Duration>,
     pub timeout: Duration,
     pub json: bool,
+    pub max_samples: Option<u64>,
 }
 
 pub fn replay(
@@ -58,7 +64,7 @@ pub fn replay(
     };
     anyhow::ensure!(from < to, "--from {from} is not before --to {to}");
     anyhow::ensure!(
-        args.step >= Duration::from_secs(1),
+        args.step.is_none_or(|s| s >= Duration::from_secs(1)),
         "--step must be at least 1s"
     );
     let client = Client::new(Endpoint {
@@ -66,12 +72,18 @@ pub fn replay(
         auth: super::report::auth_from_env()?,
         timeout: args.timeout,
     });
-    let period = Period {
+    let mut period = Period {
         from,
         to,
-        step: args.step,
+        step: args.step.unwrap_or(DEFAULT_STEP),
     };
-    let survey = history::survey(&client, &period)?;
+    let survey = history::survey(&client, &period, args.max_samples)?;
+    if args.step.is_none() {
+        // A snapshot a scrape: each of the store's samples seen once.
+        period.step = survey
+            .interval
+            .map_or(DEFAULT_STEP, |i| i.max(Duration::from_secs(1)));
+    }
     super::output::note(&format!(
         "replaying {} host(s) of {} ({} metrics) from {} to {} every {}",
         survey.hosts.len(),
@@ -79,20 +91,27 @@ pub fn replay(
         survey.dialect.as_str(),
         rfc3339(from),
         rfc3339(to),
-        humantime::format_duration(args.step)
+        humantime::format_duration(period.step)
     ));
     let mut hosts = Vec::with_capacity(survey.hosts.len());
     // Metrics no host had: said once, after the replays.
     let mut missing: Option<Vec<&'static str>> = None;
     for host in &survey.hosts {
-        let (report, lacking) =
-            replay_host(&client, host, survey.dialect, period, config, engine_config)
-                .with_context(|| {
-                    format!(
-                        "replay of host {host} from {}",
-                        crate::redact::url(client.base())
-                    )
-                })?;
+        let (report, lacking) = replay_host(
+            &client,
+            host,
+            survey.dialect,
+            period,
+            args.max_samples,
+            config,
+            engine_config,
+        )
+        .with_context(|| {
+            format!(
+                "replay of host {host} from {}",
+                crate::redact::url(client.base())
+            )
+        })?;
         if report.samples == 0 {
             continue;
         }
@@ -137,12 +156,13 @@ fn replay_host(
     host: &str,
     dialect: history::Dialect,
     period: Period,
+    max_samples: Option<u64>,
     config: &Config,
     engine_config: &EngineConfig,
 ) -> anyhow::Result<(Report, Vec<&'static str>)> {
     let origin = format!("{} {host}", crate::redact::url(client.base()));
     let mut reader = StoreReader {
-        history: HostHistory::new(client, host, dialect, period),
+        history: HostHistory::open(client, host, dialect, period, max_samples)?,
         stats: ReadStats::default(),
         rejected: 0,
         first_rejected: None,

@@ -42,10 +42,16 @@ pub struct ReportArgs {
     /// Write here (replaced only once the report is complete) instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// Resolution at which dcgm-exporter's held GPU-seconds are counted: the store's scrape
-    /// interval, or coarser for speed.
-    #[arg(long, value_name = "D", default_value = "1m", value_parser = humantime::parse_duration)]
-    pub step: Duration,
+    /// Resolution at which dcgm-exporter's held GPU-seconds are counted; by default the
+    /// store's scrape interval, told from the spacing of its samples.
+    #[arg(long, value_name = "D", value_parser = humantime::parse_duration)]
+    pub step: Option<Duration>,
+    /// Samples one query may load in the store (Prometheus --query.max-samples); by default
+    /// what the store's /api/v1/status/flags says, else Prometheus's default, 50000000.
+    /// Queries are planned to stay under it; a store that refuses a query anyway gets it
+    /// again in smaller pieces.
+    #[arg(long, value_name = "N")]
+    pub max_samples: Option<u64>,
     /// Send each team's report (Markdown) to the receiver its `[[teams]] receiver` names,
     /// through a durable outbox in the state directory; with --out, the message names the
     /// file.
@@ -80,9 +86,10 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
     };
     let (from, to) = period(args)?;
     anyhow::ensure!(
-        args.step >= Duration::from_secs(1),
+        args.step.is_none_or(|s| s >= Duration::from_secs(1)),
         "--step must be at least 1s"
     );
+    anyhow::ensure!(args.max_samples != Some(0), "--max-samples must be above 0");
     let client = Client::new(Endpoint {
         base: args.prometheus.clone(),
         auth: auth_from_env()?,
@@ -99,6 +106,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
         idle_threshold: config.idle.threshold,
         memory_floor_mib: config.idle.memory_floor_mib,
         step: args.step,
+        max_samples: args.max_samples,
     };
     let report = build(&client, &spec)?;
     let text = match args.format {

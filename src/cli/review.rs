@@ -24,6 +24,10 @@ pub struct ReviewArgs {
     /// (credentials as for `report`: GPU_SENTINEL_PROMETHEUS_TOKEN, or _USER and _PASSWORD).
     #[arg(long, value_name = "URL", conflicts_with = "url")]
     pub prometheus: Option<String>,
+    /// With --prometheus: samples one query may load in the store (Prometheus
+    /// --query.max-samples); by default what the store's flags say, else 50000000.
+    #[arg(long, value_name = "N", requires = "prometheus")]
+    pub max_samples: Option<u64>,
     /// Give up on the exporter after this long.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -40,7 +44,7 @@ pub fn review(args: &ReviewArgs) -> anyhow::Result<()> {
             timeout: args.timeout,
         });
         let at = chrono::Utc::now();
-        let ranked = crate::fleet::review::rank(&client, at)?;
+        let ranked = crate::fleet::review::rank(&client, at, args.max_samples)?;
         return super::output::print(&render_fleet(&ranked, client.base(), at));
     }
     let url = gpus_url(&args.url);

@@ -7,8 +7,11 @@
 //! rows are renamed into those labels (`Hostname` → `instance`, `namespace` → `owner`) so
 //! the report reads one shape.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 
+use super::plan::shard::{duration, select};
 use super::prom::{Client, Sample};
 
 /// The metric every gpu-sentinel figure needs.
@@ -92,22 +95,37 @@ impl Dialect {
         }
     }
 
-    /// Each GPU's mean utilization (0–1) over the `range` before the evaluation time, from
-    /// the raw samples: a range selector reads each sample once, where a subquery over
-    /// [`Dialect::utilization`] would evaluate the expression at every one of its steps.
-    pub fn utilization_over(self, range: &str) -> String {
+    /// The families a raw figure reads: utilization, power, and what held GPU-time is
+    /// counted from.
+    pub fn families(self) -> [&'static str; 3] {
         match self {
-            Dialect::Native => format!("avg_over_time(gpu_utilization_ratio[{range}])"),
-            Dialect::Dcgm { .. } => format!("(avg_over_time(DCGM_FI_DEV_GPU_UTIL[{range}]) / 100)"),
+            Dialect::Native => ["gpu_utilization_ratio", "gpu_power_watts", OWNER_METRIC],
+            Dialect::Dcgm { .. } => [
+                "DCGM_FI_DEV_GPU_UTIL",
+                "DCGM_FI_DEV_POWER_USAGE",
+                "DCGM_FI_DEV_FB_USED",
+            ],
         }
     }
 
-    /// Each GPU's power draw, watts (a plain selector: `avg_over_time` takes it).
-    pub fn power(self) -> &'static str {
+    /// Each GPU's mean utilization (0–1) over the `range` before the evaluation time, from
+    /// the raw samples of the hosts `hosts` matches (empty: all): a range selector reads each
+    /// sample once, where a subquery would evaluate an expression at every one of its steps.
+    pub fn utilization_over(self, hosts: &str, range: &str) -> String {
+        let family = select(self.utilization_metric(), &[hosts]);
         match self {
+            Dialect::Native => format!("avg_over_time({family}[{range}])"),
+            Dialect::Dcgm { .. } => format!("(avg_over_time({family}[{range}]) / 100)"),
+        }
+    }
+
+    /// Each GPU's mean power draw, watts, over the `range` before the evaluation time.
+    pub fn power_over(self, hosts: &str, range: &str) -> String {
+        let family = match self {
             Dialect::Native => "gpu_power_watts",
             Dialect::Dcgm { .. } => "DCGM_FI_DEV_POWER_USAGE",
-        }
+        };
+        format!("avg_over_time({}[{range}])", select(family, &[hosts]))
     }
 
     /// `expression` (per series) as one row per GPU. gpu-sentinel writes one series per GPU,
@@ -130,28 +148,58 @@ impl Dialect {
         }
     }
 
-    /// The fleet's GPU-hours held in the `window` seconds before the evaluation time
-    /// (dcgm-exporter's counted every `step` seconds, as the period's usage is: a finer
-    /// resolution than the scrape interval would count points that find no sample).
-    pub fn held_hours(self, window: i64, step: u64) -> String {
+    /// dcgm-exporter's held GPUs on the hosts `hosts` matches: framebuffer use above the
+    /// floor, or a pod mapped to the GPU.
+    fn held(memory_floor_mib: u64, hosts: &str) -> String {
+        format!(
+            "({} > {memory_floor_mib} or {})",
+            select("DCGM_FI_DEV_FB_USED", &[hosts]),
+            select("DCGM_FI_DEV_FB_USED", &["pod!=\"\"", hosts])
+        )
+    }
+
+    /// The families a held-time query reads, each with the times it reads it.
+    pub fn held_reads(self) -> Vec<(String, f64)> {
         match self {
-            Dialect::Native => format!("sum(increase({OWNER_METRIC}[{window}s])) / 3600"),
-            Dialect::Dcgm { memory_floor_mib } => format!(
-                "sum(count_over_time((DCGM_FI_DEV_FB_USED > {memory_floor_mib} or DCGM_FI_DEV_FB_USED{{pod!=\"\"}})[{window}s:{step}s])) * {step} / 3600"
-            ),
+            Dialect::Native => vec![(OWNER_METRIC.to_string(), 1.0)],
+            // Framebuffer use twice (above the floor, or with a pod), utilization once.
+            Dialect::Dcgm { .. } => vec![
+                ("DCGM_FI_DEV_FB_USED".to_string(), 2.0),
+                ("DCGM_FI_DEV_GPU_UTIL".to_string(), 1.0),
+            ],
         }
     }
 
-    /// Queries answering GPU-seconds over `window` (at the query's time), with the state
-    /// each query's rows have (None: the rows carry a `state` label). `per_gpu` keeps the
-    /// `gpu` label; `idle_only` asks for the idle state only.
+    /// The GPU-seconds held on the hosts `hosts` matches in the `window` before the
+    /// evaluation time (dcgm-exporter's counted at every `step` of a subquery: a finer
+    /// resolution than the scrape interval would count points that find no sample).
+    pub fn held_seconds(self, hosts: &str, window: &str, step: Duration) -> String {
+        match self {
+            Dialect::Native => format!(
+                "sum(increase({}[{window}]))",
+                select(OWNER_METRIC, &[hosts])
+            ),
+            Dialect::Dcgm { memory_floor_mib } => {
+                let resolution = duration(step.as_millis() as i64);
+                format!(
+                    "sum(count_over_time({}[{window}:{resolution}])) * {}",
+                    Dialect::held(memory_floor_mib, hosts),
+                    step.as_secs_f64()
+                )
+            }
+        }
+    }
+
+    /// Queries answering GPU-seconds over `window` (at the query's time) on the hosts
+    /// `hosts` matches, with the state each query's rows have (None: the rows carry a
+    /// `state` label). `per_gpu` keeps the `gpu` label.
     pub fn usage(
         self,
-        window: i64,
-        step: u64,
+        hosts: &str,
+        window: &str,
+        step: Duration,
         idle_threshold: f64,
         per_gpu: bool,
-        idle_only: bool,
     ) -> Vec<(String, Option<&'static str>)> {
         match self {
             Dialect::Native => {
@@ -160,9 +208,11 @@ impl Dialect {
                 } else {
                     "instance, owner, team, state"
                 };
-                let selector = if idle_only { "{state=\"idle\"}" } else { "" };
                 vec![(
-                    format!("sum by ({by}) (increase({OWNER_METRIC}{selector}[{window}s]))"),
+                    format!(
+                        "sum by ({by}) (increase({}[{window}]))",
+                        select(OWNER_METRIC, &[hosts])
+                    ),
                     None,
                 )]
             }
@@ -172,20 +222,23 @@ impl Dialect {
                 } else {
                     "Hostname, namespace"
                 };
-                let held = format!(
-                    "(DCGM_FI_DEV_FB_USED > {memory_floor_mib} or DCGM_FI_DEV_FB_USED{{pod!=\"\"}})"
+                let held = Dialect::held(memory_floor_mib, hosts);
+                let active = format!(
+                    "({} >= {})",
+                    select("DCGM_FI_DEV_GPU_UTIL", &[hosts]),
+                    idle_threshold * 100.0
                 );
-                let active = format!("(DCGM_FI_DEV_GPU_UTIL >= {})", idle_threshold * 100.0);
+                let resolution = duration(step.as_millis() as i64);
+                let seconds = step.as_secs_f64();
                 let count = |op: &str| {
                     format!(
-                        "sum by ({by}) (count_over_time(({held} {op} on(Hostname, gpu) {active})[{window}s:{step}s])) * {step}"
+                        "sum by ({by}) (count_over_time(({held} {op} on(Hostname, gpu) {active})[{window}:{resolution}])) * {seconds}"
                     )
                 };
-                let mut queries = vec![(count("unless"), Some("idle"))];
-                if !idle_only {
-                    queries.push((count("and"), Some("busy")));
-                }
-                queries
+                vec![
+                    (count("unless"), Some("idle")),
+                    (count("and"), Some("busy")),
+                ]
             }
         }
     }
@@ -238,7 +291,7 @@ mod tests {
         let queries = Dialect::Dcgm {
             memory_floor_mib: 1024,
         }
-        .usage(3600, 60, 0.05, false, false);
+        .usage("", "3600s", Duration::from_secs(60), 0.05, false);
         let states: Vec<_> = queries.iter().map(|(_, s)| *s).collect();
         assert_eq!(states, [Some("idle"), Some("busy")]);
         assert!(
@@ -251,10 +304,21 @@ mod tests {
                 .0
                 .contains("DCGM_FI_DEV_FB_USED > 1024 or DCGM_FI_DEV_FB_USED{pod!=\"\"}")
         );
-        let native = Dialect::Native.usage(3600, 60, 0.05, true, true);
+        assert!(
+            queries[0].0.ends_with("[3600s:60s])) * 60"),
+            "{}",
+            queries[0].0
+        );
+        let native = Dialect::Native.usage(
+            "instance=~\"a|b\"",
+            "3600s",
+            Duration::from_secs(60),
+            0.05,
+            true,
+        );
         assert_eq!(
             native[0].0,
-            "sum by (instance, gpu, owner, team, state) (increase(gpu_owner_seconds_total{state=\"idle\"}[3600s]))"
+            "sum by (instance, gpu, owner, team, state) (increase(gpu_owner_seconds_total{instance=~\"a|b\"}[3600s]))"
         );
     }
 }

@@ -7,9 +7,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
 
-use super::dialect::Dialect;
+use std::collections::HashMap;
+
 use super::hourly::Hourly;
-use super::prom::{Client, Sample, joined};
+use super::plan::shard::select;
+use super::plan::{Query, Shape};
+use super::prom::{Sample, joined};
+use super::reading::Reading;
 use super::spec::ReportSpec;
 use crate::config::{CapacityConfig, CostConfig};
 use crate::engine::capacity::{CapacityState, advise};
@@ -138,26 +142,61 @@ pub(super) fn energy(hourly: &Hourly, spec: &ReportSpec) -> Energy {
     }
 }
 
-pub(super) fn risk(client: &Client, spec: &ReportSpec) -> anyhow::Result<Vec<RiskEntry>> {
-    let top = format!("topk({TOP_RISK}, last_over_time(gpu_failure_risk_score[1h]))");
-    let with_reasons =
-        format!("last_over_time(gpu_failure_risk_contribution[1h]) and on(instance, uuid) {top}");
+/// The ten GPUs with the highest score at the period's end, with their largest reasons:
+/// each host group's ten and their reasons, the ten highest of those kept.
+pub(super) fn risk(reading: &Reading<'_>, spec: &ReportSpec) -> anyhow::Result<Vec<RiskEntry>> {
+    let top = |hosts: &str| {
+        format!(
+            "topk({TOP_RISK}, last_over_time({}[1h]))",
+            select("gpu_failure_risk_score", &[hosts])
+        )
+    };
+    let window = std::time::Duration::from_secs(3600);
+    let scores_query = Query {
+        reads: vec![("gpu_failure_risk_score".to_string(), 1.0)],
+        shape: Shape::At { window },
+        by_host: true,
+        per_series: false,
+        text: Box::new(move |p| top(p.hosts)),
+    };
+    let reasons_query = Query {
+        reads: vec![
+            ("gpu_failure_risk_contribution".to_string(), 1.0),
+            ("gpu_failure_risk_score".to_string(), 1.0),
+        ],
+        shape: Shape::At { window },
+        by_host: true,
+        per_series: false,
+        text: Box::new(move |p| {
+            format!(
+                "last_over_time({}[1h]) and on(instance, uuid) {}",
+                select("gpu_failure_risk_contribution", &[p.hosts]),
+                top(p.hosts)
+            )
+        }),
+    };
     let (scores, reasons) = std::thread::scope(|scope| {
-        let scores = scope.spawn(|| client.instant(&top, spec.to));
-        let reasons = scope.spawn(|| client.instant(&with_reasons, spec.to));
+        let scores = scope.spawn(|| reading.planner.rows(&scores_query, spec.to));
+        let reasons = scope.spawn(|| reading.planner.rows(&reasons_query, spec.to));
         (joined(scores), joined(reasons))
     });
-    let (scores, reasons) = (scores?, reasons?);
-    let mut entries: Vec<RiskEntry> = scores
+    let (mut scores, reasons) = (scores?, reasons?);
+    scores.sort_by(|a, b| b.value.total_cmp(&a.value));
+    scores.truncate(TOP_RISK);
+    let mut by_gpu: HashMap<(&str, &str), Vec<&Sample>> = HashMap::new();
+    for r in reasons.iter().filter(|r| r.value > 0.0) {
+        by_gpu
+            .entry((r.label("instance"), r.label("uuid")))
+            .or_default()
+            .push(r);
+    }
+    let entries: Vec<RiskEntry> = scores
         .iter()
         .map(|s| {
-            let mut mine: Vec<&Sample> = reasons
-                .iter()
-                .filter(|r| {
-                    r.label("instance") == s.label("instance") && r.label("uuid") == s.label("uuid")
-                })
-                .filter(|r| r.value > 0.0)
-                .collect();
+            let mut mine = by_gpu
+                .get(&(s.label("instance"), s.label("uuid")))
+                .cloned()
+                .unwrap_or_default();
             mine.sort_by(|a, b| b.value.total_cmp(&a.value));
             RiskEntry {
                 host: s.label("instance").to_string(),
@@ -172,7 +211,6 @@ pub(super) fn risk(client: &Client, spec: &ReportSpec) -> anyhow::Result<Vec<Ris
             }
         })
         .collect();
-    entries.sort_by(|a, b| b.risk.total_cmp(&a.risk));
     Ok(entries)
 }
 
@@ -180,10 +218,11 @@ const MONTH_SECONDS: i64 = 30 * 24 * 3600;
 const MONTHS: i64 = 6;
 
 /// The part of the capacity plan the period's own figures do not give: the five months
-/// before the last, as two range queries stepping a month at a time, and the stretch of the
-/// last month before the period (the period's are in its usage rows and hourly rows, so the
-/// store reads each sample once per report). The last month's GPU-hours are asked for whole
-/// when the period is a month or longer: its owner rows cannot be cut at a month's start.
+/// before the last, and the stretch of the last month before the period (the period's are
+/// in its usage rows and hourly rows, so the store reads each sample once per report). The
+/// last month's GPU-hours are asked for whole when the period is a month or longer: its
+/// owner rows cannot be cut at a month's start. Each month is read from the hourly records
+/// where the rules cover it and from raw samples elsewhere ([`Reading::over`]).
 pub(super) struct EarlierMonths {
     /// Held GPU-hours of the five months before the last, oldest first.
     held: Vec<f64>,
@@ -220,78 +259,63 @@ impl LastMonth {
 }
 
 pub(super) fn earlier_months(
-    client: &Client,
-    dialect: Dialect,
+    reading: &Reading<'_>,
     spec: &ReportSpec,
     window: i64,
 ) -> anyhow::Result<EarlierMonths> {
     let month = chrono::TimeDelta::seconds(MONTH_SECONDS);
-    let end = spec.to - month;
-    let first = spec.to - month * (MONTHS as i32 - 1);
-    let step = spec.step.as_secs().max(1);
-    let hourly = dialect.utilization_over("1h");
-    let monthly = |query: String| -> anyhow::Result<Vec<f64>> {
-        let series = client.range(
-            &query,
-            first,
-            end,
-            Duration::from_secs(MONTH_SECONDS as u64),
-        )?;
-        let mut months = vec![0.0; MONTHS as usize - 1];
-        if let Some(s) = series.first() {
-            for (at, v) in &s.points {
-                if let Some(cell) = slot(first, *at, MONTH_SECONDS).and_then(|i| months.get_mut(i))
-                {
-                    *cell = if v.is_finite() { v.max(0.0) } else { 0.0 };
-                }
-            }
-        }
-        Ok(months)
+    let ends: Vec<DateTime<Utc>> = (1..MONTHS)
+        .rev()
+        .map(|k| spec.to - month * k as i32)
+        .collect();
+    let period = chrono::TimeDelta::seconds(window);
+    let month_start = spec.to - month;
+    // The stretch of the last month the store answers for: (start, end), empty when none.
+    let (held_span, demand_span) = match LastMonth::of(window) {
+        LastMonth::BothPeriods => ((month_start, spec.from - period), (month_start, spec.from)),
+        LastMonth::Period => ((month_start, spec.from), (month_start, spec.from)),
+        LastMonth::Whole => ((month_start, spec.to), (spec.from, spec.from)),
     };
-    let one = |query: String, at: DateTime<Utc>| -> anyhow::Result<f64> {
-        Ok(client
-            .instant(&query, at)?
-            .first()
-            .map(|s| s.value)
-            .filter(|v| v.is_finite())
-            .unwrap_or(0.0))
-    };
-    let last = LastMonth::of(window);
-    // The stretch of the last month the store answers for: (its length, its end).
-    let (held_span, demand_span) = match last {
-        LastMonth::BothPeriods => (
-            (
-                MONTH_SECONDS - 2 * window,
-                spec.from - chrono::TimeDelta::seconds(window),
-            ),
-            (MONTH_SECONDS - window, spec.from),
-        ),
-        LastMonth::Period => (
-            (MONTH_SECONDS - window, spec.from),
-            (MONTH_SECONDS - window, spec.from),
-        ),
-        LastMonth::Whole => ((MONTH_SECONDS, spec.to), (0, spec.from)),
-    };
+    let mean = |(sum, hours): (f64, usize)| if hours > 0 { sum / hours as f64 } else { 0.0 };
     std::thread::scope(|scope| {
-        let held = scope.spawn(|| monthly(dialect.held_hours(MONTH_SECONDS, step)));
-        let demand =
-            scope.spawn(|| monthly(format!("avg_over_time(sum({hourly})[{MONTH_SECONDS}s:1h])")));
-        let last_held = scope.spawn(|| match held_span {
-            (0, _) => Ok(0.0),
-            (span, at) => one(dialect.held_hours(span, step), at),
+        // Each month planned by its own census: a month before the store's history has no
+        // series, and costs a query a figure.
+        let months: Vec<_> = ends
+            .iter()
+            .map(|&end| {
+                scope.spawn(move || -> anyhow::Result<(f64, f64)> {
+                    let planner = reading.planner_for(end - month, end)?;
+                    let held = reading.held_hours(&planner, end - month, end)?;
+                    let demand = reading.demand(&planner, end - month, end)?;
+                    Ok((held.max(0.0), mean(demand)))
+                })
+            })
+            .collect();
+        let last = scope.spawn(|| -> anyhow::Result<(f64, (f64, usize))> {
+            let planner = reading.planner_for(month_start, held_span.1.max(demand_span.1))?;
+            let held = match held_span {
+                (a, b) if b > a => reading.held_hours(&planner, a, b)?,
+                _ => 0.0,
+            };
+            let demand = match demand_span {
+                (a, b) if b > a => reading.demand(&planner, a, b)?,
+                _ => (0.0, 0),
+            };
+            Ok((held, demand))
         });
-        let last_demand = scope.spawn(|| match demand_span {
-            (0, _) => Ok((0.0, 0)),
-            (span, at) => Ok((
-                one(format!("sum_over_time(sum({hourly})[{span}s:1h])"), at)?,
-                one(format!("count_over_time(sum({hourly})[{span}s:1h])"), at)? as usize,
-            )),
-        });
+        let mut held = Vec::with_capacity(months.len());
+        let mut demand = Vec::with_capacity(months.len());
+        for handle in months {
+            let (h, d) = joined(handle)?;
+            held.push(h);
+            demand.push(d);
+        }
+        let (last_held, last_demand) = joined(last)?;
         Ok(EarlierMonths {
-            held: joined(held)?,
-            demand: joined(demand)?,
-            last_held: joined(last_held)?,
-            last_demand: joined(last_demand)?,
+            held,
+            demand,
+            last_held,
+            last_demand,
         })
     })
 }
@@ -323,14 +347,6 @@ pub(super) fn capacity(
     let mut demand = earlier.demand;
     demand.push(last_demand);
     plan_capacity(held, demand, hourly.gpus.len(), spec.capacity.buffer)
-}
-
-/// Which `step`-long slot after `first` the point at `at` is, rounding to the nearest: the
-/// store answers whole seconds, the period's ends carry fractions.
-fn slot(first: DateTime<Utc>, at: DateTime<Utc>, step: i64) -> Option<usize> {
-    let slots = (at - first).num_milliseconds() as f64 / (step as f64 * 1000.0);
-    let slot = slots.round();
-    (slot >= 0.0).then_some(slot as usize)
 }
 
 /// The plan from monthly figures: growth is the mean ratio of consecutive months that both

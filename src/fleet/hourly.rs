@@ -4,7 +4,8 @@
 //! Two range queries, `avg by (host, gpu) (avg_over_time(…[1h]))` stepping an hour from the
 //! period's start: the hours tile the period, so Prometheus reads each utilization and power
 //! sample once, and the answer is one point per GPU and hour (512 GPUs × 168 hours for a
-//! week), not the samples. The averaging within each hour is the store's; here hours and GPUs
+//! week), not the samples. Where the recording rules cover the period, their hourly records
+//! are those points already, and the store reads nothing else (`super::recorded`). The averaging within each hour is the store's; here hours and GPUs
 //! are only combined — mean utilization, scaling, idle power, night- and weekend-idle hosts
 //! and their energy, both heatmaps, own-versus-rent's power and busy GPU-hours, and the
 //! capacity plan's demand in the period. Before, each of those figures was its own query,
@@ -17,12 +18,10 @@ use std::time::Duration;
 use chrono::{DateTime, Datelike, TimeDelta, Timelike, Utc};
 use serde::Serialize;
 
-use super::dialect::Dialect;
-use super::prom::{Client, Series, joined};
-
-/// Points one range query asks for per series at most: under Prometheus's limit of 11,000,
-/// so a period of more than 10,000 hours is asked for in parts.
-const MAX_POINTS: i64 = 10_000;
+use super::plan::shard::select;
+use super::plan::{Query, Shape};
+use super::prom::{Series, joined};
+use super::reading::Reading;
 
 /// Slices of the node heatmap per period: enough to see days and nights in a week.
 pub const NODE_SLICES: usize = 84;
@@ -77,10 +76,12 @@ pub struct GpuHours {
 }
 
 impl Hourly {
-    /// Asks the store for the period's hourly utilization and power, the two side by side.
+    /// Asks the store for the period's hourly utilization and power, the two side by side:
+    /// the hours the recording rules cover from their records, the others from raw samples
+    /// (`avg_over_time(…[1h])` stepping an hour), each query planned into pieces the store
+    /// allows.
     pub fn fetch(
-        client: &Client,
-        dialect: Dialect,
+        reading: &Reading<'_>,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> anyhow::Result<Hourly> {
@@ -91,35 +92,80 @@ impl Hourly {
         let slices = usize::try_from((to - first).num_seconds() / slice.num_seconds() + 1)
             .unwrap_or(0)
             .max(1);
-        let host = dialect.host();
+        let dialect = reading.dialect;
         let range = format!("{}s", slice.num_seconds());
-        let query = |selected: String| dialect.per_gpu(&selected);
+        let step = Duration::from_secs(slice.num_seconds().unsigned_abs());
+        // The slices the records cover: each evaluation's hour, placed at the nearest slice.
+        let mut recorded = vec![false; slices];
+        let runs = if slice == TimeDelta::hours(1) {
+            reading.coverage.runs(from, to)
+        } else {
+            Vec::new()
+        };
+        for run in &runs {
+            for e in reading
+                .coverage
+                .evaluations
+                .iter()
+                .filter(|e| (run.first..=run.last).contains(e))
+            {
+                if let Some(cell) = slot(first, slice, *e).and_then(|i| recorded.get_mut(i)) {
+                    *cell = true;
+                }
+            }
+        }
+        let raw_slices = unrecorded(&recorded);
+        let raw_query = |family: &'static str, text: Box<dyn Fn(&str) -> String + Sync>| Query {
+            reads: vec![(family.to_string(), 1.0)],
+            shape: Shape::Range { step, window: step },
+            by_host: true,
+            per_series: false,
+            text: Box::new(move |p| text(p.hosts)),
+        };
+        let (utilization_range, power_range) = (range.clone(), range);
+        let raw_utilization = raw_query(
+            dialect.utilization_metric(),
+            Box::new(move |hosts| {
+                dialect.per_gpu(&dialect.utilization_over(hosts, &utilization_range))
+            }),
+        );
+        let raw_power = raw_query(
+            dialect.families()[1],
+            Box::new(move |hosts| dialect.per_gpu(&dialect.power_over(hosts, &power_range))),
+        );
+        let recorded_query = |family: &'static str| Query {
+            reads: vec![(family.to_string(), 1.0)],
+            shape: reading.recorded_raw_shape(),
+            by_host: true,
+            per_series: false,
+            text: Box::new(move |p| format!("{}[{}]", select(family, &[p.hosts]), p.window)),
+        };
+        let (recorded_utilization, recorded_power) = (
+            recorded_query(reading.names.utilization),
+            recorded_query(reading.names.power),
+        );
+        let at = |i: usize| first + slice * i as i32;
+        let fetch = |raw: &Query<'_>, recorded: &Query<'_>| -> anyhow::Result<Vec<Series>> {
+            let mut all = Vec::new();
+            for (a, b) in &raw_slices {
+                all.extend(reading.planner.range(raw, at(*a), at(*b))?);
+            }
+            for run in &runs {
+                let (start, end) = run.reads();
+                all.extend(reading.planner.raw(recorded, start, end)?);
+            }
+            Ok(all)
+        };
         let (utilization, power) = std::thread::scope(|scope| {
-            let utilization = scope.spawn(|| {
-                fetch_slices(
-                    client,
-                    &query(dialect.utilization_over(&range)),
-                    first,
-                    slice,
-                    slices,
-                )
-            });
-            let power = scope.spawn(|| {
-                fetch_slices(
-                    client,
-                    &query(format!("avg_over_time({}[{range}])", dialect.power())),
-                    first,
-                    slice,
-                    slices,
-                )
-            });
+            let utilization = scope.spawn(|| fetch(&raw_utilization, &recorded_utilization));
+            let power = scope.spawn(|| fetch(&raw_power, &recorded_power));
             (joined(utilization), joined(power))
         });
         Ok(Hourly::from_series(
             first,
             slice,
             slices,
-            host,
+            dialect.host(),
             utilization?,
             power?,
         ))
@@ -338,29 +384,32 @@ impl Hourly {
     }
 }
 
-/// One range query's points, in parts of at most [`MAX_POINTS`] steps.
-fn fetch_slices(
-    client: &Client,
-    query: &str,
-    first: DateTime<Utc>,
-    slice: TimeDelta,
-    slices: usize,
-) -> anyhow::Result<Vec<Series>> {
-    let step = Duration::from_secs(slice.num_seconds().unsigned_abs());
-    let mut all: Vec<Series> = Vec::new();
-    let mut start = 0;
-    while start < slices as i64 {
-        let end = (start + MAX_POINTS).min(slices as i64) - 1;
-        let at = |i: i64| first + slice * (i as i32);
-        for part in client.range(query, at(start), at(end), step)? {
-            match all.iter_mut().find(|s| s.labels == part.labels) {
-                Some(s) => s.points.extend(part.points),
-                None => all.push(part),
+/// The slice a point at `at` falls in, rounding to the nearest: the store answers whole
+/// seconds, the period's ends carry fractions, and the records sit at the rules' phase.
+fn slot(first: DateTime<Utc>, slice: TimeDelta, at: DateTime<Utc>) -> Option<usize> {
+    let millis = slice.num_milliseconds().max(1) as f64;
+    let slot = ((at - first).num_milliseconds() as f64 / millis).round();
+    (slot >= 0.0).then_some(slot as usize)
+}
+
+/// The runs of slices not recorded, as (first, last) slice indices.
+fn unrecorded(recorded: &[bool]) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    let mut start = None;
+    for (i, done) in recorded.iter().enumerate() {
+        match (done, start) {
+            (false, None) => start = Some(i),
+            (true, Some(s)) => {
+                runs.push((s, i - 1));
+                start = None;
             }
+            _ => {}
         }
-        start = end + 1;
     }
-    Ok(all)
+    if let Some(s) = start {
+        runs.push((s, recorded.len() - 1));
+    }
+    runs
 }
 
 /// Adds each finite point to its slice's sum and count, rounding to the nearest slice:
@@ -371,12 +420,9 @@ fn add(
     first: DateTime<Utc>,
     slice: TimeDelta,
 ) {
-    let millis = slice.num_milliseconds().max(1) as f64;
     for (at, value) in points {
-        let slot = ((*at - first).num_milliseconds() as f64 / millis).round();
-        if slot >= 0.0
-            && value.is_finite()
-            && let Some((sum, n)) = cells.get_mut(slot as usize)
+        if value.is_finite()
+            && let Some((sum, n)) = slot(first, slice, *at).and_then(|i| cells.get_mut(i))
         {
             *sum += value;
             *n += 1;

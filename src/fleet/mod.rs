@@ -4,7 +4,10 @@
 //!
 //! - [`history`]: the stored history rebuilt as snapshots, host by host, in either metric
 //!   dialect, for `replay --prometheus`.
-//! - [`prom`]: the query API client (bounded, retried on 5xx, errors naming URL and query).
+//! - [`prom`]: the query API client (bounded, retried on 5xx, errors naming URL and query,
+//!   refusals for size told apart).
+//! - [`plan`]: every query cut into pieces the store's limits allow (windows of time, groups
+//!   of hosts), pieces the store still refuses split again, the answers merged.
 //! - [`report`]: the weekly report's figures per team, and (with `figures`) for the fleet, aggregated in
 //!   PromQL; [`hourly`]: each GPU's hourly utilization and power, read once, and the fleet
 //!   figures combined from them; [`render`]: the report as Markdown and as one
@@ -16,7 +19,10 @@ pub mod dialect;
 mod figures;
 pub mod history;
 pub mod hourly;
+pub mod plan;
 pub mod prom;
+pub mod reading;
+pub mod recorded;
 pub mod render;
 pub mod report;
 pub mod review;

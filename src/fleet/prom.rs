@@ -16,9 +16,12 @@
 //! Values that are not finite (`NaN`, `±Inf`: a division by zero in a query, a broken
 //! exporter) are dropped where they are read, counted, and named in one warning per query:
 //! no figure downstream has to guard against them.
+//! A query the store refuses for its size (each store's words for it are in [`refusal`]) is
+//! not retried as it is: its error carries a [`Refused`] naming the limit, and the caller
+//! that planned it ([`super::plan`]) asks again in smaller pieces.
 //! Every error names the URL and the query; no error carries a credential.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -27,8 +30,13 @@ use serde::de::DeserializeOwned;
 
 use crate::redact;
 use answer::{Answer, Budgeted, Data, Dropped, Shape, excerpt};
+use permits::Permits;
+pub use refusal::{Limit, Misunderstood, Refused, misunderstood, refusal};
 
 mod answer;
+mod permits;
+mod refusal;
+mod stream;
 #[cfg(test)]
 mod tests;
 
@@ -96,40 +104,6 @@ pub const CONCURRENT: usize = 4;
 /// JSON (about 20 a point), so this leaves room for the report's own tables.
 pub const ANSWER_BYTES_IN_FLIGHT: usize = 128 << 20;
 
-/// A counting semaphore: the bound on queries in flight.
-struct Permits {
-    free: std::sync::Mutex<usize>,
-    returned: std::sync::Condvar,
-}
-
-struct Permit<'a>(&'a Permits);
-
-impl Permits {
-    fn new(count: usize) -> Permits {
-        Permits {
-            free: std::sync::Mutex::new(count),
-            returned: std::sync::Condvar::new(),
-        }
-    }
-
-    fn take(&self) -> Permit<'_> {
-        // A poisoned lock only means another query thread panicked; the count is still right.
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free == 0 {
-            free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
-        }
-        *free -= 1;
-        Permit(self)
-    }
-}
-
-impl Drop for Permit<'_> {
-    fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.0.returned.notify_one();
-    }
-}
-
 /// The answer of a query run on a scoped thread (`std::thread::scope`); a panic there
 /// becomes an error here.
 pub fn joined<T>(
@@ -149,6 +123,8 @@ pub struct Client {
     /// Bytes read of the answers in flight.
     reading: AtomicUsize,
     answer_budget: usize,
+    /// Requests sent, retries included.
+    sent: AtomicUsize,
 }
 
 impl Client {
@@ -165,7 +141,13 @@ impl Client {
             permits: Permits::new(CONCURRENT),
             reading: AtomicUsize::new(0),
             answer_budget: ANSWER_BYTES_IN_FLIGHT,
+            sent: AtomicUsize::new(0),
         }
+    }
+
+    /// Requests sent to the store so far, retries included.
+    pub fn sent(&self) -> usize {
+        self.sent.load(Ordering::Relaxed)
     }
 
     /// The same client with another cap on the answer bytes in flight (`report
@@ -175,13 +157,18 @@ impl Client {
         self
     }
 
+    /// Bytes of the answers in flight at most.
+    pub fn answer_budget(&self) -> usize {
+        self.answer_budget
+    }
+
     pub fn base(&self) -> &str {
         &self.endpoint.base
     }
 
     /// An instant query evaluated at `at`.
     pub fn instant(&self, query: &str, at: DateTime<Utc>) -> anyhow::Result<Vec<Sample>> {
-        let time = at.timestamp().to_string();
+        let time = seconds(at);
         let data: Data = self.call("query", query, &[("time", time.as_str())])?;
         let mut dropped = Dropped::default();
         let samples = match data {
@@ -220,12 +207,48 @@ impl Client {
         end: DateTime<Utc>,
         step: Duration,
     ) -> anyhow::Result<Vec<Series>> {
+        let mut series = Vec::new();
+        self.range_each(query, start, end, step, &mut |s| series.push(s))?;
+        Ok(series)
+    }
+
+    /// A range query whose series are handed to `each` as they are read, one at a time: the
+    /// client never holds the whole answer. Values that are not finite are dropped (and
+    /// named in a warning) as in [`Client::range`].
+    pub fn range_each(
+        &self,
+        query: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        step: Duration,
+        each: &mut dyn FnMut(Series),
+    ) -> anyhow::Result<()> {
         let (start, end, step) = (
-            start.timestamp().to_string(),
-            end.timestamp().to_string(),
-            step.as_secs().max(1).to_string(),
+            seconds(start),
+            seconds(end),
+            format!("{:.3}", step.as_secs_f64().max(0.001)),
         );
-        let data: Data = self.call(
+        let mut dropped = Dropped::default();
+        let mut bad_time = None;
+        let mut hand_on = |s: answer::MatrixSeries| {
+            let mut points = Vec::with_capacity(s.values.len());
+            for (t, v) in s.values {
+                if !dropped.keep(&s.metric, v.0) {
+                    continue;
+                }
+                match DateTime::from_timestamp_millis((t * 1000.0).round() as i64) {
+                    Some(at) => points.push((at, v.0)),
+                    None => bad_time = Some(t),
+                }
+            }
+            if !points.is_empty() {
+                each(Series {
+                    labels: s.metric,
+                    points,
+                });
+            }
+        };
+        self.call_with(
             "query_range",
             query,
             &[
@@ -233,10 +256,44 @@ impl Client {
                 ("end", end.as_str()),
                 ("step", step.as_str()),
             ],
+            &mut |reader| stream::matrix(reader, &mut hand_on),
         )?;
-        let Data::Matrix(series) = data else {
-            anyhow::bail!("{}: did not answer a range vector", self.context(query));
-        };
+        if let Some(t) = bad_time {
+            anyhow::bail!("{}: timestamp {t} out of range", self.context(query));
+        }
+        dropped.warn(&self.context(query));
+        Ok(())
+    }
+
+    /// An instant query answering a range vector (`family[1h]`: the raw samples of each
+    /// series in the hour before `at`, with their own timestamps).
+    pub fn instant_matrix(&self, query: &str, at: DateTime<Utc>) -> anyhow::Result<Vec<Series>> {
+        let time = seconds(at);
+        let data: Data = self.call("query", query, &[("time", time.as_str())])?;
+        match data {
+            Data::Matrix(series) => self.matrix(query, series),
+            // A selector without a range answers an instant vector: each series' last
+            // sample, stamped with the evaluation time.
+            Data::Vector(series) => self.matrix(
+                query,
+                series
+                    .into_iter()
+                    .map(|s| answer::MatrixSeries {
+                        metric: s.metric,
+                        values: vec![s.value],
+                    })
+                    .collect(),
+            ),
+            Data::Scalar(_) => anyhow::bail!("{}: answered a scalar", self.context(query)),
+        }
+    }
+
+    /// The series of a matrix answer, values that are not finite dropped.
+    fn matrix(
+        &self,
+        query: &str,
+        series: Vec<answer::MatrixSeries>,
+    ) -> anyhow::Result<Vec<Series>> {
         let mut dropped = Dropped::default();
         let mut out = Vec::with_capacity(series.len());
         for s in series {
@@ -282,6 +339,30 @@ impl Client {
         )
     }
 
+    /// The label sets of the series matching `matcher` with samples between `start` and
+    /// `end` (`/api/v1/series`): answered from the store's index, without reading samples.
+    pub fn series(
+        &self,
+        matcher: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> anyhow::Result<Vec<std::collections::BTreeMap<String, String>>> {
+        let (start, end) = (start.timestamp().to_string(), end.timestamp().to_string());
+        self.call(
+            "series",
+            matcher,
+            &[("start", start.as_str()), ("end", end.as_str())],
+        )
+    }
+
+    /// A flag of the store's command line (`/api/v1/status/flags`, which Prometheus and
+    /// Thanos serve); `None` when the store does not say.
+    pub fn flag(&self, name: &str) -> Option<String> {
+        let flags: std::collections::BTreeMap<String, String> =
+            self.call("status/flags", "", &[]).ok()?;
+        flags.get(name).cloned()
+    }
+
     fn context(&self, query: &str) -> String {
         format!("{} query {query:?}", redact::url(&self.endpoint.base))
     }
@@ -291,6 +372,20 @@ impl Client {
         api: &str,
         query: &str,
         params: &[(&str, &str)],
+    ) -> anyhow::Result<D> {
+        self.call_with(api, query, params, &mut |reader| {
+            serde_json::from_reader(reader)
+        })
+    }
+
+    /// [`Client::call`], the answer read by `parse` (which may hand series on as it reads
+    /// them: an attempt that fails part-way and is retried hands some on twice).
+    fn call_with<D: Shape>(
+        &self,
+        api: &str,
+        query: &str,
+        params: &[(&str, &str)],
+        parse: &mut dyn FnMut(&mut dyn std::io::Read) -> serde_json::Result<Answer<D>>,
     ) -> anyhow::Result<D> {
         let url = format!("{}/api/v1/{api}", self.endpoint.base);
         let mut last = None;
@@ -315,7 +410,8 @@ impl Client {
                 break;
             }
             made += 1;
-            let outcome = self.once::<D>(api, &url, query, params, left);
+            self.sent.fetch_add(1, Ordering::Relaxed);
+            let outcome = self.once::<D>(api, &url, query, params, left, parse);
             drop(permit);
             match outcome {
                 Ok(data) => {
@@ -341,19 +437,27 @@ impl Client {
             })
     }
 
-    fn once<D: DeserializeOwned>(
+    fn once<D>(
         &self,
         api: &str,
         url: &str,
         query: &str,
         params: &[(&str, &str)],
         left: Duration,
+        parse: &mut dyn FnMut(&mut dyn std::io::Read) -> serde_json::Result<Answer<D>>,
     ) -> Result<D, Failure> {
         let shown = self.context(query);
-        // The query endpoints take a form (a long query fits no URL); the label-values
-        // endpoint is served for GET only, its matcher in `match[]`. The attempt gets what
-        // is left of the query's deadline, reading the answer included.
-        let sent = if api.starts_with("label/") {
+        // The query endpoints take a form (a long query fits no URL), and so does the series
+        // endpoint (its matcher in `match[]`); the label-values endpoint is served for GET
+        // only. The attempt gets what is left of the query's deadline, reading the answer
+        // included.
+        let sent = if api == "status/flags" {
+            self.authorize(self.agent.get(url))
+                .config()
+                .timeout_global(Some(left))
+                .build()
+                .call()
+        } else if api.starts_with("label/") {
             self.authorize(self.agent.get(url))
                 .config()
                 .timeout_global(Some(left))
@@ -361,7 +465,8 @@ impl Client {
                 .query_pairs(params.iter().copied().chain([("match[]", query)]))
                 .call()
         } else {
-            let mut form: Vec<(&str, &str)> = vec![("query", query)];
+            let key = if api == "series" { "match[]" } else { "query" };
+            let mut form: Vec<(&str, &str)> = vec![(key, query)];
             form.extend_from_slice(params);
             self.authorize(self.agent.post(url))
                 .config()
@@ -386,7 +491,7 @@ impl Client {
         };
         // serde_json reads a byte at a time: the buffer is outside the count, so the
         // count moves per chunk.
-        let parsed = serde_json::from_reader::<_, Answer<D>>(std::io::BufReader::with_capacity(
+        let parsed = parse(&mut std::io::BufReader::with_capacity(
             64 << 10,
             &mut reader,
         ));
@@ -407,7 +512,8 @@ impl Client {
                     }
                 );
                 // Alone over the cap, it will be again; beside others, a later attempt may
-                // find the room they leave.
+                // find the room they leave. (The planner sizes pieces to the cap, so a
+                // store sending more than planned is misbehaving, not to be asked again.)
                 return Err(if others == 0 {
                     Failure::Final(error)
                 } else {
@@ -421,29 +527,42 @@ impl Client {
                 )));
             }
             Err(_) => {
-                let error = anyhow::anyhow!(
-                    "{shown}: HTTP {status}, not a Prometheus API answer: {}",
-                    excerpt(&String::from_utf8_lossy(&start))
-                );
+                let body = excerpt(&String::from_utf8_lossy(&start));
+                let error =
+                    anyhow::anyhow!("{shown}: HTTP {status}, not a Prometheus API answer: {body}");
+                // A query frontend may answer a refusal in plain text.
+                if let Some(limit) = refusal::classify(&body).filter(|_| status >= 400) {
+                    return Err(Failure::Final(anyhow::Error::new(Refused {
+                        limit,
+                        message: format!("{error}"),
+                    })));
+                }
                 return Err(match status {
                     401 | 403 => Failure::Final(anyhow::anyhow!(
                         "{shown}: HTTP {status}: the store refused the credentials (set GPU_SENTINEL_PROMETHEUS_TOKEN, or GPU_SENTINEL_PROMETHEUS_USER and GPU_SENTINEL_PROMETHEUS_PASSWORD)"
                     )),
                     500.. => Failure::Retry(error),
-                    _ => Failure::Final(error),
+                    _ => Failure::Final(anyhow::Error::new(Misunderstood(format!("{error}")))),
                 });
             }
         };
         if answer.status != "success" {
+            let said = answer.error.unwrap_or_default();
             let error = anyhow::anyhow!(
                 "{shown}: HTTP {status}: {} {}",
                 answer.error_type.unwrap_or_default(),
-                answer.error.unwrap_or_default()
+                redact::scrub(&said)
             );
+            if let Some(limit) = refusal::classify(&said) {
+                return Err(Failure::Final(anyhow::Error::new(Refused {
+                    limit,
+                    message: format!("{error}"),
+                })));
+            }
             return Err(if status >= 500 {
                 Failure::Retry(error)
             } else {
-                Failure::Final(error)
+                Failure::Final(anyhow::Error::new(Misunderstood(format!("{error}"))))
             });
         }
         answer
@@ -465,6 +584,12 @@ impl Client {
             }
         }
     }
+}
+
+/// A time as the query API takes it: seconds since the epoch, to the millisecond.
+fn seconds(at: DateTime<Utc>) -> String {
+    let millis = at.timestamp_millis();
+    format!("{}.{:03}", millis.div_euclid(1000), millis.rem_euclid(1000))
 }
 
 enum Failure {

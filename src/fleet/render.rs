@@ -87,10 +87,31 @@ pub fn markdown(report: &Report) -> String {
             );
         }
     }
+    let _ = writeln!(out, "_{}_", read_line(report));
     if out.len() > MARKDOWN_LIMIT {
         out = shorten(&out, MARKDOWN_LIMIT);
     }
     out
+}
+
+/// What the report was read from: the recording rules' hourly records, raw samples, or
+/// both, and for how many of the period's hours.
+pub fn read_line(report: &Report) -> String {
+    let store = &report.store;
+    match (store.recorded_hours, store.raw_hours) {
+        (0, _) => format!(
+            "Read from raw samples ({} metrics, scraped every {}s): no recording rules in the store for the period.",
+            report.source, store.scrape_interval_seconds
+        ),
+        (recorded, 0) => format!(
+            "Read from the recording rules' hourly records ({} metrics): all {recorded} hours.",
+            report.source
+        ),
+        (recorded, raw) => format!(
+            "Read from the recording rules' hourly records for {recorded} hours and from raw samples for {raw} ({} metrics).",
+            report.source
+        ),
+    }
 }
 
 fn team_row(team: &TeamReport) -> String {
@@ -161,6 +182,7 @@ pub fn html(report: &Report) -> String {
         report.fleet.gpus,
         report.fleet.utilization * 100.0
     );
+    let _ = write!(out, "<p class=\"muted\">{}</p>", escape(&read_line(report)));
     out.push_str("<h2>Teams</h2><table><tr><th>team</th><th class=\"n\">GPU-h held</th><th class=\"n\">busy</th><th class=\"n\">idle</th><th class=\"n\">efficiency</th>");
     let _ = write!(
         out,

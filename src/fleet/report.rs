@@ -26,6 +26,8 @@ use super::figures::{capacity, earlier_months, energy, risk, scale, tco};
 use super::hourly::Hourly;
 pub use super::hourly::{HeatCell, NodeHeatmap, NodeRow};
 use super::prom::{Client, Sample, joined};
+use super::reading::Reading;
+pub use super::reading::StoreUse;
 pub use super::spec::ReportSpec;
 use crate::config::{Holder, UNASSIGNED, team_of};
 use crate::engine::cost::hourly_cost;
@@ -38,6 +40,8 @@ pub struct Report {
     pub to: DateTime<Utc>,
     /// Which metric dialect the figures come from.
     pub source: &'static str,
+    /// What was read: recording rules' hourly records or raw samples, and what it cost.
+    pub store: StoreUse,
     pub currency: String,
     pub teams: Vec<TeamReport>,
     pub fleet: FleetReport,
@@ -103,14 +107,17 @@ pub use super::dialect::OWNER_METRIC;
 pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
     let window = (spec.to - spec.from).num_seconds().max(1);
     let dialect = Dialect::detect(client, spec.from, spec.to, spec.memory_floor_mib)?;
-    // Every query below is independent of the others; the slowest are started first.
+    let reading = Reading::open(client, dialect, spec)?;
+    let reading = &reading;
+    let previous_from = spec.from - chrono::TimeDelta::seconds(window);
+    // Every read below is independent of the others; the slowest are started first.
     let (current, hourly, previous, earlier, risk) = scope(|s| {
-        let current = s.spawn(|| usage(client, dialect, spec, spec.to, window, true));
-        let hourly = s.spawn(|| Hourly::fetch(client, dialect, spec.from, spec.to));
-        let previous = s.spawn(|| usage(client, dialect, spec, spec.from, window, false));
-        let earlier = s.spawn(|| earlier_months(client, dialect, spec, window));
+        let current = s.spawn(|| reading.usage(spec.from, spec.to, true));
+        let hourly = s.spawn(|| Hourly::fetch(reading, spec.from, spec.to));
+        let previous = s.spawn(|| reading.usage(previous_from, spec.from, false));
+        let earlier = s.spawn(|| earlier_months(reading, spec, window));
         let risk = s.spawn(|| match dialect {
-            Dialect::Native => risk(client, spec),
+            Dialect::Native => risk(reading, spec),
             // dcgm-exporter's metrics carry no risk score; `replay --prometheus` runs the
             // engine over them.
             Dialect::Dcgm { .. } => Ok(Vec::new()),
@@ -160,10 +167,13 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
         spec,
         window,
     );
+    let store = reading.store_use(spec.from, spec.to);
+    tracing::debug!(?store, "what the report read");
     Ok(Report {
         from: spec.from,
         to: spec.to,
         source: dialect.source(),
+        store,
         currency: spec.cost.currency.clone(),
         teams,
         fleet: FleetReport {
@@ -178,62 +188,6 @@ pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {
             node_heatmap: hourly.node_heatmap(),
         },
     })
-}
-
-/// GPU-seconds held in the `window` seconds before `at`, by owner, host, team and state
-/// (and GPU when `per_gpu`), in the report's labels. gpu-sentinel's owner series are read in
-/// two halves side by side, the rows of the two added up: `increase` over adjacent ranges
-/// adds up to the increase over both.
-fn usage(
-    client: &Client,
-    dialect: Dialect,
-    spec: &ReportSpec,
-    at: DateTime<Utc>,
-    window: i64,
-    per_gpu: bool,
-) -> anyhow::Result<Vec<Sample>> {
-    let step = spec.step.as_secs().max(1);
-    let halves = match dialect {
-        Dialect::Native if window >= 2 => {
-            let first = window / 2;
-            vec![
-                (at - chrono::TimeDelta::seconds(window - first), first),
-                (at, window - first),
-            ]
-        }
-        // dcgm-exporter's held seconds are counted by subquery, whose steps are aligned to
-        // the clock: a step on the boundary between halves would count in both.
-        _ => vec![(at, window)],
-    };
-    let parts: Vec<anyhow::Result<Vec<Sample>>> = scope(|s| {
-        let handles: Vec<_> = halves
-            .iter()
-            .map(|&(end, part)| {
-                s.spawn(move || {
-                    let mut rows = Vec::new();
-                    for (query, state) in
-                        dialect.usage(part, step, spec.idle_threshold, per_gpu, false)
-                    {
-                        for row in client.instant(&query, end)? {
-                            rows.push(dialect.normalise(row, state));
-                        }
-                    }
-                    Ok(rows)
-                })
-            })
-            .collect();
-        handles.into_iter().map(joined).collect()
-    });
-    let mut summed: BTreeMap<BTreeMap<String, String>, f64> = BTreeMap::new();
-    for part in parts {
-        for row in part? {
-            *summed.entry(row.labels).or_default() += row.value;
-        }
-    }
-    Ok(summed
-        .into_iter()
-        .map(|(labels, value)| Sample { labels, value })
-        .collect())
 }
 
 /// The teams' figures from the period's rows per GPU and the previous period's.

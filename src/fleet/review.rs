@@ -7,7 +7,21 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use super::plan::census::{Census, scrape_interval};
+use super::plan::shard::select;
+use super::plan::{Limits, Planner, Query, Shape};
 use super::prom::{Client, Sample};
+
+/// The families the review reads.
+const FAMILIES: [&str; 7] = [
+    "gpu_info",
+    "gpu_failure_risk_score",
+    "gpu_up",
+    "gpu_utilization_ratio",
+    "gpu_temperature_celsius",
+    "gpu_failure_risk_rule",
+    "gpu_failure_risk_contribution",
+];
 
 /// One GPU of the fleet, as the store last saw it.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,9 +46,33 @@ fn key(s: &Sample) -> Key {
     (s.label("instance").to_string(), s.label("uuid").to_string())
 }
 
-/// Every GPU with a risk score or an info series in the hour before `at`, most at risk first.
-pub fn rank(client: &Client, at: DateTime<Utc>) -> anyhow::Result<Vec<FleetGpu>> {
-    let last = |metric: &str| client.instant(&format!("last_over_time({metric}[1h])"), at);
+/// Every GPU with a risk score or an info series in the hour before `at`, most at risk
+/// first; `max_samples` as for the report (`None`: the store's flag, else the default).
+pub fn rank(
+    client: &Client,
+    at: DateTime<Utc>,
+    max_samples: Option<u64>,
+) -> anyhow::Result<Vec<FleetGpu>> {
+    let window = std::time::Duration::from_secs(3600);
+    let start = at - chrono::TimeDelta::hours(1);
+    let census = Census::take(client, "instance", &FAMILIES, start, at)?;
+    let interval = scrape_interval(client, &census, "gpu_up", start, at)?
+        .unwrap_or(std::time::Duration::from_secs(60));
+    let planner = Planner::new(client, Limits::of(client, max_samples), census, interval);
+    let last = |metric: &'static str| {
+        planner.rows(
+            &Query {
+                reads: vec![(metric.to_string(), 1.0)],
+                shape: Shape::At { window },
+                by_host: true,
+                per_series: false,
+                text: Box::new(move |p| {
+                    format!("last_over_time({}[1h])", select(metric, &[p.hosts]))
+                }),
+            },
+            at,
+        )
+    };
     let info = last("gpu_info")?;
     let scores = last("gpu_failure_risk_score")?;
     anyhow::ensure!(

@@ -21,7 +21,10 @@ pub struct ReportSpec {
     pub idle_threshold: f64,
     /// Framebuffer use (MiB) above which dcgm-exporter's GPUs count as held.
     pub memory_floor_mib: u64,
-    /// Resolution at which dcgm-exporter's held GPU-seconds are counted (the store's scrape
-    /// interval is a good choice); the other figures step an hour at a time.
-    pub step: Duration,
+    /// Resolution at which dcgm-exporter's held GPU-seconds are counted; None: the store's
+    /// scrape interval, from the spacing of its samples. The other figures step an hour.
+    pub step: Option<Duration>,
+    /// Samples one query may load in the store; None: what the store says
+    /// (`query.max-samples` in its flags), else Prometheus's default.
+    pub max_samples: Option<u64>,
 }

@@ -2,7 +2,9 @@
 #![allow(dead_code)] // each test binary uses a different part of this harness
 
 pub mod alerts;
+pub mod history;
 pub mod http_server;
+pub mod victoria;
 
 use std::io::{Read, Write as _};
 use std::net::TcpListener;
@@ -331,7 +333,7 @@ impl Prometheus {
         let config = format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [{rule_files}]\nscrape_configs:\n{jobs}"
         );
-        Prometheus::spawn(binary, &config, None)
+        Prometheus::spawn(binary, &config, None, &[])
     }
 
     /// `promtool tsdb create-blocks-from openmetrics FILE DATA`, asserting promtool took
@@ -354,7 +356,23 @@ impl Prometheus {
     /// A Prometheus that scrapes nothing and serves the TSDB blocks under `data` (made by
     /// `promtool tsdb create-blocks-from`), kept however old they are; answers once ready.
     pub fn on_blocks(binary: &Path, data: &Path) -> Prometheus {
-        let prometheus = Prometheus::spawn(binary, "global:\n  scrape_interval: 1m\n", Some(data));
+        Prometheus::on_blocks_with(binary, data, &[])
+    }
+
+    /// As [`Prometheus::on_blocks`], with more command-line flags
+    /// (`--query.max-samples=…`).
+    pub fn on_blocks_with(binary: &Path, data: &Path, flags: &[&str]) -> Prometheus {
+        Prometheus::on_blocks_configured(binary, data, "global:\n  scrape_interval: 1m\n", flags)
+    }
+
+    /// As [`Prometheus::on_blocks_with`], with `config` as its configuration file.
+    pub fn on_blocks_configured(
+        binary: &Path,
+        data: &Path,
+        config: &str,
+        flags: &[&str],
+    ) -> Prometheus {
+        let prometheus = Prometheus::spawn(binary, config, Some(data), flags);
         let began = Instant::now();
         while began.elapsed() < Duration::from_secs(60) {
             let ready = prometheus
@@ -370,7 +388,7 @@ impl Prometheus {
         panic!("Prometheus on {} was not ready within 60s", data.display());
     }
 
-    fn spawn(binary: &Path, config: &str, data: Option<&Path>) -> Prometheus {
+    fn spawn(binary: &Path, config: &str, data: Option<&Path>, flags: &[&str]) -> Prometheus {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("gpu-sentinel-prom-{}-{port}", std::process::id()));
@@ -385,6 +403,7 @@ impl Prometheus {
             .arg(format!("--storage.tsdb.path={}", data.display()))
             .arg("--storage.tsdb.retention.time=100y")
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -13,6 +13,7 @@
 
 pub mod dcgm;
 pub mod native;
+mod survey;
 #[cfg(test)]
 mod tests;
 
@@ -22,8 +23,12 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::plan::census::Census;
+pub use super::plan::shard::quote;
+use super::plan::{Limits, Planner, Query, Shape};
 use super::prom::{Client, Series};
 use crate::model::{GpuSample, HostInfo, ProcessSample, Snapshot, XidEvent, XidSource};
+pub use survey::{Survey, survey};
 
 /// Prometheus refuses a range query of more than 11,000 points per series; stay under it.
 pub const MAX_POINTS: u64 = 10_000;
@@ -89,76 +94,12 @@ impl Period {
     }
 }
 
-/// What the store holds over the period: the dialect and the hosts (`instance`) reporting.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Survey {
-    pub dialect: Dialect,
-    pub hosts: Vec<String>,
-}
-
-/// Finds which dialect the store holds over `period` and which hosts report in it. An
-/// empty store, a period beyond its retention, or a store with GPUs but no utilization is
-/// an error naming the metric and the URL.
-pub fn survey(client: &Client, period: &Period) -> anyhow::Result<Survey> {
-    // Asked in windows, one point each, rather than over the whole period at once: a store
-    // limits the samples one evaluation may load, and a quarter of a large fleet passes it.
-    // Windows end at `to` and go back until they cover `from`; the first may reach up to
-    // one window before it (a host seen only there replays no snapshot and is left out).
-    let window = period.survey_window();
-    let windows = (period.to - period.from).num_seconds() / window.num_seconds().max(1);
-    let start = period.to - window * i32::try_from(windows).unwrap_or(i32::MAX);
-    let windowed = |metric: &str, by: &str| -> anyhow::Result<Vec<Series>> {
-        let query = format!(
-            "{by} (last_over_time({metric}[{}s]))",
-            window.num_seconds() + 1
-        );
-        let step = window.to_std().unwrap_or(Duration::from_secs(3600));
-        client.range(&query, start, period.to, step)
-    };
-    let hosts_of = |metric: &str| -> anyhow::Result<Vec<String>> {
-        let hosts: BTreeSet<String> = windowed(metric, "group by (instance)")?
-            .iter()
-            .map(|s| label(&s.labels, "instance").to_string())
-            .collect();
-        Ok(hosts.into_iter().collect())
-    };
-    let present =
-        |metric: &str| -> anyhow::Result<bool> { Ok(!windowed(metric, "count")?.is_empty()) };
-    let (from, to) = (period.from.to_rfc3339(), period.to.to_rfc3339());
-    let hosts = hosts_of("gpu_up")?;
-    if !hosts.is_empty() {
-        anyhow::ensure!(
-            present("gpu_utilization_ratio")?,
-            "{} holds gpu_up but no gpu_utilization_ratio from {from} to {to}: the engine needs \
-             utilization (were the scrapes relabelled or the family dropped?)",
-            crate::redact::url(client.base())
-        );
-        return Ok(Survey {
-            dialect: Dialect::GpuSentinel,
-            hosts,
-        });
-    }
-    let mut hosts = hosts_of("DCGM_FI_DEV_GPU_UTIL")?;
-    if hosts.is_empty() {
-        hosts = hosts_of("DCGM_FI_PROF_GR_ENGINE_ACTIVE")?;
-    }
-    if !hosts.is_empty() {
-        return Ok(Survey {
-            dialect: Dialect::DcgmExporter,
-            hosts,
-        });
-    }
-    anyhow::bail!(
-        "{} has no gpu_up (gpu-sentinel) and no DCGM_FI_DEV_GPU_UTIL or \
-         DCGM_FI_PROF_GR_ENGINE_ACTIVE (dcgm-exporter) sample from {from} to {to}: the period \
-         is beyond the store's retention, or no GPU exporter was scraped into it then",
-        crate::redact::url(client.base())
-    )
-}
-
 /// One host's history, read chunk by chunk and handed on a snapshot at a time.
 pub struct HostHistory<'c> {
-    client: &'c Client,
+    planner: Planner<'c>,
+    /// Steps a chunk spans: six hours' worth, fewer where the host's series are too many
+    /// for the store to answer six hours of at once.
+    chunk_steps: u64,
     host: String,
     dialect: Dialect,
     period: Period,
@@ -171,9 +112,40 @@ pub struct HostHistory<'c> {
 }
 
 impl<'c> HostHistory<'c> {
-    pub fn new(client: &'c Client, host: &str, dialect: Dialect, period: Period) -> Self {
-        HostHistory {
+    /// The history of `host`, its chunks planned from its series (the store's index) and
+    /// the store's limits (`max_samples` as for the report).
+    pub fn open(
+        client: &'c Client,
+        host: &str,
+        dialect: Dialect,
+        period: Period,
+        max_samples: Option<u64>,
+    ) -> anyhow::Result<Self> {
+        let families = match dialect {
+            Dialect::GpuSentinel => native::METRICS,
+            Dialect::DcgmExporter => dcgm::METRICS,
+        };
+        let census = Census::take_matching(
             client,
+            "instance",
+            families,
+            &format!("instance=\"{}\"", quote(host)),
+            period.from,
+            period.to,
+        )?;
+        let planner = Planner::new(client, Limits::of(client, max_samples), census, period.step);
+        let query = chunk_query(dialect, host, period.step);
+        let planned = planner
+            .pieces(&query, period.from, period.to)
+            .first()
+            .map_or(1, |p| {
+                let step = period.step.as_millis().max(1) as i64;
+                (p.end - p.start).num_milliseconds() / step + 1
+            });
+        let chunk_steps = period.chunk_steps().min(planned.max(1).unsigned_abs());
+        Ok(HostHistory {
+            planner,
+            chunk_steps,
             host: host.to_string(),
             dialect,
             period,
@@ -182,7 +154,7 @@ impl<'c> HostHistory<'c> {
             xids: XidTracker::new(period.from),
             notes: Notes::default(),
             samples: 0,
-        }
+        })
     }
 
     /// The next snapshot in time order; `None` at the end of the period. Steps at which the
@@ -232,14 +204,15 @@ impl<'c> HostHistory<'c> {
 
     fn fetch_chunk(&mut self, start: DateTime<Utc>) -> anyhow::Result<()> {
         let step = TimeDelta::from_std(self.period.step).context("--step is too long")?;
-        let steps = self.period.chunk_steps();
+        let steps = self.chunk_steps;
         let span = step * i32::try_from(steps - 1).unwrap_or(i32::MAX);
         let end = (start + span).min(self.period.to);
         self.next_chunk = Some(end + step).filter(|next| *next <= self.period.to);
-        let query = self.dialect.selector(&self.host);
+        let query = chunk_query(self.dialect, &self.host, self.period.step);
+        // Planned again for the chunk: a store that refuses it gets it in halves.
         let series = self
-            .client
-            .range(&query, start, end, self.period.step)
+            .planner
+            .range(&query, start, end)
             .with_context(|| format!("history of {} from {start} to {end}", self.host))?;
         let count = usize::try_from((end - start).num_seconds() / step.num_seconds().max(1))
             .unwrap_or(0)
@@ -258,18 +231,24 @@ impl<'c> HostHistory<'c> {
     }
 }
 
-/// A label value inside a PromQL double-quoted string.
-pub fn quote(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+/// Every series of one host the rebuild reads, stepping `step`: a plain selector, so the
+/// store answers (and holds) each series' samples at the steps.
+fn chunk_query(dialect: Dialect, host: &str, step: Duration) -> Query<'static> {
+    let families = match dialect {
+        Dialect::GpuSentinel => native::METRICS,
+        Dialect::DcgmExporter => dcgm::METRICS,
+    };
+    let selector = dialect.selector(host);
+    Query {
+        reads: families.iter().map(|f| (f.to_string(), 1.0)).collect(),
+        shape: Shape::Range {
+            step,
+            window: Duration::ZERO,
+        },
+        by_host: false,
+        per_series: true,
+        text: Box::new(move |_| selector.clone()),
     }
-    out
 }
 
 /// One step of one host being rebuilt from the chunk's series.

@@ -173,6 +173,28 @@ impl Shape for Vec<String> {
     }
 }
 
+/// A series answer: one label set per series.
+impl Shape for Vec<std::collections::BTreeMap<String, String>> {
+    fn series(&self) -> usize {
+        self.len()
+    }
+
+    fn points(&self) -> usize {
+        0
+    }
+}
+
+/// The store's flags: no series.
+impl Shape for std::collections::BTreeMap<String, String> {
+    fn series(&self) -> usize {
+        0
+    }
+
+    fn points(&self) -> usize {
+        0
+    }
+}
+
 #[derive(Deserialize)]
 pub(super) struct VectorSeries {
     #[serde(default)]
