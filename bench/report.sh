@@ -1,52 +1,72 @@
 #!/usr/bin/env bash
-# The fleet report against one pass of Prometheus over the same samples.
+# The fleet report against one pass of the store over the same samples.
 #
 #   bench/report.sh [HOSTS] [DAYS] [RUNS]     # default: 64 hosts (8 GPUs each), 7 days, best of 3
-#   BENCH_BLOCKS=DIR bench/report.sh …        # keep the TSDB blocks in DIR, or reuse them from
-#                                             # there (recording 64 hosts takes a while)
-#   BENCH_BEFORE=BINARY bench/report.sh …     # also time another gpu-sentinel (an older build)
-#                                             # in the same runs, and compare its figures
+#   DIALECT=dcgm bench/report.sh …            # dcgm-exporter's metrics instead of gpu-sentinel's
+#   RULES=1 bench/report.sh …                 # with the hourly recording rules' records over the
+#                                             # whole history (promtool create-blocks-from rules)
+#   INTERVAL=5m bench/report.sh …             # the recording's scrape interval (default 60s)
+#   MAX_SAMPLES=3000000 bench/report.sh …     # Prometheus --query.max-samples (default: its own)
+#   VICTORIA=1 bench/report.sh …              # also the report against VictoriaMetrics (default
+#                                             # flags), the history loaded through its import API
+#   TRUTH=1 bench/report.sh …                 # check teams' held and idle GPU-hours (within 2%) and
+#                                             # the night-idle hosts against the recording
+#   BENCH_BLOCKS=DIR bench/report.sh …        # keep the TSDB blocks (and the history, with VICTORIA
+#                                             # or TRUTH) in DIR, or reuse them from there
+#   BENCH_BEFORE=BINARY bench/report.sh …     # also time another gpu-sentinel in the same runs
+#   BIN=BINARY bench/report.sh …              # time this build instead of building target/release
 #
-# `record --format openmetrics` writes the simulated fleet's history at 60 s, restricted to
-# the families the report reads; promtool turns it into TSDB blocks; the Debian
-# `prometheus` serves them. Then, in the same run and against the same server, alternating:
-#   pass:   sum(count_over_time(gpu_utilization_ratio[DAYSd])) as an instant query at the
-#           last recorded sample — Prometheus reading every utilization sample once (curl);
+# `record --format openmetrics` writes the simulated fleet's history at INTERVAL, restricted to
+# the families the report reads; promtool turns it into TSDB blocks (54 h at most, as a
+# Prometheus holding a week has compacted them; the server keeps them as they are); the
+# Debian `prometheus` serves them. Then, in the same run and against the same server,
+# alternating:
+#   pass:   sum(count_over_time(FAMILY[DAYSd])) for each family the report reads, instant
+#           queries at the last recorded sample one after the other (curl) — the store
+#           reading every raw sample the report could read once, answering a number each:
+#           "one pass over the data";
 #   report: gpu-sentinel report over the same DAYS days, --format json and --format html
-#           (/usr/bin/time: wall and max RSS);
+#           (/usr/bin/time: wall and max RSS; the queries it sent from its `store` key);
 #   before: the same with BENCH_BEFORE's binary, when given.
-# The best run of each counts; the first (cold) run is printed too. The period is given as
-# --from/--to ending at the last recorded sample, which is what --last DAYSd asks at the
-# moment the recording ends: the pass and the report see the same samples however long the
-# backfill took.
+# The best run of each counts; the first (cold) run is printed too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hosts=${1:-64}
 days=${2:-7}
 runs=${3:-3}
+dialect=${DIALECT:-native}
+interval=${INTERVAL:-60s}
 for tool in prometheus promtool curl python3 /usr/bin/time; do
   command -v "$tool" >/dev/null || {
     echo "missing $tool (apt-get install prometheus curl python3 time)" >&2
     exit 1
   }
 done
-CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1} cargo build --release --locked --quiet --bin gpu-sentinel
-# What the report queries (src/fleet/dialect.rs, figures.rs): utilization, owner seconds,
-# power, and the risk score with its contributions.
-families='^gpu_(utilization_ratio|owner_seconds_total|power_watts|failure_risk_(score|contribution))$'
+if [ "${VICTORIA:-0}" = 1 ]; then
+  command -v victoria-metrics >/dev/null || { echo "missing victoria-metrics (apt-get install victoria-metrics)" >&2; exit 1; }
+fi
+if [ -z "${BIN:-}" ]; then
+  CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1} cargo build --release --locked --quiet --bin gpu-sentinel
+fi
+interval_s=$(python3 -c 'import re, sys; m = re.fullmatch(r"(\d+)(s|m)", sys.argv[1]); print(int(m[1]) * (60 if m[2] == "m" else 1))' "$interval")
 
 work=$(mktemp -d)
 prom=""
-cleanup() {
-  if [ -n "$prom" ]; then
-    kill "$prom" 2>/dev/null || true
-    wait "$prom" 2>/dev/null || true
+vm=""
+stop() {
+  if [ -n "$1" ]; then
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
   fi
+}
+cleanup() {
+  stop "$prom"
+  stop "$vm"
   rm -rf "$work"
 }
 trap cleanup EXIT
 # A copy, so a rebuild during the run does not change what is measured.
-cp target/release/gpu-sentinel "$work/gpu-sentinel"
+cp "${BIN:-target/release/gpu-sentinel}" "$work/gpu-sentinel"
 bin=$work/gpu-sentinel
 before_bin=""
 if [ -n "${BENCH_BEFORE:-}" ]; then
@@ -55,175 +75,265 @@ if [ -n "${BENCH_BEFORE:-}" ]; then
   before_bin=$work/gpu-sentinel-before
 fi
 data=${BENCH_BLOCKS:-$work/data}
+history=$data.om
 
-# 1. The history, and the blocks. Blocks of up to 54 h are what a Prometheus holding a week
-# has compacted its 2 h blocks into; the server below keeps them as they are
-# (--storage.tsdb.max-block-duration), so no compaction runs while the clock does.
+# What the report reads (src/fleet/dialect.rs, figures.rs), and the teams it is configured
+# with (bench/report_truth.py counts them the same way).
+if [ "$dialect" = dcgm ]; then
+  pass_families="DCGM_FI_DEV_FB_USED DCGM_FI_DEV_GPU_UTIL DCGM_FI_DEV_POWER_USAGE"
+  printf '[export]\ndcgm_compat = true\n' >"$work/config.toml"
+  research_hosts='hosts = ["sim-node-02"]'
+else
+  pass_families="gpu_utilization_ratio gpu_owner_seconds_total gpu_power_watts gpu_failure_risk_score gpu_failure_risk_contribution"
+  research_hosts=""
+fi
+printf '[[teams]]\nname = "research"\nnamespaces = ["ml-*"]\n%s\n[[teams]]\nname = "serving"\nnamespaces = ["inference"]\n' \
+  "$research_hosts" >>"$work/config.toml"
+names="(${pass_families// /|})"
+families="^${names}\$"
+keep_history=0
+[ "${VICTORIA:-0}" = 1 ] || [ "${TRUTH:-0}" = 1 ] && keep_history=1
+
+# 1. The history, and the blocks.
 if [ -n "$(find "$data" -mindepth 2 -maxdepth 2 -name meta.json 2>/dev/null)" ]; then
   made="blocks reused from $data"
 else
-  /usr/bin/time -f "%e %M" -o "$work/record.time" "$bin" record --simulate \
-    --simulated-duration "${days}d" --interval 60s --format openmetrics --hosts "$hosts" \
-    --families "$families" --out "$work/history.om" 2>"$work/record.log"
+  /usr/bin/time -f "%e %M" -o "$work/record.time" "$bin" record --simulate --config "$work/config.toml" \
+    --simulated-duration "${days}d" --interval "$interval" --format openmetrics --hosts "$hosts" \
+    --families "$families" --out "$history" 2>"$work/record.log"
   read -r record_wall record_rss <"$work/record.time"
-  # Ground truth for the pass: the recording's utilization samples (a GPU that falls off
-  # the bus has none while it is gone).
-  grep -c '^gpu_utilization_ratio{' "$work/history.om" >"$data.samples"
-  om_mib=$(($(stat -c %s "$work/history.om") >> 20))
+  # Ground truth for the pass: the recording's samples of those families.
+  grep -cE "^${names}\{" "$history" >"$data.samples"
+  om_mib=$(($(stat -c %s "$history") >> 20))
   /usr/bin/time -f "%e %M" -o "$work/blocks.time" promtool tsdb create-blocks-from openmetrics \
-    -q --max-block-duration=54h "$work/history.om" "$data" >/dev/null
+    -q --max-block-duration=54h "$history" "$data" >/dev/null
   read -r blocks_wall blocks_rss <"$work/blocks.time"
-  rm "$work/history.om"
+  if [ "${TRUTH:-0}" = 1 ]; then
+    python3 bench/report_truth.py "$history" "$dialect" "$interval_s" "$hosts" >"$data.truth.json"
+  fi
+  [ "$keep_history" = 1 ] || rm "$history"
   made="record: ${record_wall}s wall, max RSS $((record_rss / 1024)) MiB, ${om_mib} MiB of OpenMetrics
 promtool tsdb create-blocks-from openmetrics: ${blocks_wall}s wall, max RSS $((blocks_rss / 1024)) MiB"
 fi
-blocks=$(find "$data" -mindepth 2 -maxdepth 2 -name meta.json | wc -l)
-data_mib=$(du -sm "$data" | cut -f1)
-# The last recorded sample: the newest block's maxTime (exclusive, in milliseconds).
+# The last recorded sample: the newest raw block's maxTime (exclusive, in milliseconds).
 end_ms=$(python3 -c '
 import glob, json, sys
-print(max(json.load(open(m))["maxTime"] for m in glob.glob(sys.argv[1] + "/*/meta.json")) - 1)
+print(max(json.load(open(m))["maxTime"] for m in glob.glob(sys.argv[1] + "/*/meta.json")
+          if json.load(open(m))["stats"]["numSeries"] > 0) - 1)
 ' "$data")
 end=$(python3 -c 'import sys; print(int(sys.argv[1]) // 1000)' "$end_ms")
 iso() { python3 -c 'import datetime, sys; print(datetime.datetime.fromtimestamp(int(sys.argv[1]), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))' "$1"; }
 to=$(iso "$end")
 from=$(iso $((end - days * 86400)))
 
-# 2. Prometheus on the blocks, ready once it answers and has loaded every block.
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=$(free_port)
 url=http://127.0.0.1:$port
-printf 'global:\n  scrape_interval: 1m\n' >"$work/prometheus.yml"
-prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$data" \
-  --storage.tsdb.retention.time=100y --storage.tsdb.max-block-duration=54h \
-  --web.listen-address="127.0.0.1:$port" 2>"$work/prometheus.log" &
-prom=$!
-for _ in $(seq 600); do
-  loaded=$(curl -sf "$url/metrics" | awk '$1 == "prometheus_tsdb_blocks_loaded" { print $2 }') || true
-  if curl -sf -o /dev/null "$url/-/ready" && [ "${loaded:-0}" = "$blocks" ]; then break; fi
-  sleep 0.5
-done
-[ "${loaded:-0}" = "$blocks" ] || { echo "prometheus did not load $blocks blocks" >&2; tail "$work/prometheus.log" >&2; exit 1; }
+printf 'global:\n  scrape_interval: %s\n  evaluation_interval: %s\n' "$interval" "$interval" >"$work/prometheus.yml"
+start_prometheus() {
+  local blocks
+  blocks=$(find "$data" -mindepth 2 -maxdepth 2 -name meta.json | wc -l)
+  prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$data" \
+    --storage.tsdb.retention.time=100y --storage.tsdb.max-block-duration=54h \
+    --web.listen-address="127.0.0.1:$port" "$@" 2>"$work/prometheus.log" &
+  prom=$!
+  for _ in $(seq 1200); do
+    loaded=$(curl -sf "$url/metrics" | awk '$1 == "prometheus_tsdb_blocks_loaded" { print $2 }') || true
+    if curl -sf -o /dev/null "$url/-/ready" && [ "${loaded:-0}" = "$blocks" ]; then return; fi
+    sleep 0.5
+  done
+  echo "prometheus did not load $blocks blocks" >&2
+  tail "$work/prometheus.log" >&2
+  exit 1
+}
 
-# Prometheus's CPU seconds so far (user + system), from /proc.
-prom_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$prom/stat"; }
-prom_rss_mib() { awk '/^VmRSS/ { print int($2 / 1024) }' "/proc/$prom/status"; }
+# 2. The hourly rules' records over the whole history, evaluated by a Prometheus on the raw
+# blocks (unlimited) and written as blocks beside them.
+rules_made=""
+if [ "${RULES:-0}" = 1 ] && [ ! -f "$data.rules" ]; then
+  start_prometheus
+  awk 'BEGIN { print "groups:" } /^  - name: gpu-sentinel-fleet-hourly/ { on = 1 } on' \
+    alerts/gpu-sentinel-fleet.rules.yml >"$work/hourly.rules.yml"
+  first=$(python3 -c '
+import glob, json, sys
+print(min(json.load(open(m))["minTime"] for m in glob.glob(sys.argv[1] + "/*/meta.json")) // 1000)
+' "$data")
+  /usr/bin/time -f "%e %M" -o "$work/rules.time" promtool tsdb create-blocks-from rules \
+    --start=$((first + 3600)) --end="$end" --url="$url" --output-dir="$work/rules" \
+    "$work/hourly.rules.yml" >"$work/rules.log" 2>&1 || { cat "$work/rules.log" >&2; exit 1; }
+  stop "$prom"
+  prom=""
+  mv "$work"/rules/*/ "$data"/
+  read -r rules_wall rules_rss <"$work/rules.time"
+  echo "promtool tsdb create-blocks-from rules: ${rules_wall}s wall, max RSS $((rules_rss / 1024)) MiB" >"$data.rules"
+fi
+[ -f "$data.rules" ] && rules_made=$(cat "$data.rules")
+blocks=$(find "$data" -mindepth 2 -maxdepth 2 -name meta.json | wc -l)
+data_mib=$(du -sm "$data" | cut -f1)
+
+# 3. Prometheus on the blocks.
+limit_flags=()
+[ -n "${MAX_SAMPLES:-}" ] && limit_flags=(--query.max-samples="$MAX_SAMPLES")
+start_prometheus "${limit_flags[@]}"
+
+prom_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
+rss_mib() { awk '/^VmRSS/ { print int($2 / 1024) }' "/proc/$1/status"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
-# 3. Alternating runs; each appends "name wall maxrss_kib prometheus_cpu_s" to $work/runs.
+# Each run appends "name wall maxrss_kib store_cpu_s queries refused" to $work/runs.
 pass() {
-  local before after wall
-  before=$(prom_cpu)
-  wall=$(curl -sf -o "$work/pass.json" -w '%{time_total}' "$url/api/v1/query" \
-    --data-urlencode 'query=sum(count_over_time(gpu_utilization_ratio['"$days"'d]))' \
-    --data-urlencode "time=$end")
-  after=$(prom_cpu)
-  echo "pass $wall 0 $(elapsed "$before" "$after")" >>"$work/runs"
+  local base=$1 pid=$2 name=$3 before after wall=0 count=0 one family refused=0
+  before=$(prom_cpu "$pid")
+  # A query a family: a store with a scaled --query.max-samples may refuse them all at once.
+  for family in $pass_families; do
+    if one=$(curl -sf -o "$work/$name.json" -w '%{time_total}' "$base/api/v1/query" \
+      --data-urlencode "query=sum(count_over_time(${family}[${days}d]))" \
+      --data-urlencode "time=$end"); then
+      wall=$(awk -v a="$wall" -v b="$one" 'BEGIN { print a + b }')
+      count=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["data"]["result"]; print(int(sys.argv[2]) + (int(float(r[0]["value"][1])) if r else 0))' "$work/$name.json" "$count")
+    else
+      refused=1
+    fi
+  done
+  after=$(prom_cpu "$pid")
+  echo "$count" >"$work/$name.count"
+  [ "$refused" = 1 ] && wall=refused
+  echo "$name $wall 0 $(elapsed "$before" "$after") $(wc -w <<<"$pass_families") $refused" >>"$work/runs"
 }
-# report FORMAT [before]: the binary under test, or BENCH_BEFORE's.
+# report BASE PID NAME FORMAT [before]
 report() {
-  local format=$1 name=$1 binary=$bin before after
-  if [ "${2:-}" = before ]; then
-    name=before-$format
-    binary=$before_bin
-  fi
-  before=$(prom_cpu)
+  local base=$1 pid=$2 name=$3 format=$4 binary=$bin before after queries refused
+  [ "${5:-}" = before ] && binary=$before_bin
+  before=$(prom_cpu "$pid")
   # At debug, the client logs each query with its duration (src/fleet/prom.rs).
-  RUST_LOG=gpu_sentinel::fleet::prom=debug /usr/bin/time -f "%e %M" -o "$work/time" \
-    "$binary" report --prometheus "$url" --from "$from" --to "$to" --format "$format" \
-    --out "$work/$name.$format" 2>"$work/report.log" || {
-    cat "$work/report.log" >&2
+  RUST_LOG=gpu_sentinel::fleet=debug /usr/bin/time -f "%e %M" -o "$work/time" \
+    "$binary" report --prometheus "$base" --from "$from" --to "$to" --format "$format" \
+    --config "$work/config.toml" --out "$work/$name.$format" 2>"$work/report.log" || {
+    tail -20 "$work/report.log" >&2
     exit 1
   }
-  after=$(prom_cpu)
-  echo "$name $(cat "$work/time") $(elapsed "$before" "$after")" >>"$work/runs"
+  after=$(prom_cpu "$pid")
+  queries=$(grep -c 'store answered' "$work/report.log" || true)
+  refused=$(grep -c 'asking for it in two halves' "$work/report.log" || true)
+  echo "$name $(cat "$work/time") $(elapsed "$before" "$after") $queries $refused" >>"$work/runs"
   cp "$work/report.log" "$work/queries.$name"
 }
+# What the report asked before it planned by the store's limits (dcgm-exporter's held time,
+# the whole period in one subquery at a minute): the store's answer to it.
+old_answer=""
+if [ "$dialect" = dcgm ]; then
+  old_answer=$(curl -s -o "$work/old.json" -w '%{http_code}' "$url/api/v1/query" \
+    --data-urlencode "query=sum by (Hostname, gpu, namespace) (count_over_time(((DCGM_FI_DEV_FB_USED > 1024 or DCGM_FI_DEV_FB_USED{pod!=\"\"}) unless on(Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL >= 5))[$((days * 86400))s:60s])) * 60" \
+    --data-urlencode "time=$end")
+  old_answer="HTTP $old_answer: $(head -c 300 "$work/old.json")"
+fi
 for _ in $(seq "$runs"); do
-  pass
-  report json
-  report html
+  pass "$url" "$prom" pass
+  report "$url" "$prom" json json
+  report "$url" "$prom" html html
   if [ -n "$before_bin" ]; then
-    report json before
-    report html before
+    report "$url" "$prom" before-json json before
   fi
 done
 
-# 4. Sanity: the pass counted every sample; the report saw every GPU.
-samples=$(python3 -c 'import json, sys; print(int(float(json.load(open(sys.argv[1]))["data"]["result"][0]["value"][1])))' "$work/pass.json")
+# 4. VictoriaMetrics at its default flags, the same history (and records) imported.
+if [ "${VICTORIA:-0}" = 1 ]; then
+  [ -f "$history" ] || { echo "VICTORIA=1 needs the history (record again, or BENCH_BLOCKS kept with VICTORIA=1)" >&2; exit 1; }
+  vport=$(free_port)
+  vurl=http://127.0.0.1:$vport
+  victoria-metrics -storageDataPath="$work/vm" -httpListenAddr="127.0.0.1:$vport" 2>"$work/vm.log" &
+  vm=$!
+  for _ in $(seq 120); do curl -sf -o /dev/null "$vurl/health" && break; sleep 0.5; done
+  import_began=$(date +%s.%N)
+  # The OpenMetrics samples as the Prometheus text format has them: timestamps in ms.
+  sed -E '/^#/d; s/ ([0-9]+)\.([0-9]{3})$/ \1\2/' "$history" |
+    split -C 64M --filter="curl -sf --data-binary @- $vurl/api/v1/import/prometheus" -
+  if [ -f "$data.rules" ]; then
+    # The records, from the Prometheus that holds them, as VictoriaMetrics's JSON lines.
+    curl -sf "$url/api/v1/query" --data-urlencode 'query={__name__=~"instance_gpu.*|Hostname_gpu.*|fleet:.*_hourly_rules:.*"}[400d]' \
+      --data-urlencode "time=$end" | python3 -c '
+import json, sys
+for s in json.load(sys.stdin)["data"]["result"]:
+    print(json.dumps({"metric": s["metric"], "values": [float(v) for _, v in s["values"]],
+                      "timestamps": [round(t * 1000) for t, _ in s["values"]]}))
+' | curl -sf --data-binary @- "$vurl/api/v1/import"
+  fi
+  curl -sf "$vurl/internal/force_flush" >/dev/null
+  sleep 3
+  import_wall=$(elapsed "$import_began" "$(date +%s.%N)")
+  for _ in $(seq "$runs"); do
+    pass "$vurl" "$vm" vm-pass
+    report "$vurl" "$vm" vm-json json
+  done
+fi
+
+# 5. Sanity, and the figures against the recording.
+samples=$(cat "$work/pass.count")
 gpus=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["fleet"]["gpus"])' "$work/json.json")
 expected=$(cat "$data.samples")
-[ "$samples" = "$expected" ] || { echo "the pass counted $samples samples, the recording has $expected" >&2; exit 1; }
+[ "$samples" = "$expected" ] || echo "note: the pass counted $samples samples, the recording has $expected (a refused family counts none)"
 [ "$gpus" = $((hosts * 8)) ] || { echo "the report saw $gpus GPUs, expected $((hosts * 8))" >&2; exit 1; }
-series=$(curl -sf "$url/api/v1/query" --data-urlencode "query=count({__name__=~\".+\"})" \
-  --data-urlencode "time=$end" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"]["result"][0]["value"][1])')
-html_kib=$(($(stat -c %s "$work/html.html") >> 10))
+truth_lines=""
+if [ -f "$data.truth.json" ]; then
+  for doc in json vm-json; do
+    [ -f "$work/$doc.json" ] || continue
+    truth_lines+=$(python3 - "$data.truth.json" "$work/$doc.json" "$doc" <<'PY'
+import json, sys
+truth, doc, name = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+worst = 0.0
+out = []
+for team in doc["teams"]:
+    t = truth["teams"].get(team["team"], {"busy": 0.0, "idle": 0.0})
+    for key, want in (("gpu_hours", t["busy"] + t["idle"]), ("idle_gpu_hours", t["idle"])):
+        got = team[key]
+        err = abs(got - want) / want if want else 0.0
+        worst = max(worst, err)
+        out.append(f"{team['team']} {key} {got:.1f} vs {want:.1f} ({err * 100:+.2f}%)")
+night = doc["fleet"]["energy"]["night_idle_hosts"]
+found = night == truth["night_idle_hosts"]
+print(f"{name}: worst team error {worst * 100:.2f}% ({'within' if worst <= 0.02 else 'OVER'} 2%); night-idle hosts "
+      f"{'as recorded' if found else 'DIFFER: ' + str(night)} ({len(night)}); " + "; ".join(out))
+PY
+)
+    truth_lines+=$'\n'
+  done
+fi
 
 best() { awk -v n="$1" '$1 == n' "$work/runs" | sort -k2,2n | head -1; }
-first() { awk -v n="$1" '$1 == n' "$work/runs" | head -1; }
-read -r _ pass_wall _ pass_cpu <<<"$(best pass)"
-read -r _ json_wall json_rss json_cpu <<<"$(best json)"
-read -r _ html_wall html_rss html_cpu <<<"$(best html)"
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+first() { awk -v n="$1" '$1 == n' "$work/runs" | head -1 | cut -d' ' -f2; }
+ratio() { case "$2" in refused) echo "n/a" ;; *) awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }' ;; esac; }
+read -r _ pass_wall _ pass_cpu _ _ <<<"$(best pass)"
 
-echo "$hosts hosts × 8 GPUs × $days days at 60 s, $from to $to; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "families: $families"
+echo "$hosts hosts × 8 GPUs × $days days at $interval, $dialect metrics$([ "${RULES:-0}" = 1 ] && echo ', hourly rules recorded'), $from to $to"
+echo "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); commit $(git rev-parse --short HEAD); $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "Prometheus --query.max-samples: ${MAX_SAMPLES:-default (50000000)}"
+[ -n "$old_answer" ] && echo "the unsplit held-time query the report sent before: $old_answer"
 echo "$made"
-echo "TSDB: $blocks blocks, $data_mib MiB"
-echo "series in the store: $series; utilization samples counted by the pass: $samples, as recorded ($hosts × 8 × $days × 1440 = $((hosts * 8 * days * 1440)) less the steps a GPU was off the bus)"
-echo "report's GPUs: $gpus; HTML: $html_kib KiB"
-echo "pass: best ${pass_wall}s, first (cold) $(first pass | cut -d' ' -f2)s; Prometheus CPU ${pass_cpu}s"
-echo "report --format json: best ${json_wall}s, max RSS $((json_rss / 1024)) MiB, first $(first json | cut -d' ' -f2)s; Prometheus CPU ${json_cpu}s"
-echo "report --format html: best ${html_wall}s, max RSS $((html_rss / 1024)) MiB, first $(first html | cut -d' ' -f2)s; Prometheus CPU ${html_cpu}s"
-if [ -n "$before_bin" ]; then
-  read -r _ bjson_wall bjson_rss bjson_cpu <<<"$(best before-json)"
-  read -r _ bhtml_wall bhtml_rss bhtml_cpu <<<"$(best before-html)"
-  echo "before, --format json: best ${bjson_wall}s, max RSS $((bjson_rss / 1024)) MiB, first $(first before-json | cut -d' ' -f2)s; Prometheus CPU ${bjson_cpu}s"
-  echo "before, --format html: best ${bhtml_wall}s, max RSS $((bhtml_rss / 1024)) MiB, first $(first before-html | cut -d' ' -f2)s; Prometheus CPU ${bhtml_cpu}s"
-fi
-echo "Prometheus RSS after the runs: $(prom_rss_mib) MiB"
+[ -n "$rules_made" ] && echo "$rules_made"
+echo "TSDB: $blocks blocks, $data_mib MiB; raw samples counted by the pass: $samples (the recording has $expected)"
+[ -n "${import_wall:-}" ] && echo "VictoriaMetrics import (OpenMetrics as text format, records as JSON lines): ${import_wall}s"
+printf '%s' "$truth_lines"
 echo
-echo "| | wall (s) | vs the pass | max RSS (MiB) | Prometheus CPU (s) |"
-echo "|---|---:|---:|---:|---:|"
-echo "| pass: \`sum(count_over_time(gpu_utilization_ratio[${days}d]))\` | $pass_wall | 1.00 | | $pass_cpu |"
-echo "| \`report --format json\` | $json_wall | $(ratio "$json_wall" "$pass_wall") | $((json_rss / 1024)) | $json_cpu |"
-echo "| \`report --format html\` | $html_wall | $(ratio "$html_wall" "$pass_wall") | $((html_rss / 1024)) | $html_cpu |"
-if [ -n "$before_bin" ]; then
-  echo "| before: \`report --format json\` | $bjson_wall | $(ratio "$bjson_wall" "$pass_wall") | $((bjson_rss / 1024)) | $bjson_cpu |"
-  echo "| before: \`report --format html\` | $bhtml_wall | $(ratio "$bhtml_wall" "$pass_wall") | $((bhtml_rss / 1024)) | $bhtml_cpu |"
-  echo
-  echo "figures, before → now:"
-  python3 - "$work/before-json.json" "$work/json.json" <<'PY'
-import json, sys
-old, new = (json.load(open(p)) for p in sys.argv[1:3])
-def show(name, get):
-    try:
-        a, b = get(old), get(new)
-    except (KeyError, IndexError, TypeError):
-        return
-    print(f"  {name}: {a} → {b}")
-fleet = lambda d: d["fleet"]
-show("GPUs", lambda d: fleet(d)["gpus"])
-show("utilization", lambda d: round(fleet(d)["utilization"], 4))
-show("scale", lambda d: (fleet(d)["scale"]["direction"], fleet(d)["scale"]["gpus"]))
-show("capacity: forecast demand, recommended GPUs", lambda d: (round(fleet(d)["capacity"]["forecast_demand_gpus"], 2), fleet(d)["capacity"]["recommended_gpus"]))
-show("capacity: last month's GPU-hours", lambda d: round(fleet(d)["capacity"]["monthly_gpu_hours"][-1], 1))
-show("tco: owned per GPU-hour", lambda d: round(fleet(d)["tco"]["owned_per_gpu_hour"], 4))
-show("night-idle hosts", lambda d: len(fleet(d)["energy"]["night_idle_hosts"]))
-show("night kWh", lambda d: round(fleet(d)["energy"]["kwh"], 1))
-show("weekend-idle hosts", lambda d: len(fleet(d)["energy"]["weekend_idle_hosts"]))
-show("weekend kWh", lambda d: round(fleet(d)["energy"]["weekend_kwh"], 1))
-show("top risk", lambda d: (fleet(d)["risk"][0]["host"], fleet(d)["risk"][0]["gpu"]))
-show("heatmap cells", lambda d: len(fleet(d)["heatmap"]))
-for t_old in old["teams"]:
-    name = t_old["team"]
-    show(f"team {name}: held, idle GPU-hours, waste", lambda d: next((round(t["gpu_hours"], 1), round(t["idle_gpu_hours"], 1), round(t["waste_cost"], 1)) for t in d["teams"] if t["team"] == name))
-PY
+echo "| store | run | wall (s) | vs the pass | first (s) | max RSS (MiB) | store CPU (s) | queries | refused | read |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
+row() {
+  local store=$1 name=$2 pass=$3 read
+  read -r _ wall rss cpu queries refused <<<"$(best "$name")"
+  read=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); s = d.get("store", {}); print(f"{s.get(\"read\", \"?\")} ({s.get(\"recorded_hours\", 0)} h recorded)")' "$work/$name.json" 2>/dev/null || echo "-")
+  echo "| $store | $name | $wall | $(ratio "$wall" "$pass") | $(first "$name") | $((rss / 1024)) | $cpu | $queries | $refused | $read |"
+}
+echo "| Prometheus | pass | $pass_wall | 1.00 | $(first pass) | | $pass_cpu | $(wc -w <<<"$pass_families") | | |"
+row Prometheus json "$pass_wall"
+row Prometheus html "$pass_wall"
+[ -n "$before_bin" ] && row Prometheus before-json "$pass_wall"
+if [ "${VICTORIA:-0}" = 1 ]; then
+  read -r _ vpass_wall _ vpass_cpu _ _ <<<"$(best vm-pass)"
+  echo "| VictoriaMetrics | pass | $vpass_wall | 1.00 | $(first vm-pass) | | $vpass_cpu | $(wc -w <<<"$pass_families") | | |"
+  row VictoriaMetrics vm-json "$vpass_wall"
 fi
 echo
-for name in json before-json; do
-  [ -f "$work/queries.$name" ] || continue
-  echo "the last $name run's slowest queries (seconds, series, points, query; up to 4 overlap):"
-  python3 - "$work/queries.$name" <<'PY'
+echo "the last json run's slowest queries (seconds, series, points, query; up to 4 overlap):"
+python3 - "$work/queries.json" <<'PY'
 import re, sys
 rows = []
 for line in open(sys.argv[1], errors="replace"):
@@ -231,10 +341,9 @@ for line in open(sys.argv[1], errors="replace"):
     if m:
         rows.append((float(m[2]), m[3], m[4], m[1].replace('\\"', '"')))
 print(f"{len(rows)} queries, {sum(r[0] for r in rows):.2f}s in all")
-for seconds, series, points, query in sorted(rows, reverse=True)[:8]:
-    print(f"{seconds:7.2f} {series:>5} {points:>7} {query}")
+for seconds, series, points, query in sorted(rows, reverse=True)[:6]:
+    print(f"{seconds:7.2f} {series:>5} {points:>7} {query[:220]}")
 PY
-done
 echo
-echo "all runs (name wall maxrss_kib prometheus_cpu_s):"
+echo "all runs (name wall maxrss_kib store_cpu_s queries refused):"
 cat "$work/runs"

@@ -59,7 +59,22 @@ fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-/// Records once per test process; the directory of an earlier process is cleared.
+/// The process a scratch directory `gpu-sentinel-limits-PID-…` belongs to, when it has
+/// exited: its directory is left over, and nothing reads it any more.
+fn exited_owner(name: &str) -> bool {
+    let Some(pid) = name
+        .strip_prefix("gpu-sentinel-limits-")
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Records once per test process. The directories of earlier processes that have exited
+/// are cleared; another test process running beside this one (another checkout's suite)
+/// keeps its own — clearing those took the blocks from under its Prometheus.
 fn record(dialect: &str) -> &'static History {
     static NATIVE: OnceLock<History> = OnceLock::new();
     static DCGM: OnceLock<History> = OnceLock::new();
@@ -68,9 +83,7 @@ fn record(dialect: &str) -> &'static History {
         let root = std::env::temp_dir();
         if let Ok(entries) = std::fs::read_dir(&root) {
             for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().to_string();
-                let mine = format!("gpu-sentinel-limits-{}-", std::process::id());
-                if name.starts_with("gpu-sentinel-limits-") && !name.starts_with(&mine) {
+                if exited_owner(&entry.file_name().to_string_lossy()) {
                     let _ = std::fs::remove_dir_all(entry.path());
                 }
             }
