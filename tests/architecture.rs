@@ -2,8 +2,9 @@
 //! every `super::` path that leaves its folder) in src/ is an import, and a module may import
 //! only modules on a lower layer. A second check finds circles between the folders inside
 //! one top-level module (`alert::notify` ⇄ `alert::deliver`, say), which the layers alone
-//! would not see. A third holds production files to 600 lines, and a fourth keeps comments
-//! citing documents that are in the repository.
+//! would not see. A third holds production files to 600 lines, a fourth keeps comments
+//! citing documents that are in the repository, and a fifth keeps issue numbers (which mean
+//! nothing to a reader of the repository) out of comments and documents.
 //!
 //! A new top-level module fails the first test until it is given a layer in [`LAYERS`] (and a
 //! line in docs/architecture.md).
@@ -83,12 +84,38 @@ fn sources(dir: &Path) -> Vec<(PathBuf, Vec<String>)> {
     out
 }
 
-/// The production code of a file: its lines up to the first `#[cfg(test)]` (unit tests sit
-/// at the end of a file or in their own), without comment lines (doc links are not imports).
+/// The production code of a file: every line but the items under `#[cfg(test)]` (a test
+/// module, inline or `mod x;`, or a test-only function: skipped by counting braces, so
+/// production code after a test module is still read), without comment lines (doc links are
+/// not imports).
 fn code_lines(text: &str) -> impl Iterator<Item = &str> {
-    text.lines()
-        .take_while(|l| l.trim() != "#[cfg(test)]")
-        .filter(|l| !l.trim_start().starts_with("//"))
+    let mut skipping = false;
+    let mut depth = 0i64;
+    let mut opened = false;
+    text.lines().filter(move |l| {
+        let trimmed = l.trim();
+        if !skipping && trimmed == "#[cfg(test)]" {
+            (skipping, depth, opened) = (true, 0, false);
+            return false;
+        }
+        if skipping {
+            let code = trimmed.split("//").next().unwrap_or("");
+            for c in code.chars() {
+                match c {
+                    '{' => (depth, opened) = (depth + 1, true),
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            // An item without a body (`mod tests;`, `use …;`) ends at its semicolon;
+            // one with a body when its braces close.
+            if (opened && depth <= 0) || (!opened && code.ends_with(';')) {
+                skipping = false;
+            }
+            return false;
+        }
+        !trimmed.starts_with("//")
+    })
 }
 
 /// Whether a file holds only tests (`*_tests.rs`, `*_props.rs`, `tests.rs`).
@@ -288,5 +315,90 @@ fn comments_cite_only_documents_in_the_repository() {
         missing.is_empty(),
         "comments citing documents that are not in the repository:\n{}",
         missing.join("\n")
+    );
+}
+
+/// The comment text of a line of a file of kind `ext` (a document is all text).
+fn comment_of<'a>(ext: &str, line: &'a str) -> Option<&'a str> {
+    match ext {
+        "md" => Some(line),
+        "rs" => line.split_once("//").map(|(_, c)| c),
+        "sh" | "py" | "toml" | "yml" | "yaml" => line
+            .split_once('#')
+            .map(|(_, c)| c)
+            .filter(|_| !line.contains("#!")),
+        _ => None,
+    }
+}
+
+/// No comment or document cites an issue number (the word and a number, or a hash and a
+/// number): a reader of the repository cannot open those. Another project's issue with its repository named
+/// (`NVIDIA/dcgm-exporter#655`) is a reference anyone can follow, so it is allowed.
+#[test]
+fn no_comment_cites_an_issue_number() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let issue = Regex::new(r"(?i)\bissues?\s+#?\d+\b|(?:^|[\s(])#\d+\b").expect("regex");
+    let mut files = Vec::new();
+    let mut stack: Vec<PathBuf> = [
+        "src", "tests", "bench", "scripts", "deploy", "alerts", "docs", ".ci",
+    ]
+    .iter()
+    .map(|d| root.join(d))
+    .collect();
+    for file in [
+        "README.md",
+        "BENCHMARKS.md",
+        "CHANGELOG.md",
+        "config.toml",
+        "Cargo.toml",
+    ] {
+        files.push(root.join(file));
+    }
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                // Rendered outputs compared byte for byte, and build products.
+                if !path.ends_with("golden") && !path.ends_with("target") {
+                    stack.push(path);
+                }
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    let mut read = 0;
+    for path in &files {
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        read += 1;
+        for (n, line) in text.lines().enumerate() {
+            if let Some(m) = comment_of(&ext, line).and_then(|c| issue.find(c)) {
+                found.push(format!(
+                    "{}:{}: {}",
+                    path.display(),
+                    n + 1,
+                    m.as_str().trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        read > 300,
+        "only {read} files read: is the walk finding the tree?"
+    );
+    assert!(
+        found.is_empty(),
+        "comments citing issue numbers:\n{}",
+        found.join("\n")
     );
 }

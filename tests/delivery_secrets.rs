@@ -2,7 +2,7 @@
 //! a second, a state directory): Feishu, Slack, DingTalk (signed) and WeCom receivers whose
 //! tokens are in their URLs, pointed at a local server that fails every delivery and echoes
 //! the tokens in its error body (Feishu at a closed port: the HTTP client's own error),
-//! run at `RUST_LOG=trace`. Issue 7 found the Feishu token in "delivery failed" lines and in
+//! run at `RUST_LOG=trace`. An earlier build leaked the Feishu token in "delivery failed" lines and in
 //! the outbox's `last_error`, and the HTTP client's debug lines carrying whole Slack and
 //! DingTalk URLs. None of the tokens may appear in stderr, `/metrics`, `/api/v1/*`,
 //! `/healthz`, or any file under the state directory (the outbox's bytes included).
