@@ -319,7 +319,7 @@ echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
 row() {
   local store=$1 name=$2 pass=$3 read
   read -r _ wall rss cpu queries refused <<<"$(best "$name")"
-  read=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); s = d.get("store", {}); print(f"{s.get(\"read\", \"?\")} ({s.get(\"recorded_hours\", 0)} h recorded)")' "$work/$name.json" 2>/dev/null || echo "-")
+  read=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); s = d.get("store", {}); print("%s (%s h recorded)" % (s.get("read", "?"), s.get("recorded_hours", 0)))' "$work/$name.json" 2>/dev/null || echo "-")
   echo "| $store | $name | $wall | $(ratio "$wall" "$pass") | $(first "$name") | $((rss / 1024)) | $cpu | $queries | $refused | $read |"
 }
 echo "| Prometheus | pass | $pass_wall | 1.00 | $(first pass) | | $pass_cpu | $(wc -w <<<"$pass_families") | | |"
