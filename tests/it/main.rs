@@ -65,6 +65,8 @@ mod scenarios;
 mod state_file_props;
 mod state_files;
 mod store_client;
+// The trainer is a cargo feature; scripts/test.sh runs the tests with every feature.
+#[cfg(feature = "train")]
 mod train;
 mod values_rejected;
 mod web_config;
