@@ -89,6 +89,7 @@ impl<'c> Reading<'c> {
         let mut families: Vec<&str> = dialect.families().to_vec();
         if dialect == Dialect::Native {
             families.extend(RISK_FAMILIES);
+            families.extend(super::report_health::HEALTH_FAMILIES);
         }
         if recorded {
             families.extend(names.all().into_iter().filter(|f| has(f)));
