@@ -156,12 +156,16 @@ impl Node {
             .seed
             .wrapping_add((index as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
         let instance = host_name(index);
-        let fleet = Fleet::from_plans(
-            simulation.seed,
-            &simulation.model,
-            start,
-            &host_plans(&simulation, index),
-        )
+        // The first host is the `[simulation]` fleet, its first `mig_gpus` GPUs in MIG mode.
+        let fleet = match index {
+            0 => Fleet::new(&simulation, start),
+            _ => Fleet::from_plans(
+                simulation.seed,
+                &simulation.model,
+                start,
+                &host_plans(&simulation, index),
+            ),
+        }
         .with_hostname(&instance);
         let mut options = RenderOptions::from_config(config);
         options.hostname = instance.clone();

@@ -18,6 +18,7 @@ use super::plan::shard::select;
 use super::plan::{Limits, Planner, Query, Shape};
 use super::prom::{Client, Sample};
 use super::recorded::{Coverage, EVERY, Names, threshold_label};
+use super::report_mig;
 use super::spec::ReportSpec;
 
 /// The span the capacity plan looks back over: six 30-day months.
@@ -91,6 +92,7 @@ impl<'c> Reading<'c> {
             families.extend(RISK_FAMILIES);
             families.extend(super::report_health::HEALTH_FAMILIES);
         }
+        families.extend(report_mig::families(dialect));
         if recorded {
             families.extend(names.all().into_iter().filter(|f| has(f)));
         }
@@ -121,17 +123,25 @@ impl<'c> Reading<'c> {
             && has(names.held)
             && match dialect {
                 Dialect::Native => true,
-                Dialect::Dcgm { memory_floor_mib } => client
-                    .label_values(
-                        "idle_threshold",
-                        &select(
-                            names.held,
-                            &[&format!("memory_floor_mib=\"{memory_floor_mib}\"")],
-                        ),
-                        start,
-                        spec.to,
-                    )?
-                    .contains(&threshold_label(spec.idle_threshold)),
+                Dialect::Dcgm { memory_floor_mib } => {
+                    client
+                        .label_values(
+                            "idle_threshold",
+                            &select(
+                                names.held,
+                                &[&format!("memory_floor_mib=\"{memory_floor_mib}\"")],
+                            ),
+                            start,
+                            spec.to,
+                        )?
+                        .contains(&threshold_label(spec.idle_threshold))
+                        // The held records count a MIG instance as a whole GPU: a store
+                        // with GPU instances is read from raw samples, each at its share.
+                        && client
+                            .label_values("GPU_I_ID", "DCGM_FI_DEV_FB_USED", start, spec.to)?
+                            .iter()
+                            .all(|id| id.is_empty())
+                }
             };
         let mut reading = Reading {
             dialect,
@@ -389,7 +399,26 @@ impl<'c> Reading<'c> {
                 .filter(|v| v.is_finite())
                 .sum::<f64>()
         };
-        let sum = total(self.over(planner, from, to, recorded_sum.as_ref(), &[(raw_sum, None)])?);
+        // MIG GPUs' load (no utilization series in MIG mode), from raw samples: the hourly
+        // rules do not record it.
+        let mig_sum = Query {
+            reads: report_mig::families(dialect)
+                .into_iter()
+                .map(|f| (f.to_string(), 1.0))
+                .collect(),
+            shape: Shape::Window { step },
+            by_host: true,
+            per_series: false,
+            text: Box::new(move |p| {
+                format!(
+                    "sum_over_time(sum({})[{}:1h])",
+                    report_mig::load(dialect, p.hosts, "1h"),
+                    p.window
+                )
+            }),
+        };
+        let sum = total(self.over(planner, from, to, recorded_sum.as_ref(), &[(raw_sum, None)])?)
+            + total(self.over(planner, from, to, None, &[(mig_sum, None)])?);
         let hours = total(self.over(
             planner,
             from,
