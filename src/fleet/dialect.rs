@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 
 use super::plan::shard::{duration, select};
 use super::prom::{Client, Sample};
-use super::report_mig::{DCGM_ACTIVITY, weight};
+use super::report_mig::{self, DCGM_ACTIVITY, weight};
 
 /// The metric every gpu-sentinel figure needs.
 pub const OWNER_METRIC: &str = "gpu_owner_seconds_total";
@@ -170,6 +170,23 @@ impl Dialect {
                 ("DCGM_FI_DEV_GPU_UTIL".to_string(), 1.0),
                 (DCGM_ACTIVITY.to_string(), 1.0),
             ],
+        }
+    }
+
+    /// The families a MIG GPU's load is read from ([`report_mig`]).
+    pub fn mig_families(self) -> Vec<&'static str> {
+        match self {
+            Dialect::Native => report_mig::NATIVE_FAMILIES.to_vec(),
+            Dialect::Dcgm { .. } => vec![DCGM_ACTIVITY],
+        }
+    }
+
+    /// Each MIG GPU's load, in GPUs, over `range` before the evaluation time on the hosts
+    /// `hosts` matches: one row per host and GPU, none for a GPU not in MIG mode.
+    pub fn mig_load(self, hosts: &str, range: &str) -> String {
+        match self {
+            Dialect::Native => report_mig::native_load(hosts, range),
+            Dialect::Dcgm { .. } => report_mig::dcgm_load(hosts, range),
         }
     }
 

@@ -22,7 +22,6 @@ use super::plan::shard::select;
 use super::plan::{Query, Shape};
 use super::prom::{Series, joined};
 use super::reading::Reading;
-use super::report_mig;
 
 /// Slices of the node heatmap per period: enough to see days and nights in a week.
 pub const NODE_SLICES: usize = 84;
@@ -161,14 +160,15 @@ impl Hourly {
         // by share, read from raw samples for every slice (the rules do not record it).
         let mig_range = format!("{}s", slice.num_seconds());
         let mig = Query {
-            reads: report_mig::families(dialect)
+            reads: dialect
+                .mig_families()
                 .into_iter()
                 .map(|f| (f.to_string(), 1.0))
                 .collect(),
             shape: Shape::Range { step, window: step },
             by_host: true,
             per_series: false,
-            text: Box::new(move |p| report_mig::load(dialect, p.hosts, &mig_range)),
+            text: Box::new(move |p| dialect.mig_load(p.hosts, &mig_range)),
         };
         let (utilization, power, mig) = std::thread::scope(|scope| {
             let utilization = scope.spawn(|| fetch(&raw_utilization, &recorded_utilization));

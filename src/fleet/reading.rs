@@ -18,7 +18,6 @@ use super::plan::shard::select;
 use super::plan::{Limits, Planner, Query, Shape};
 use super::prom::{Client, Sample};
 use super::recorded::{Coverage, EVERY, Names, threshold_label};
-use super::report_mig;
 use super::spec::ReportSpec;
 
 /// The span the capacity plan looks back over: six 30-day months.
@@ -92,7 +91,7 @@ impl<'c> Reading<'c> {
             families.extend(RISK_FAMILIES);
             families.extend(super::report_health::HEALTH_FAMILIES);
         }
-        families.extend(report_mig::families(dialect));
+        families.extend(dialect.mig_families());
         if recorded {
             families.extend(names.all().into_iter().filter(|f| has(f)));
         }
@@ -402,7 +401,8 @@ impl<'c> Reading<'c> {
         // MIG GPUs' load (no utilization series in MIG mode), from raw samples: the hourly
         // rules do not record it.
         let mig_sum = Query {
-            reads: report_mig::families(dialect)
+            reads: dialect
+                .mig_families()
                 .into_iter()
                 .map(|f| (f.to_string(), 1.0))
                 .collect(),
@@ -412,7 +412,7 @@ impl<'c> Reading<'c> {
             text: Box::new(move |p| {
                 format!(
                     "sum_over_time(sum({})[{}:1h])",
-                    report_mig::load(dialect, p.hosts, "1h"),
+                    dialect.mig_load(p.hosts, "1h"),
                     p.window
                 )
             }),

@@ -13,9 +13,11 @@
 //!   slice count over the GPU's slices (7 on an A100, H100, H200; 4 on an A30). Held time
 //!   is counted per instance series and weighted by that share in the client
 //!   ([`weight`]); busy is its own `DCGM_FI_PROF_SM_ACTIVE` at or above the idle threshold;
-//!   its load is the same activity weighted in PromQL ([`load`]).
+//!   its load is the same activity weighted in PromQL ([`dcgm_load`]).
+//!
+//! `Dialect::mig_families` and `Dialect::mig_load` (src/fleet/dialect.rs) pick the families
+//! and the load query of a dialect from here.
 
-use super::dialect::Dialect;
 use super::plan::shard::select;
 
 /// gpu-sentinel's MIG families the report reads.
@@ -30,14 +32,6 @@ const SLICES: [(&str, &str, u32, &[u32]); 2] = [
     ("=~", ".*A30.*", 4, &[1, 2, 4]),
     ("!~", ".*A30.*", 7, &[1, 2, 3, 4, 7]),
 ];
-
-/// The families a MIG figure reads in `dialect`.
-pub fn families(dialect: Dialect) -> Vec<&'static str> {
-    match dialect {
-        Dialect::Native => NATIVE_FAMILIES.to_vec(),
-        Dialect::Dcgm { .. } => vec![DCGM_ACTIVITY],
-    }
-}
 
 /// The GPU instance slices a profile names: `3` for `3g.40gb` and for a compute
 /// instance's `1c.3g.40gb`; None for a name without one.
@@ -56,41 +50,41 @@ pub fn profile_fraction(profile: &str, model: &str) -> Option<f64> {
     Some((f64::from(slices) / f64::from(total)).min(1.0))
 }
 
-/// Each MIG GPU's load, in GPUs, over `range` before the evaluation time on the hosts
-/// `hosts` matches: one row per host and GPU (`instance`/`Hostname`, `gpu`), none for a GPU
-/// not in MIG mode.
-pub fn load(dialect: Dialect, hosts: &str, range: &str) -> String {
-    match dialect {
-        Dialect::Native => format!(
-            "sum by (instance, gpu) (avg_over_time({}[{range}]) * avg_over_time({}[{range}]))",
-            select("gpu_mig_sm_active_ratio", &[hosts]),
-            select("gpu_mig_share_ratio", &[hosts]),
-        ),
-        Dialect::Dcgm { .. } => {
-            // One term per model class and slice count: each instance's series is in exactly
-            // one, so `or` joins them without dropping any.
-            let terms: Vec<String> = SLICES
-                .iter()
-                .flat_map(|&(op, model, total, counts)| {
-                    counts.iter().map(move |n| {
-                        let matchers = [
-                            "GPU_I_ID!=\"\"".to_string(),
-                            format!("GPU_I_PROFILE=~\"([0-9]+c\\\\.)?{n}g\\\\..*\""),
-                            format!("modelName{op}\"{model}\""),
-                            hosts.to_string(),
-                        ];
-                        let matchers: Vec<&str> = matchers.iter().map(String::as_str).collect();
-                        format!(
-                            "avg_over_time({}[{range}]) * {}",
-                            select(DCGM_ACTIVITY, &matchers),
-                            f64::from(*n) / f64::from(total)
-                        )
-                    })
-                })
-                .collect();
-            format!("sum by (Hostname, gpu) ({})", terms.join(" or "))
-        }
-    }
+/// Each MIG GPU's load in gpu-sentinel's metrics, in GPUs, over `range` before the
+/// evaluation time on the hosts `hosts` matches: one row per `instance` and `gpu`, none for
+/// a GPU not in MIG mode.
+pub fn native_load(hosts: &str, range: &str) -> String {
+    format!(
+        "sum by (instance, gpu) (avg_over_time({}[{range}]) * avg_over_time({}[{range}]))",
+        select("gpu_mig_sm_active_ratio", &[hosts]),
+        select("gpu_mig_share_ratio", &[hosts]),
+    )
+}
+
+/// The same in dcgm-exporter's series: one row per `Hostname` and `gpu`.
+pub fn dcgm_load(hosts: &str, range: &str) -> String {
+    // One term per model class and slice count: each instance's series is in exactly
+    // one, so `or` joins them without dropping any.
+    let terms: Vec<String> = SLICES
+        .iter()
+        .flat_map(|&(op, model, total, counts)| {
+            counts.iter().map(move |n| {
+                let matchers = [
+                    "GPU_I_ID!=\"\"".to_string(),
+                    format!("GPU_I_PROFILE=~\"([0-9]+c\\\\.)?{n}g\\\\..*\""),
+                    format!("modelName{op}\"{model}\""),
+                    hosts.to_string(),
+                ];
+                let matchers: Vec<&str> = matchers.iter().map(String::as_str).collect();
+                format!(
+                    "avg_over_time({}[{range}]) * {}",
+                    select(DCGM_ACTIVITY, &matchers),
+                    f64::from(*n) / f64::from(total)
+                )
+            })
+        })
+        .collect();
+    format!("sum by (Hostname, gpu) ({})", terms.join(" or "))
 }
 
 /// A dcgm-exporter held-time row (GPU-seconds of one series) at its instance's share: rows
@@ -155,13 +149,7 @@ mod tests {
 
     #[test]
     fn dcgm_load_weights_each_profile_by_its_slices() {
-        let text = load(
-            Dialect::Dcgm {
-                memory_floor_mib: 1024,
-            },
-            "Hostname=~\"a\"",
-            "1h",
-        );
+        let text = dcgm_load("Hostname=~\"a\"", "1h");
         assert!(text.starts_with("sum by (Hostname, gpu) (avg_over_time(DCGM_FI_PROF_SM_ACTIVE{GPU_I_ID!=\"\",GPU_I_PROFILE=~\"([0-9]+c\\\\.)?1g\\\\..*\",modelName=~\".*A30.*\",Hostname=~\"a\"}[1h]) * 0.25 or "), "{text}");
         assert!(
             text.contains(

@@ -5,7 +5,7 @@
 //! is checked against the verdicts the recording itself holds. A store whose agents exposed
 //! no verdicts gives `unknown`, never `healthy`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
