@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::report::{HeatCell, NodeHeatmap, Report, TeamReport};
+use super::report_health::GpuVerdict;
 use crate::html::{escape, shade};
 
 /// Chat services cut long messages (Slack's section text at 3,000 characters, DingTalk's and
@@ -76,13 +77,21 @@ pub fn markdown(report: &Report) -> String {
     }
     if !fleet.risk.is_empty() {
         let _ = writeln!(out, "**Most at risk:**");
-        for entry in fleet.risk.iter().filter(|r| r.risk >= 0.1).take(3) {
+        // The three highest scores, and any GPU unhealthy at the end: those leave service.
+        let shown = fleet
+            .risk
+            .iter()
+            .enumerate()
+            .filter(|(k, r)| (*k < 3 && r.risk >= 0.1) || r.health.is_unhealthy())
+            .take(6);
+        for (_, entry) in shown {
             let _ = writeln!(
                 out,
-                "- {} GPU {} ({:.2}): {}",
+                "- {} GPU {} ({:.2}, {}): {}",
                 entry.host,
                 entry.gpu,
                 entry.risk,
+                verdict_text(&entry.health),
                 entry.reasons.join(", ")
             );
         }
@@ -157,7 +166,8 @@ th,td{padding:4px 10px;border-bottom:1px solid #ddd;text-align:left}\
 .n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#667}svg text{font:10px sans-serif}\
 .u0{fill:#f0f4f8}.u1{fill:#d9e6f2}.u2{fill:#c2d7ec}.u3{fill:#a9c6e3}.u4{fill:#8fb3d9}\
 .u5{fill:#7399cb}.u6{fill:#5a82bd}.u7{fill:#416aad}.u8{fill:#2b559c}.u9{fill:#18418a}\
-.u10{fill:#0b2f73}.un{fill:#fff}";
+.u10{fill:#0b2f73}.un{fill:#fff}.unhealthy{color:#b00020;font-weight:600}.degraded{color:#9a6700}\
+.unknown{color:#667}";
 
 /// The report as one HTML file.
 pub fn html(report: &Report) -> String {
@@ -280,20 +290,56 @@ pub fn html(report: &Report) -> String {
         escape(&fleet.energy.note),
         cur = escape(&report.currency)
     );
-    out.push_str("<h2>Failure risk</h2><table><tr><th>host</th><th class=\"n\">GPU</th><th>UUID</th><th class=\"n\">risk</th><th>reasons</th></tr>");
+    out.push_str("<h2>Failure risk</h2><table><tr><th>host</th><th class=\"n\">GPU</th><th>UUID</th><th class=\"n\">risk</th><th>reasons</th><th>health at the end</th><th>repair</th></tr>");
     for entry in &fleet.risk {
+        let health = &entry.health;
+        let since = health
+            .since
+            .map(|t| format!(" since {}", t.format("%Y-%m-%d %H:%M UTC")))
+            .unwrap_or_default();
+        let components: Vec<String> = health
+            .components
+            .iter()
+            .map(|c| format!("{} {}", c.component, c.state))
+            .collect();
+        let detail = match components.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", components.join(", ")),
+        };
         let _ = write!(
             out,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{:.2}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{:.2}</td><td>{}</td><td class=\"{}\">{}{}{}</td><td>{}</td></tr>",
             escape(&entry.host),
             escape(&entry.gpu),
             escape(&entry.uuid),
             entry.risk,
-            escape(&entry.reasons.join(", "))
+            escape(&entry.reasons.join(", ")),
+            health.state,
+            health.state,
+            escape(&since),
+            escape(&detail),
+            escape(health.action.as_deref().unwrap_or("—"))
         );
     }
     out.push_str("</table></body></html>\n");
     out
+}
+
+/// `unhealthy, drain_and_reboot since 2026-12-01 04:10 UTC`; `health unknown` where the
+/// GPU's agent exposed no verdict.
+fn verdict_text(health: &GpuVerdict) -> String {
+    if health.state == "unknown" {
+        return "health unknown".to_string();
+    }
+    let mut text = health.state.to_string();
+    if let Some(action) = health.action.as_deref().filter(|a| *a != "none") {
+        text.push_str(", ");
+        text.push_str(action);
+    }
+    if let Some(since) = health.since {
+        text.push_str(&format!(" since {}", since.format("%Y-%m-%d %H:%M UTC")));
+    }
+    text
 }
 
 fn host_list(hosts: &[String]) -> String {

@@ -33,6 +33,8 @@ mod exposition;
 mod fleet_limits;
 mod fleet_replay;
 mod fleet_report;
+mod fleet_report_health;
+mod fleet_report_mig;
 mod ghost;
 mod health_cli;
 mod health_nvml;
