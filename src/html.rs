@@ -11,7 +11,7 @@
 //!   stays text in an attribute whichever quote a reader of the page assumes.
 //! - [`escape`]: the five-character escaping itself (`& < > " '`), for element content and
 //!   quoted attribute values alike, so a process that names itself `<script>` shows as
-//!   text, never as markup.
+//!   text, never as markup. The pages reach it only through [`Text`].
 //! - [`shade`]: the utilization scale, eleven classes from idle to saturated; each page's
 //!   style sheet colours them for its own theme (dark on a wall screen, light on paper).
 
