@@ -188,5 +188,4 @@ fn holders(gpu: &GpuView<'_>, i: &MigInstance, f: Option<&InstanceFindings>) -> 
 }
 
 #[cfg(test)]
-#[path = "mig_tests.rs"]
 mod tests;

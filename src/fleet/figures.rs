@@ -461,5 +461,4 @@ pub fn compare_tco(
 }
 
 #[cfg(test)]
-#[path = "figures_tests.rs"]
 mod tests;

@@ -457,5 +457,4 @@ fn mean(values: &[Option<f64>]) -> Option<f64> {
 }
 
 #[cfg(test)]
-#[path = "hourly_tests.rs"]
 mod tests;

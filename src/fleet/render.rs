@@ -450,5 +450,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "render_tests.rs"]
 mod html_tests;

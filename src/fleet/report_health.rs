@@ -315,5 +315,4 @@ fn rank(state: &str, action: Option<&str>) -> (Option<State>, Option<Action>) {
 }
 
 #[cfg(test)]
-#[path = "report_health_tests.rs"]
 mod tests;
