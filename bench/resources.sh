@@ -2,17 +2,22 @@
 # RSS and CPU of the simulated exporter at a 1 s collection interval, scraped once a
 # second like a busy Prometheus would, measured from /proc over a steady window.
 #
-# usage: bench/resources.sh [window seconds, default 60] [GPUs, default 8]
+# usage: [BIN=path/to/gpu-sentinel] bench/resources.sh [window seconds, default 60] [GPUs, default 8]
+# Without BIN the release build of this checkout is built and measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 window=${1:-60}
 gpus=${2:-8}
-cargo build --release --quiet --package gpu-sentinel
+bin=${BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --release --quiet --package gpu-sentinel
+  bin=target/release/gpu-sentinel
+fi
 work=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
 port=18411
 printf '[collect]\ninterval = "1s"\n' >"$work/config.toml"
-target/release/gpu-sentinel run --simulate --sim-gpus "$gpus" --config "$work/config.toml" \
+"$bin" run --simulate --sim-gpus "$gpus" --config "$work/config.toml" \
   --listen 127.0.0.1:$port 2>"$work/agent.log" &
 pid=$!
 for _ in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:$port/readyz && break; sleep 0.1; done

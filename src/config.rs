@@ -73,6 +73,9 @@ pub struct CollectConfig {
     pub kmsg: String,
     /// Read the processes on each GPU and their owners from `/proc`.
     pub processes: bool,
+    /// The `/proc` tree processes are read from: the host's, also where a container mounts
+    /// it elsewhere (node_exporter's `--path.procfs`).
+    pub proc_path: PathBuf,
     /// Keep the arguments of process command lines. Off by default: command lines often
     /// carry tokens and passwords, and they end up in labels, logs and alerts.
     pub show_arguments: bool,
@@ -105,6 +108,7 @@ impl Default for CollectConfig {
             nvml_lib: None,
             kmsg: "/dev/kmsg".into(),
             processes: true,
+            proc_path: PathBuf::from("/proc"),
             show_arguments: false,
             kubelet_socket: DEFAULT_KUBELET_SOCKET.into(),
             gpu_resource_names: vec!["nvidia.com/gpu".into()],

@@ -1,15 +1,21 @@
 //! What the HTML pages share — the live board at `/` and the fleet report — so both speak
 //! of text and utilization the same way.
 //!
-//! - [`escape`]: text from outside (process names, users, pod and team names, alert
-//!   annotations, host names from a store) for HTML. One function serves element content
-//!   and quoted attribute values alike: it replaces the five characters that can end either
-//!   (`& < > " '`), so a process that names itself `<script>` shows as text, never as markup.
+//! The pages are maud templates (`maud::html!`): markup is checked when the crate compiles,
+//! and every value spliced into it is escaped by construction — no page concatenates
+//! markup by hand. What this module adds:
+//!
+//! - [`Text`]: how text from outside (process names, users, pod and team names, alert
+//!   annotations, host names from a store) is spliced: `(Text(name))`. Maud's own escaping
+//!   of a splice replaces `& < > "`; [`Text`] replaces `'` too, through [`escape`], so text
+//!   stays text in an attribute whichever quote a reader of the page assumes.
+//! - [`escape`]: the five-character escaping itself (`& < > " '`), for element content and
+//!   quoted attribute values alike, so a process that names itself `<script>` shows as
+//!   text, never as markup. The pages reach it only through [`Text`].
 //! - [`shade`]: the utilization scale, eleven classes from idle to saturated; each page's
 //!   style sheet colours them for its own theme (dark on a wall screen, light on paper).
 
 use std::borrow::Cow;
-use std::fmt::Write;
 
 /// `text` safe inside an element or a double- or single-quoted attribute value. Borrows
 /// when nothing needs escaping (the common case: most names are plain).
@@ -31,9 +37,14 @@ pub fn escape(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Appends `text` escaped to `out`.
-pub fn push_escaped(out: &mut String, text: &str) {
-    let _ = write!(out, "{}", escape(text));
+/// Text from outside, spliced into a maud template escaped as [`escape`] escapes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Text<T>(pub T);
+
+impl<T: AsRef<str>> maud::Render for Text<T> {
+    fn render_to(&self, buffer: &mut String) {
+        buffer.push_str(&escape(self.0.as_ref()));
+    }
 }
 
 /// The shade class of a utilization (0–1): `u0` (idle) to `u10` (saturated), `un` without
@@ -85,6 +96,13 @@ mod tests {
                 );
             }
             prop_assert_eq!(unescape(&escaped), text);
+        }
+
+        #[test]
+        fn text_in_a_template_is_escaped_as_escape_does(text in any::<String>()) {
+            let page = maud::html! { p title=(Text(&text)) { (Text(&text)) } }.into_string();
+            let escaped = escape(&text);
+            prop_assert_eq!(page, format!("<p title=\"{escaped}\">{escaped}</p>"));
         }
     }
 }

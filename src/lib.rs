@@ -26,6 +26,9 @@ pub mod server;
 pub mod source;
 pub mod state_file;
 pub mod sync;
+// The risk model's trainer (`gpu-sentinel train`): built with `--features train`, so the
+// agent's own binary does not link its numeric crates.
+#[cfg(feature = "train")]
 pub mod train;
 pub mod webconfig;
 pub mod xid;

@@ -407,5 +407,4 @@ pub fn percent_encode(text: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "redact_tests.rs"]
 mod tests;

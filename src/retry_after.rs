@@ -56,5 +56,4 @@ pub fn imf_fixdate(at: DateTime<Utc>) -> String {
 }
 
 #[cfg(test)]
-#[path = "retry_after_tests.rs"]
 mod tests;

@@ -501,7 +501,6 @@ fn bytes(status: StatusCode, content_type: &'static str, body: Bytes) -> Respons
 }
 
 #[cfg(test)]
-#[path = "server_query_props.rs"]
 mod query_props;
 
 #[cfg(test)]

@@ -113,5 +113,4 @@ pub fn save<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "state_file_tests.rs"]
 mod tests;

@@ -28,5 +28,4 @@ pub fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 }
 
 #[cfg(test)]
-#[path = "sync_tests.rs"]
 mod tests;

@@ -116,5 +116,4 @@ impl AlertBook {
 }
 
 #[cfg(test)]
-#[path = "book_tests.rs"]
 mod tests;

@@ -247,5 +247,4 @@ fn label_text(labels: &LabelSet) -> String {
 }
 
 #[cfg(test)]
-#[path = "dispatch_tests.rs"]
 mod tests;

@@ -206,5 +206,4 @@ pub(crate) fn labels(pairs: &[(&str, &str)]) -> LabelSet {
 }
 
 #[cfg(test)]
-#[path = "alert_tests.rs"]
 mod tests;

@@ -120,5 +120,4 @@ impl Route {
 }
 
 #[cfg(test)]
-#[path = "route_tests.rs"]
 mod tests;

@@ -1,59 +1,63 @@
 //! The scaling and placement section: what `/api/v1/recommendations` advises, in words.
 
-use std::fmt::Write;
+use maud::{Markup, html};
 
 use crate::api::Recommendations;
 use crate::engine::capacity::Direction;
-use crate::html::escape;
+use crate::html::Text;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-pub(super) fn write_section(out: &mut String, advice: &Recommendations<'_>) {
+pub(super) fn section(advice: &Recommendations<'_>) -> Markup {
     let scaling = &advice.scaling;
     let (class, headline) = match scaling.direction {
         Direction::Out => ("warn", "scale out"),
         Direction::In => ("cool", "scale in"),
         Direction::Hold => ("ok", "hold"),
     };
-    let _ = write!(
-        out,
-        "<section class=\"advice\"><h2>Scaling and placement</h2>\
-         <p class=\"headline {class}\">{headline}</p><p>{}</p>\
-         <dl class=\"figures\"><div><dt>demand</dt><dd>{:.1} GPUs</dd></div>\
-         <div><dt>recommended</dt><dd>{} GPUs</dd></div>\
-         <div><dt>busy / idle</dt><dd>{:.0}% / {:.0}%</dd></div></dl>",
-        escape(&scaling.reason),
-        scaling.demand_gpus,
-        scaling.recommended_gpus,
-        scaling.busy_share * 100.0,
-        scaling.idle_share * 100.0,
-    );
     let placement = &advice.placement;
-    let _ = write!(
-        out,
-        "<dl class=\"figures\"><div><dt>free GPUs</dt><dd>{}</dd></div>\
-         <div><dt>largest free memory</dt><dd>{:.1} GiB</dd></div>\
-         <div><dt>stranded free memory</dt><dd>{:.0}%</dd></div></dl>",
-        placement.free_gpus,
-        placement.largest_free_memory_bytes as f64 / GIB,
-        placement.fragmentation_ratio * 100.0,
-    );
-    if !placement.slots.is_empty() {
-        out.push_str("<p class=\"slots\">");
-        for slot in &placement.slots {
-            let _ = write!(
-                out,
-                "<span class=\"slot{}\">GPU {} · {:.0} GiB free</span>",
-                if slot.allocated { " held" } else { "" },
-                slot.index,
-                slot.free_bytes as f64 / GIB,
-            );
+    html! {
+        section.advice {
+            h2 { "Scaling and placement" }
+            p.headline.(class) { (headline) }
+            p { (Text(&scaling.reason)) }
+            dl.figures {
+                div { dt { "demand" } dd { (format!("{:.1}", scaling.demand_gpus)) " GPUs" } }
+                div { dt { "recommended" } dd { (scaling.recommended_gpus) " GPUs" } }
+                div {
+                    dt { "busy / idle" }
+                    dd {
+                        (format!("{:.0}% / {:.0}%", scaling.busy_share * 100.0, scaling.idle_share * 100.0))
+                    }
+                }
+            }
+            dl.figures {
+                div { dt { "free GPUs" } dd { (placement.free_gpus) } }
+                div {
+                    dt { "largest free memory" }
+                    dd { (format!("{:.1}", placement.largest_free_memory_bytes as f64 / GIB)) " GiB" }
+                }
+                div {
+                    dt { "stranded free memory" }
+                    dd { (format!("{:.0}", placement.fragmentation_ratio * 100.0)) "%" }
+                }
+            }
+            @if !placement.slots.is_empty() {
+                p.slots {
+                    @for slot in &placement.slots {
+                        span.slot.held[slot.allocated] {
+                            "GPU " (slot.index) " · " (format!("{:.0}", slot.free_bytes as f64 / GIB)) " GiB free"
+                        }
+                    }
+                }
+            }
+            p.muted {
+                "Ask whether a job fits: "
+                a href="/api/v1/recommendations?gpus=2&memory_gib=40" {
+                    "/api/v1/recommendations?gpus=2&memory_gib=40"
+                }
+            }
         }
-        out.push_str("</p>");
+        "\n"
     }
-    out.push_str(
-        "<p class=\"muted\">Ask whether a job fits: \
-         <a href=\"/api/v1/recommendations?gpus=2&amp;memory_gib=40\">/api/v1/recommendations?gpus=2&amp;memory_gib=40</a></p>\
-         </section>\n",
-    );
 }

@@ -10,7 +10,8 @@
 //! down, the GPU lost) is drawn as "no data", not as idle.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
+
+use maud::{Markup, Render, html};
 
 use crate::engine::EngineState;
 use crate::engine::window::Ring;
@@ -73,23 +74,24 @@ impl HeatStrip {
         }
     }
 
-    /// The strip as inline SVG: one `rect` per cell, stretched to the width it is given.
+    /// The strip as inline SVG (its [`Render`]), appended to `out`.
     pub fn write_svg(&self, out: &mut String) {
+        self.render_to(out);
+    }
+}
+
+/// The strip as inline SVG: one `rect` per cell, stretched to the width it is given.
+impl Render for HeatStrip {
+    fn render(&self) -> Markup {
         let hours = self.cells.len() as i64 * self.cell_seconds / 3600;
-        let _ = write!(
-            out,
-            "<svg class=\"heat\" viewBox=\"0 0 {} 1\" preserveAspectRatio=\"none\" role=\"img\" \
-             aria-label=\"utilization, last {hours} h\">",
-            self.cells.len()
-        );
-        for (x, cell) in self.cells.iter().enumerate() {
-            let _ = write!(
-                out,
-                "<rect class=\"{}\" x=\"{x}\" width=\"1\" height=\"1\"/>",
-                shade(*cell)
-            );
+        html! {
+            svg.heat viewBox={ "0 0 " (self.cells.len()) " 1" } preserveAspectRatio="none"
+                role="img" aria-label={ "utilization, last " (hours) " h" } {
+                @for (x, cell) in self.cells.iter().enumerate() {
+                    rect class=(shade(*cell)) x=(x) width="1" height="1" {}
+                }
+            }
         }
-        out.push_str("</svg>");
     }
 }
 

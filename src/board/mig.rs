@@ -7,12 +7,12 @@
 //! running in it) and its state. Everything comes from `/api/v1/gpus`: the instances of
 //! the sample (`mig_instances`) and the engine's findings on them (`mig_findings`).
 
-use std::fmt::Write;
+use maud::{Markup, html};
 
 use super::units::{duration, gib, percent};
 use crate::api::GpuView;
 use crate::engine::mig::InstanceFindings;
-use crate::html::{escape, shade};
+use crate::html::{Text, shade};
 use crate::model::MigInstance;
 
 /// The state of an instance, as its line's class and badge say it.
@@ -26,13 +26,18 @@ fn state(f: Option<&InstanceFindings>) -> &'static str {
     }
 }
 
-/// Writes the MIG part of `gpu`'s tile; nothing for a GPU without instances. A GPU that
-/// stopped answering lists the instances it took down, as last seen.
+/// Appends the MIG part of `gpu`'s tile ([`instances`]) to `out` (what its tests read).
+#[cfg(test)]
 pub fn write_instances(out: &mut String, gpu: &GpuView<'_>) {
+    maud::Render::render_to(&instances(gpu), out);
+}
+
+/// The MIG part of `gpu`'s tile; nothing for a GPU without instances. A GPU that stopped
+/// answering lists the instances it took down, as last seen.
+pub fn instances(gpu: &GpuView<'_>) -> Markup {
     let instances = &gpu.sample.mig_instances;
     if instances.is_empty() {
-        write_down(out, gpu);
-        return;
+        return down(gpu);
     }
     let findings = |i: &MigInstance| gpu.mig_findings.iter().find(|f| f.uuid == i.uuid);
     let gpu_slices = instances
@@ -42,38 +47,43 @@ pub fn write_instances(out: &mut String, gpu: &GpuView<'_>) {
         .unwrap_or(0)
         .max(instances.iter().map(|i| i.slices).sum());
     let used: u32 = instances.iter().map(|i| i.slices).sum();
-    let _ = write!(
-        out,
-        "<div class=\"mig\"><p class=\"mig-head\">MIG · {} instance{} · {used}/{gpu_slices} slices</p>\
-         <svg class=\"split\" viewBox=\"0 0 {gpu_slices} 1\" preserveAspectRatio=\"none\">\
-         <rect class=\"track\" width=\"{gpu_slices}\" height=\"1\"/>",
-        instances.len(),
-        if instances.len() == 1 { "" } else { "s" },
-    );
+    // Where each segment starts: its placement, else right after the one before.
     let mut next = 0;
-    for i in instances {
-        let x = position(i, instances, gpu_slices).unwrap_or(next);
-        next = x + i.slices;
-        let active = i.gpm.and_then(|g| g.sm_active);
-        let _ = write!(
-            out,
-            "<rect class=\"{} {}\" x=\"{x}\" width=\"{}\" height=\"1\"><title>{}</title></rect>",
-            shade(active),
-            state(findings(i)),
-            i.slices,
-            escape(&format!(
-                "{} GI {} CI {}",
-                i.compute_profile(),
-                i.gpu_instance,
-                i.compute_instance
-            )),
-        );
+    let starts: Vec<u32> = instances
+        .iter()
+        .map(|i| {
+            let x = position(i, instances, gpu_slices).unwrap_or(next);
+            next = x + i.slices;
+            x
+        })
+        .collect();
+    html! {
+        div.mig {
+            p.mig-head {
+                "MIG · " (instances.len()) " instance" @if instances.len() != 1 { "s" }
+                " · " (used) "/" (gpu_slices) " slices"
+            }
+            svg.split viewBox={ "0 0 " (gpu_slices) " 1" } preserveAspectRatio="none" {
+                rect.track width=(gpu_slices) height="1" {}
+                @for (i, x) in instances.iter().zip(starts) {
+                    rect class={ (shade(i.gpm.and_then(|g| g.sm_active))) " " (state(findings(i))) }
+                        x=(x) width=(i.slices) height="1" {
+                        title {
+                            (Text(format!(
+                                "{} GI {} CI {}",
+                                i.compute_profile(),
+                                i.gpu_instance,
+                                i.compute_instance
+                            )))
+                        }
+                    }
+                }
+            }
+            ul.instances {
+                @for i in instances { (instance(gpu, i, findings(i))) }
+            }
+        }
     }
-    out.push_str("</svg><ul class=\"instances\">");
-    for i in instances {
-        write_instance(out, gpu, i, findings(i));
-    }
-    out.push_str("</ul></div>");
 }
 
 /// The first compute slice of instance `i`: its GPU instance's (its first memory slice,
@@ -90,80 +100,61 @@ fn position(i: &MigInstance, all: &[MigInstance], gpu_slices: u32) -> Option<u32
     Some(gi_start + before)
 }
 
-fn write_instance(
-    out: &mut String,
-    gpu: &GpuView<'_>,
-    i: &MigInstance,
-    f: Option<&InstanceFindings>,
-) {
+fn instance(gpu: &GpuView<'_>, i: &MigInstance, f: Option<&InstanceFindings>) -> Markup {
     let state = state(f);
-    let _ = write!(
-        out,
-        "<li class=\"{state}\" data-mig-uuid=\"{}\"><span class=\"prof\">{}</span> \
-         <span class=\"muted\">GI {} · CI {}</span>",
-        escape(&i.uuid),
-        escape(&i.compute_profile()),
-        i.gpu_instance,
-        i.compute_instance,
-    );
-    if let (Some(used), Some(total)) = (i.memory.used_bytes, i.memory.total_bytes) {
-        let _ = write!(out, " · {} / {} GiB", gib(used), gib(total));
-    }
-    if let Some(active) = i.gpm.and_then(|g| g.sm_active) {
-        let _ = write!(out, " · SM {}", percent(active));
-    }
     let who = holders(gpu, i, f);
-    if !who.is_empty() {
-        let _ = write!(out, " · <b>{}</b>", escape(&who.join(", ")));
-    }
-    match f {
-        Some(f) if f.allocated_idle => {
-            let _ = write!(
-                out,
-                " <span class=\"badge idle-allocated\">held idle {}",
-                duration(f.allocated_idle_seconds)
-            );
-            // What its share of the GPU costs, where GPU time has a price.
-            if f.hourly > 0.0 {
-                let _ = write!(out, " · {:.2}/h", f.hourly);
+    html! {
+        li class=(state) data-mig-uuid=(Text(&i.uuid)) {
+            span.prof { (Text(i.compute_profile())) } " "
+            span.muted { "GI " (i.gpu_instance) " · CI " (i.compute_instance) }
+            @if let (Some(used), Some(total)) = (i.memory.used_bytes, i.memory.total_bytes) {
+                " · " (gib(used)) " / " (gib(total)) " GiB"
             }
-            out.push_str("</span>");
+            @if let Some(active) = i.gpm.and_then(|g| g.sm_active) { " · SM " (percent(active)) }
+            @if !who.is_empty() { " · " b { (Text(who.join(", "))) } }
+            @match f {
+                Some(f) if f.allocated_idle => {
+                    " "
+                    span.badge.idle-allocated {
+                        "held idle " (duration(f.allocated_idle_seconds))
+                        // What its share of the GPU costs, where GPU time has a price.
+                        @if f.hourly > 0.0 { " · " (format!("{:.2}", f.hourly)) "/h" }
+                    }
+                }
+                _ if state == "free" => { " " span.badge.free { "free" } }
+                _ => {}
+            }
         }
-        _ if state == "free" => out.push_str(" <span class=\"badge free\">free</span>"),
-        _ => {}
     }
-    out.push_str("</li>");
 }
 
 /// The instances of a GPU that stopped answering, with who held them.
-fn write_down(out: &mut String, gpu: &GpuView<'_>) {
-    if gpu.mig_findings.is_empty() {
-        return;
-    }
-    out.push_str("<div class=\"mig\"><p class=\"mig-head\">MIG instances down with the GPU</p><ul class=\"instances\">");
-    for f in gpu.mig_findings.iter() {
-        let who: Vec<String> = f
-            .holders
+fn down(gpu: &GpuView<'_>) -> Markup {
+    let who = |f: &InstanceFindings| -> Vec<String> {
+        f.holders
             .iter()
             .filter_map(|a| a.namespace.as_ref().zip(a.pod.as_ref()))
             .map(|(ns, pod)| format!("{ns}/{pod}"))
             .chain(f.owners.iter().cloned())
-            .collect();
-        let _ = write!(
-            out,
-            "<li class=\"down\" data-mig-uuid=\"{}\"><span class=\"prof\">{}</span> \
-             <span class=\"muted\">GI {} · CI {}</span>",
-            escape(&f.uuid),
-            escape(&f.profile),
-            f.gpu_instance,
-            f.compute_instance,
-        );
-        if !who.is_empty() {
-            let _ = write!(out, " · <b>{}</b>", escape(&who.join(", ")));
+            .collect()
+    };
+    html! {
+        @if !gpu.mig_findings.is_empty() {
+            div.mig {
+                p.mig-head { "MIG instances down with the GPU" }
+                ul.instances {
+                    @for f in gpu.mig_findings.iter() {
+                        @let who = who(f);
+                        li.down data-mig-uuid=(Text(&f.uuid)) {
+                            span.prof { (Text(&f.profile)) } " "
+                            span.muted { "GI " (f.gpu_instance) " · CI " (f.compute_instance) }
+                            @if !who.is_empty() { " · " b { (Text(who.join(", "))) } }
+                        }
+                    }
+                }
+            }
         }
-        out.push_str("</li>");
     }
-    out.push_str("</ul></div>");
 }
 
 /// Who holds an instance: the scheduler's holders (`namespace/pod`, Slurm jobs), else the
@@ -197,5 +188,4 @@ fn holders(gpu: &GpuView<'_>, i: &MigInstance, f: Option<&InstanceFindings>) -> 
 }
 
 #[cfg(test)]
-#[path = "mig_tests.rs"]
 mod tests;

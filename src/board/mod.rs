@@ -6,8 +6,11 @@
 //! `/metrics` does. Everything is inline (CSS, SVG, a few lines of script that fetch `/`
 //! every five seconds and swap `<main>`), and the page's
 //! [`CONTENT_SECURITY_POLICY`] forbids loading anything else, so no request of the page
-//! leaves the host. Text from outside (process names, users, pods, alert annotations) goes
-//! through [`crate::html::escape`].
+//! leaves the host. Each part is a maud template (`maud::html!`, checked when the crate
+//! compiles) returning `maud::Markup`; every value spliced into one is escaped by
+//! construction, and text from outside (process names, users, pods, alert annotations) is
+//! spliced as [`crate::html::Text`], which escapes `'` as well. Only the page's own style
+//! sheet and script, constants of `page.rs`, are spliced unescaped.
 //!
 //! The render reads no clock: every time it shows is relative to the snapshot's, so the
 //! same collection renders the same bytes (`tests/it/board.rs` keeps a golden page).

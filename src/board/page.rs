@@ -1,15 +1,16 @@
 //! The document around the board's sections: head, style sheet, summary line, footer and
 //! the refresh script, and the Content-Security-Policy that keeps the page on this host.
 
-use std::fmt::Write;
 use std::sync::LazyLock;
 
 use base64::Engine as _;
+use maud::{Markup, PreEscaped, html};
 use sha2::{Digest, Sha256};
 
-use super::tile::{TileContext, states, write_tile};
+use super::tile::{TileContext, states, tile};
 use super::{Board, BoardOptions, advice, tables, today};
-use crate::html::escape;
+use crate::api::GpuView;
+use crate::html::Text;
 
 /// The page's only script: every 5 s it fetches `/` and swaps `<main>` for the new one, so
 /// a wall screen never flashes a reload. It skips while the tab is hidden or a fetch is
@@ -109,24 +110,36 @@ enum Reload {
     Always(u32),
 }
 
-fn head(out: &mut String, title: &str, reload: Reload) {
-    let _ = write!(
-        out,
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <title>{}</title>",
-        escape(title)
-    );
-    let _ = match reload {
-        Reload::WithoutScript(seconds) => write!(
-            out,
-            "<noscript><meta http-equiv=\"refresh\" content=\"{seconds}\"></noscript>"
-        ),
-        Reload::Always(seconds) => {
-            write!(out, "<meta http-equiv=\"refresh\" content=\"{seconds}\">")
+/// A whole document: `<head>` with `title`, the reload and the style sheet, then `body`.
+/// `script` is whether the page carries its refresh script.
+fn document(title: &str, reload: Reload, body: Markup, script: bool) -> String {
+    html! {
+        (PreEscaped("<!doctype html>\n"))
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width,initial-scale=1";
+                title { (Text(title)) }
+                @match reload {
+                    Reload::WithoutScript(seconds) => {
+                        noscript { meta http-equiv="refresh" content=(seconds); }
+                    }
+                    Reload::Always(seconds) => { meta http-equiv="refresh" content=(seconds); }
+                }
+                // The style sheet and script are this file's constants, admitted by hash.
+                style { (PreEscaped(STYLE)) }
+            }
+            "\n"
+            body {
+                (body)
+                @if script {
+                    script { (PreEscaped(SCRIPT)) }
+                }
+            }
         }
-    };
-    let _ = write!(out, "<style>{STYLE}</style></head>\n<body>");
+        "\n"
+    }
+    .into_string()
 }
 
 pub fn page(board: &Board<'_>) -> String {
@@ -136,28 +149,9 @@ pub fn page(board: &Board<'_>) -> String {
     let hostname = gpus.hostname.as_deref().unwrap_or("");
     let threshold = gpus.risk_threshold.unwrap_or(0.7);
     let options = board.options;
-    let mut out = String::with_capacity(64 * 1024);
-    head(
-        &mut out,
-        &format!("gpu-sentinel · {hostname}"),
-        Reload::WithoutScript(10),
-    );
-    let _ = writeln!(
-        out,
-        "<main data-at=\"{}\"><header class=\"top\"><h1>{}</h1><span class=\"muted\">{} GPUs · \
-         collected {} UTC · {} · gpu-sentinel {}</span></header>",
-        at.to_rfc3339(),
-        escape(hostname),
-        gpus.gpus.len(),
-        at.format("%Y-%m-%d %H:%M:%S"),
-        escape(&options.source),
-        escape(&options.version),
-    );
-    write_summary(&mut out, board, threshold);
-    out.push_str("<section class=\"tiles\">\n");
     let mut tiles: Vec<_> = gpus.gpus.iter().collect();
     tiles.sort_by_key(|g| g.sample.index);
-    for gpu in tiles {
+    let tile_of = |gpu: &GpuView<'_>| {
         let cx = TileContext {
             risk_threshold: threshold,
             strip: board.strips.get(&gpu.sample.uuid),
@@ -165,22 +159,45 @@ pub fn page(board: &Board<'_>) -> String {
             hostname,
             health: (documents.health.gpus.iter()).find(|h| h.uuid == gpu.sample.uuid),
         };
-        write_tile(&mut out, gpu, &cx);
-    }
-    out.push_str("</section>\n<div class=\"cols\">");
-    tables::write_ranking(&mut out, gpus, threshold);
-    tables::write_alerts(&mut out, &documents.alerts);
-    out.push_str("</div><div class=\"cols\">");
-    today::write_section(&mut out, board.today, &options.currency);
-    advice::write_section(&mut out, &documents.recommendations);
-    out.push_str("</div>");
-    footer(&mut out);
-    let _ = writeln!(out, "</main><script>{SCRIPT}</script></body></html>");
-    out
+        tile(gpu, &cx)
+    };
+    let main = html! {
+        main data-at=(at.to_rfc3339()) {
+            header.top {
+                h1 { (Text(hostname)) }
+                span.muted {
+                    (gpus.gpus.len()) " GPUs · collected " (at.format("%Y-%m-%d %H:%M:%S"))
+                    " UTC · " (Text(&options.source)) " · gpu-sentinel " (Text(&options.version))
+                }
+            }
+            "\n"
+            (summary(board, threshold))
+            section.tiles {
+                "\n"
+                @for gpu in tiles { (tile_of(gpu)) }
+            }
+            "\n"
+            div.cols {
+                (tables::ranking(gpus, threshold))
+                (tables::alerts(&documents.alerts))
+            }
+            div.cols {
+                (today::section(board.today, &options.currency))
+                (advice::section(&documents.recommendations))
+            }
+            (footer())
+        }
+    };
+    document(
+        &format!("gpu-sentinel · {hostname}"),
+        Reload::WithoutScript(10),
+        main,
+        true,
+    )
 }
 
 /// GPUs by state, alerts firing, the mean utilization.
-fn write_summary(out: &mut String, board: &Board<'_>, threshold: f64) {
+fn summary(board: &Board<'_>, threshold: f64) -> Markup {
     let gpus = &board.documents.gpus.gpus;
     let count = |state: &str| {
         gpus.iter()
@@ -199,12 +216,9 @@ fn write_summary(out: &mut String, board: &Board<'_>, threshold: f64) {
         .iter()
         .filter(|a| a.state == crate::alert::AlertState::Firing)
         .count();
-    out.push_str("<section class=\"summary\">");
-    if !answering.is_empty() {
-        let mean = answering.iter().sum::<f64>() / answering.len() as f64;
-        let _ = write!(out, "<span>utilization <b>{:.0}%</b></span>", mean * 100.0);
-    }
-    for (state, label) in [
+    let mean =
+        (!answering.is_empty()).then(|| answering.iter().sum::<f64>() / answering.len() as f64);
+    let counts = [
         ("busy", "busy"),
         ("idle", "idle"),
         ("free", "free"),
@@ -213,60 +227,60 @@ fn write_summary(out: &mut String, board: &Board<'_>, threshold: f64) {
         ("at-risk", "at risk"),
         ("lost", "lost"),
         ("down", "not answering"),
-    ] {
-        let n = count(state);
-        if n > 0 {
-            let _ = write!(out, "<span class=\"{state}\"><b>{n}</b> {label}</span>");
-        }
-    }
-    let _ = write!(
-        out,
-        "<span><b>{firing}</b> alert{} firing</span>",
-        if firing == 1 { "" } else { "s" }
-    );
-    super::health::write_node(out, &board.documents.health);
+    ]
+    .map(|(state, label)| (state, label, count(state)));
     // The GPU to look at first, named at the top of the page; the ranking below has all.
-    if let Some(top) = tables::ranked(&board.documents.gpus).first()
-        && let Some(risk) = top.risk.as_ref().filter(|r| r.score >= threshold)
-    {
-        let _ = write!(
-            out,
-            "<span class=\"most-at-risk\">most at risk: <b>GPU {}</b> {:.2}",
-            top.sample.index, risk.score
-        );
-        let why = risk
-            .rule
-            .as_deref()
-            .or_else(|| risk.top(1).next().map(|c| &*c.feature));
-        if let Some(why) = why {
-            let _ = write!(out, " · {}", escape(why));
+    let ranked = tables::ranked(&board.documents.gpus);
+    let top = (ranked.first()).and_then(|top| {
+        let risk = top.risk.as_ref().filter(|r| r.score >= threshold)?;
+        Some((top, risk))
+    });
+    html! {
+        section.summary {
+            @if let Some(mean) = mean {
+                span { "utilization " b { (format!("{:.0}%", mean * 100.0)) } }
+            }
+            @for (state, label, n) in counts {
+                @if n > 0 {
+                    span class=(state) { b { (n) } " " (label) }
+                }
+            }
+            span { b { (firing) } " alert" @if firing != 1 { "s" } " firing" }
+            (super::health::node(&board.documents.health))
+            @if let Some((top, risk)) = top {
+                span.most-at-risk {
+                    "most at risk: " b { "GPU " (top.sample.index) } " " (format!("{:.2}", risk.score))
+                    @if let Some(why) = risk.rule.as_deref().or_else(|| risk.top(1).next().map(|c| &*c.feature)) {
+                        " · " (Text(why))
+                    }
+                }
+            }
         }
-        out.push_str("</span>");
+        "\n"
     }
-    out.push_str("</section>\n");
 }
 
-fn footer(out: &mut String) {
-    out.push_str(
-        "<footer>Refreshes every 5 s. Same data: <a href=\"/api/v1/gpus\">/api/v1/gpus</a> · \
-         <a href=\"/api/v1/alerts\">/api/v1/alerts</a> · \
-         <a href=\"/api/v1/recommendations\">/api/v1/recommendations</a> · \
-         <a href=\"/metrics\">/metrics</a> · <a href=\"/healthz\">/healthz</a> · \
-         <a href=\"/readyz\">/readyz</a></footer>",
-    );
+fn footer() -> Markup {
+    html! {
+        footer {
+            "Refreshes every 5 s. Same data: " a href="/api/v1/gpus" { "/api/v1/gpus" }
+            " · " a href="/api/v1/alerts" { "/api/v1/alerts" }
+            " · " a href="/api/v1/recommendations" { "/api/v1/recommendations" }
+            " · " a href="/metrics" { "/metrics" }
+            " · " a href="/healthz" { "/healthz" }
+            " · " a href="/readyz" { "/readyz" }
+        }
+    }
 }
 
 /// Before the first collection: a page that says so and reloads itself.
 pub fn waiting(options: &BoardOptions) -> String {
-    let mut out = String::new();
-    head(&mut out, "gpu-sentinel · waiting", Reload::Always(2));
-    let _ = write!(
-        out,
-        "<main><h1>gpu-sentinel {}</h1><p>Waiting for the first collection from {}.</p>",
-        escape(&options.version),
-        escape(&options.source)
-    );
-    footer(&mut out);
-    out.push_str("</main></body></html>\n");
-    out
+    let main = html! {
+        main {
+            h1 { "gpu-sentinel " (Text(&options.version)) }
+            p { "Waiting for the first collection from " (Text(&options.source)) "." }
+            (footer())
+        }
+    };
+    document("gpu-sentinel · waiting", Reload::Always(2), main, false)
 }

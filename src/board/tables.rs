@@ -1,15 +1,15 @@
 //! The failure-risk ranking and the alerts.
 
 use std::cmp::Ordering;
-use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
+use maud::{Markup, html};
 
-use super::tile::{REASONS_SHOWN, states, write_reasons};
+use super::tile::{REASONS_SHOWN, bar, reasons, states};
 use super::units::duration;
 use crate::alert::{Alert, AlertState};
 use crate::api::{AlertsDocument, GpuView, GpusDocument};
-use crate::html::escape;
+use crate::html::Text;
 
 /// GPUs most at risk first; equal scores by index.
 pub fn ranked<'d, 'a>(gpus: &'d GpusDocument<'a>) -> Vec<&'d GpuView<'a>> {
@@ -23,44 +23,42 @@ pub fn ranked<'d, 'a>(gpus: &'d GpusDocument<'a>) -> Vec<&'d GpuView<'a>> {
     ranked
 }
 
-pub(super) fn write_ranking(out: &mut String, gpus: &GpusDocument<'_>, threshold: f64) {
-    let _ = write!(
-        out,
-        "<section class=\"ranking\"><h2>Failure risk <small>threshold {threshold:.2}</small></h2>\
-         <table><thead><tr><th>#</th><th>GPU</th><th>risk</th><th>top reasons</th><th>state</th></tr></thead><tbody>"
-    );
-    for (rank, gpu) in ranked(gpus).into_iter().enumerate() {
-        let score = gpu.risk.as_ref().map_or(0.0, |r| r.score);
-        let _ = write!(
-            out,
-            "<tr data-uuid=\"{}\" data-risk=\"{score:.3}\"{}><td class=\"num\">{}</td>\
-             <td>GPU {} <span class=\"uuid\">{}</span></td>\
-             <td class=\"num\">{score:.2}<svg class=\"bar\" viewBox=\"0 0 100 1\" preserveAspectRatio=\"none\">\
-             <rect class=\"track\" width=\"100\" height=\"1\"/><rect class=\"fill\" width=\"{:.1}\" height=\"1\"/></svg></td><td>",
-            escape(&gpu.sample.uuid),
-            if score >= threshold {
-                " class=\"high\""
-            } else {
-                ""
-            },
-            rank + 1,
-            gpu.sample.index,
-            escape(&gpu.sample.uuid),
-            score.clamp(0.0, 1.0) * 100.0,
-        );
-        if let Some(risk) = &gpu.risk {
-            if let Some(rule) = &risk.rule {
-                let _ = write!(out, "<span class=\"rule\">{}</span>", escape(rule));
+pub(super) fn ranking(gpus: &GpusDocument<'_>, threshold: f64) -> Markup {
+    html! {
+        section.ranking {
+            h2 { "Failure risk " small { "threshold " (format!("{threshold:.2}")) } }
+            table {
+                thead { tr { th { "#" } th { "GPU" } th { "risk" } th { "top reasons" } th { "state" } } }
+                tbody {
+                    @for (rank, gpu) in ranked(gpus).into_iter().enumerate() {
+                        (row(rank + 1, gpu, threshold))
+                    }
+                }
             }
-            write_reasons(out, risk.top(REASONS_SHOWN));
         }
-        out.push_str("</td><td>");
-        for state in states(gpu, threshold) {
-            let _ = write!(out, "<span class=\"badge {state}\">{state}</span>");
-        }
-        out.push_str("</td></tr>\n");
+        "\n"
     }
-    out.push_str("</tbody></table></section>\n");
+}
+
+/// One GPU's row in the ranking.
+fn row(rank: usize, gpu: &GpuView<'_>, threshold: f64) -> Markup {
+    let score = gpu.risk.as_ref().map_or(0.0, |r| r.score);
+    html! {
+        tr data-uuid=(Text(&gpu.sample.uuid)) data-risk=(format!("{score:.3}"))
+            class=[(score >= threshold).then_some("high")] {
+            td.num { (rank) }
+            td { "GPU " (gpu.sample.index) " " span.uuid { (Text(&gpu.sample.uuid)) } }
+            td.num { (format!("{score:.2}")) (bar(score.clamp(0.0, 1.0))) }
+            td {
+                @if let Some(risk) = &gpu.risk {
+                    @if let Some(rule) = &risk.rule { span.rule { (Text(rule)) } }
+                    (reasons(risk.top(REASONS_SHOWN)))
+                }
+            }
+            td { @for state in states(gpu, threshold) { span.badge.(state) { (state) } } }
+        }
+        "\n"
+    }
 }
 
 /// Firing before pending, critical before warning, oldest first.
@@ -88,7 +86,7 @@ fn age(alert: &Alert, at: DateTime<Utc>) -> f64 {
     (at - since).num_seconds().max(0) as f64
 }
 
-pub(super) fn write_alerts(out: &mut String, alerts: &AlertsDocument<'_>) {
+pub(super) fn alerts(alerts: &AlertsDocument<'_>) -> Markup {
     let mut active: Vec<&Alert> = alerts
         .alerts
         .iter()
@@ -96,35 +94,38 @@ pub(super) fn write_alerts(out: &mut String, alerts: &AlertsDocument<'_>) {
         .filter(|a| a.state != AlertState::Resolved)
         .collect();
     active.sort_by(|a, b| alert_order(a, b));
-    let _ = write!(
-        out,
-        "<section class=\"alerts\"><h2>Alerts <small>{} active</small></h2>",
-        active.len()
-    );
-    if active.is_empty() {
-        out.push_str("<p class=\"muted\">No alert is pending or firing.</p></section>\n");
-        return;
+    html! {
+        section.alerts {
+            h2 { "Alerts " small { (active.len()) " active" } }
+            @if active.is_empty() {
+                p.muted { "No alert is pending or firing." }
+            } @else {
+                table {
+                    thead { tr { th { "alert" } th { "GPU" } th { "state" } th { "age" } th { "summary" } } }
+                    tbody {
+                        @for alert in active {
+                            (alert_row(alert, alerts.at))
+                        }
+                    }
+                }
+            }
+        }
+        "\n"
     }
-    out.push_str(
-        "<table><thead><tr><th>alert</th><th>GPU</th><th>state</th><th>age</th><th>summary</th></tr></thead><tbody>",
-    );
-    for alert in active {
-        let gpu = alert.labels.get("gpu").map_or("", String::as_str);
-        let summary = alert.annotations.get("summary").map_or("", String::as_str);
-        let _ = writeln!(
-            out,
-            "<tr class=\"{} {}\"><td><b>{}</b> <span class=\"badge {}\">{}</span></td>\
-             <td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-            alert.state.as_str(),
-            escape(alert.severity()),
-            escape(alert.name()),
-            escape(alert.severity()),
-            escape(alert.severity()),
-            escape(gpu),
-            alert.state.as_str(),
-            duration(age(alert, alerts.at)),
-            escape(summary),
-        );
+}
+
+fn alert_row(alert: &Alert, at: DateTime<Utc>) -> Markup {
+    let gpu = alert.labels.get("gpu").map_or("", String::as_str);
+    let summary = alert.annotations.get("summary").map_or("", String::as_str);
+    let severity = Text(alert.severity());
+    html! {
+        tr class=(Text(format!("{} {}", alert.state.as_str(), alert.severity()))) {
+            td { b { (Text(alert.name())) } " " span.badge.(severity) { (severity) } }
+            td.num { (Text(gpu)) }
+            td { (alert.state.as_str()) }
+            td.num { (duration(age(alert, at))) }
+            td { (Text(summary)) }
+        }
+        "\n"
     }
-    out.push_str("</tbody></table></section>\n");
 }

@@ -8,12 +8,12 @@
 //! since when it counts.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use chrono::{DateTime, NaiveDate, Utc};
+use maud::{Markup, html};
 
 use crate::api::GpusDocument;
-use crate::html::escape;
+use crate::html::Text;
 
 /// The totals at the start of the day (or at the agent's start, or at a GPU's or holder's
 /// first appearance that day).
@@ -110,57 +110,55 @@ impl Today {
 const HOLDERS_SHOWN: usize = 8;
 
 /// The "Today" section.
-pub(super) fn write_section(out: &mut String, today: &TodayView, currency: &str) {
-    let currency = escape(currency);
-    out.push_str("<section class=\"today\"><h2>Today");
-    if let Some(since) = today.since {
-        let _ = write!(
-            out,
-            " <small>since {} UTC</small>",
-            since.format("%Y-%m-%d %H:%M")
-        );
-    }
-    out.push_str("</h2>");
+pub(super) fn section(today: &TodayView, currency: &str) -> Markup {
+    let currency = Text(currency);
     let total = today.busy_cost + today.idle_cost;
-    if total > 0.0 || today.hourly_cost > 0.0 {
-        let waste = if total > 0.0 {
-            today.idle_cost / total
-        } else {
-            0.0
-        };
-        let _ = write!(
-            out,
-            "<dl class=\"figures\"><div><dt>busy</dt><dd>{:.2} {currency}</dd></div>\
-             <div><dt>idle (waste)</dt><dd class=\"warn\">{:.2} {currency}</dd></div>\
-             <div><dt>waste share</dt><dd>{:.0}%</dd></div>\
-             <div><dt>now</dt><dd>{:.2} {currency}/h</dd></div></dl>",
-            today.busy_cost,
-            today.idle_cost,
-            waste * 100.0,
-            today.hourly_cost,
-        );
+    let waste = if total > 0.0 {
+        today.idle_cost / total
     } else {
-        out.push_str(
-            "<p class=\"muted\">No price is configured: set <code>[cost] hourly_price</code> or \
-             <code>purchase_price</code> to see money.</p>",
-        );
-    }
-    if today.holders.is_empty() {
-        out.push_str("<p class=\"muted\">No holder has left a GPU idle today.</p>");
-    } else {
-        out.push_str(
-            "<table><thead><tr><th>holder</th><th>idle GPU-h</th><th>busy GPU-h</th></tr></thead><tbody>",
-        );
-        for holder in today.holders.iter().take(HOLDERS_SHOWN) {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td class=\"num warn\">{:.1}</td><td class=\"num\">{:.1}</td></tr>",
-                escape(&holder.owner),
-                holder.idle_seconds / 3600.0,
-                holder.busy_seconds / 3600.0,
-            );
+        0.0
+    };
+    html! {
+        section.today {
+            h2 {
+                "Today"
+                @if let Some(since) = today.since {
+                    " " small { "since " (since.format("%Y-%m-%d %H:%M")) " UTC" }
+                }
+            }
+            @if total > 0.0 || today.hourly_cost > 0.0 {
+                dl.figures {
+                    div { dt { "busy" } dd { (format!("{:.2}", today.busy_cost)) " " (currency) } }
+                    div {
+                        dt { "idle (waste)" }
+                        dd.warn { (format!("{:.2}", today.idle_cost)) " " (currency) }
+                    }
+                    div { dt { "waste share" } dd { (format!("{:.0}%", waste * 100.0)) } }
+                    div { dt { "now" } dd { (format!("{:.2}", today.hourly_cost)) " " (currency) "/h" } }
+                }
+            } @else {
+                p.muted {
+                    "No price is configured: set " code { "[cost] hourly_price" } " or "
+                    code { "purchase_price" } " to see money."
+                }
+            }
+            @if today.holders.is_empty() {
+                p.muted { "No holder has left a GPU idle today." }
+            } @else {
+                table {
+                    thead { tr { th { "holder" } th { "idle GPU-h" } th { "busy GPU-h" } } }
+                    tbody {
+                        @for holder in today.holders.iter().take(HOLDERS_SHOWN) {
+                            tr {
+                                td { (Text(&holder.owner)) }
+                                td.num.warn { (format!("{:.1}", holder.idle_seconds / 3600.0)) }
+                                td.num { (format!("{:.1}", holder.busy_seconds / 3600.0)) }
+                            }
+                        }
+                    }
+                }
+            }
         }
-        out.push_str("</tbody></table>");
+        "\n"
     }
-    out.push_str("</section>\n");
 }

@@ -34,7 +34,7 @@ use crate::source::simulate::{Fleet, GpuPlan, WorkloadKind};
 /// The families recorded unless `--families` says otherwise: what the fleet report, the
 /// fleet review and the dashboards query. Every family is what `/metrics` serves; the rest
 /// (clocks, per-link NVLink counters, …) would multiply the file for no reader.
-pub const FLEET_FAMILIES: &str = "^gpu_(info|up|utilization_ratio|memory_(used|total)_bytes|power_watts|temperature_celsius|energy_joules_total|failure_risk_(score|contribution|rule)|owner_seconds_total|cost_total|idle_seconds|allocated_idle|allocated|allocation_info|ghost_processes|long_running_processes|process_(memory_bytes|utilization_ratio)|xid_errors_total)$";
+pub const FLEET_FAMILIES: &str = "^gpu_(info|up|utilization_ratio|memory_(used|total)_bytes|power_watts|temperature_celsius|energy_joules_total|failure_risk_(score|contribution|rule)|owner_seconds_total|cost_total|idle_seconds|allocated_idle|allocated|allocation_info|ghost_processes|long_running_processes|process_(memory_bytes|utilization_ratio)|xid_errors_total|health_state|node_health_state|mig_(share_ratio|sm_active_ratio|allocated|allocated_idle|memory_(used|total)_bytes|cost_total)|node_free_mig_gpus)$";
 
 /// What one backfill run wrote.
 pub struct Written {
@@ -156,12 +156,16 @@ impl Node {
             .seed
             .wrapping_add((index as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
         let instance = host_name(index);
-        let fleet = Fleet::from_plans(
-            simulation.seed,
-            &simulation.model,
-            start,
-            &host_plans(&simulation, index),
-        )
+        // The first host is the `[simulation]` fleet, its first `mig_gpus` GPUs in MIG mode.
+        let fleet = match index {
+            0 => Fleet::new(&simulation, start),
+            _ => Fleet::from_plans(
+                simulation.seed,
+                &simulation.model,
+                start,
+                &host_plans(&simulation, index),
+            ),
+        }
         .with_hostname(&instance);
         let mut options = RenderOptions::from_config(config);
         options.hostname = instance.clone();

@@ -274,5 +274,4 @@ fn fit(text: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "health_tests.rs"]
 mod tests;

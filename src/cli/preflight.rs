@@ -171,5 +171,4 @@ fn sort_by_line(problems: &mut [Problem]) {
 }
 
 #[cfg(test)]
-#[path = "preflight_tests.rs"]
 mod tests;

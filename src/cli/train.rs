@@ -7,7 +7,9 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::config::DEFAULT_RISK_THRESHOLD;
+#[cfg(feature = "train")]
 use crate::scenario::{Library, LibraryOptions};
+#[cfg(feature = "train")]
 use crate::train::{TrainOptions, library, train as fit};
 
 #[derive(Debug, Clone, Args)]
@@ -63,6 +65,18 @@ pub struct TrainArgs {
     pub alpha: f64,
 }
 
+/// The agent as hosts install it has no trainer: the fit's numeric crates (linfa, ndarray)
+/// stay out of the binary that runs on every GPU host. The command stays, and says how to
+/// get a build that has it.
+#[cfg(not(feature = "train"))]
+pub fn train(_args: &TrainArgs) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "this gpu-sentinel was built without the trainer; build one with it on a workstation: \
+         cargo build --release --features train"
+    )
+}
+
+#[cfg(feature = "train")]
 pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         (0.0..=1.0).contains(&args.threshold),
@@ -101,9 +115,11 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
 /// False warnings the search may raise per 1,000 healthy training GPU-days, with
 /// `--scenarios`: a third of what the held-out GPUs are allowed (one), so a model does not
 /// spend its whole allowance on the GPUs it was fitted on.
+#[cfg(feature = "train")]
 const SEARCH_FALSE_PER_1000_DAYS: f64 = 0.33;
 
 /// `--scenarios NODES`: fit and judge on the scenario library.
+#[cfg(feature = "train")]
 fn scenarios(args: &TrainArgs, row_every: i64) -> anyhow::Result<()> {
     let nodes = args.scenarios.unwrap_or(0);
     anyhow::ensure!(nodes >= 1, "--scenarios needs at least one node");

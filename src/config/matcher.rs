@@ -115,5 +115,4 @@ impl PartialEq for Matcher {
 }
 
 #[cfg(test)]
-#[path = "matcher_tests.rs"]
 mod tests;

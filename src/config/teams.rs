@@ -171,5 +171,4 @@ pub(super) fn problems(teams: &[TeamConfig], receivers: &[&str]) -> Vec<(String,
 }
 
 #[cfg(test)]
-#[path = "teams_tests.rs"]
 mod tests;

@@ -303,5 +303,4 @@ impl MigState {
 }
 
 #[cfg(test)]
-#[path = "mig_tests.rs"]
 mod tests;

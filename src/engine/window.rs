@@ -584,5 +584,4 @@ impl Windows {
 }
 
 #[cfg(test)]
-#[path = "window_tests.rs"]
 mod tests;

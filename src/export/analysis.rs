@@ -102,10 +102,11 @@ pub(super) fn render_analysis(
     render_health(families, &gpus, findings);
 }
 
-/// `gpu_health_state`: the components of each GPU that are not healthy (a healthy fleet
-/// costs no series: the series budget has no room for eight constant zeros a GPU); a
-/// component that recovers leaves, which Prometheus marks stale at the next scrape, so its
-/// alert resolves. `gpu_node_health_state`, always present, is the node's verdict: 0 is
+/// `gpu_health_state`: the components of each GPU that are not healthy, with the repair
+/// each asks for (a healthy fleet costs no series: the series budget has no room for eight
+/// constant zeros a GPU, and only the sparse series carry the action, so a new action only
+/// replaces a series); a component that recovers leaves, which Prometheus marks stale at the
+/// next scrape, so its alert resolves. `gpu_node_health_state`, always present, is the node's verdict: 0 is
 /// there to read when every GPU is healthy.
 fn render_health(
     families: &mut Families,
@@ -121,7 +122,10 @@ fn render_health(
             .iter()
             .filter(|c| c.state != crate::engine::health::State::Healthy)
         {
-            family.push(&[&index, &g.uuid, &c.component], c.state.value());
+            family.push(
+                &[&index, &g.uuid, &c.component, c.action.as_str()],
+                c.state.value(),
+            );
         }
     }
     families

@@ -364,8 +364,8 @@ pub const BUDGETS: &[Budget] = &[
     up_to(
         "gpu_health_state",
         8,
-        "the components not healthy (none on a healthy GPU)",
-        "what schedulers and alerts act on; a healthy component has no series (eight constant zeros a GPU would be 64,000 series at a thousand hosts), so a component that recovers leaves and its alert resolves; the node's verdict below is always there",
+        "the components not healthy (none on a healthy GPU), each with its action",
+        "what schedulers and alerts act on, and the repair; a healthy component has no series (eight constant zeros a GPU would be 64,000 series at a thousand hosts), so a component that recovers leaves and its alert resolves, and a new action replaces its component's series rather than adding one; the node's verdict below is always there",
     ),
     per_host(
         "gpu_node_health_state",

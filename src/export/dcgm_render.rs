@@ -201,5 +201,4 @@ fn holder_labels<'s>(
 }
 
 #[cfg(test)]
-#[path = "dcgm_render_tests.rs"]
 mod tests;

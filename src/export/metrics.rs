@@ -392,8 +392,8 @@ pub const NODE_FRAGMENTATION: MetricDef = gauge(
 /// Families of the analysis engine, in exposition order after [`NATIVE`].
 pub const HEALTH_STATE: MetricDef = gauge(
     "gpu_health_state",
-    &["gpu", "uuid", "component"],
-    "Health verdict of one component of the GPU (memory, thermal, power, pcie, nvlink, xid, driver, risk) that is not healthy: 1 degraded, 2 unhealthy; a healthy component has no series. Reason and repair action: /api/v1/health.",
+    &["gpu", "uuid", "component", "action"],
+    "Health verdict of one component of the GPU (memory, thermal, power, pcie, nvlink, xid, driver, risk) that is not healthy: 1 degraded, 2 unhealthy, with the repair it asks for (`action`: restart_job, reset_gpu, inspect_hardware, drain_and_reboot, none); a healthy component has no series. The reason: /api/v1/health.",
 );
 pub const NODE_HEALTH_STATE: MetricDef = gauge(
     "gpu_node_health_state",

@@ -118,7 +118,8 @@ pub fn reference_markdown() -> String {
          the simulator's exposition to each line below and to the total.\n\n\
          The health verdicts' `gpu_health_state` names only the components that are not \
          healthy: eight constant zeros a GPU would have been 64,000 series at a thousand hosts. \
-         A component that recovers leaves the exposition, which Prometheus marks stale at \
+         Those it names carry their repair `action`: a component whose action changes \
+         replaces its series rather than adding one. A component that recovers leaves the exposition, which Prometheus marks stale at \
          the next scrape, so its alert resolves; `gpu_node_health_state` is always there, \
          0 on a node whose GPUs are all healthy.\n\n",
         budget::DEFAULT_PER_GPU

@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 
 use super::plan::shard::{duration, select};
 use super::prom::{Client, Sample};
+use super::report_mig::{self, DCGM_ACTIVITY, weight};
 
 /// The metric every gpu-sentinel figure needs.
 pub const OWNER_METRIC: &str = "gpu_owner_seconds_total";
@@ -162,11 +163,30 @@ impl Dialect {
     pub fn held_reads(self) -> Vec<(String, f64)> {
         match self {
             Dialect::Native => vec![(OWNER_METRIC.to_string(), 1.0)],
-            // Framebuffer use twice (above the floor, or with a pod), utilization once.
+            // Framebuffer use twice (above the floor, or with a pod), utilization once, and
+            // MIG instances' activity once.
             Dialect::Dcgm { .. } => vec![
                 ("DCGM_FI_DEV_FB_USED".to_string(), 2.0),
                 ("DCGM_FI_DEV_GPU_UTIL".to_string(), 1.0),
+                (DCGM_ACTIVITY.to_string(), 1.0),
             ],
+        }
+    }
+
+    /// The families a MIG GPU's load is read from ([`report_mig`]).
+    pub fn mig_families(self) -> Vec<&'static str> {
+        match self {
+            Dialect::Native => report_mig::NATIVE_FAMILIES.to_vec(),
+            Dialect::Dcgm { .. } => vec![DCGM_ACTIVITY],
+        }
+    }
+
+    /// Each MIG GPU's load, in GPUs, over `range` before the evaluation time on the hosts
+    /// `hosts` matches: one row per host and GPU, none for a GPU not in MIG mode.
+    pub fn mig_load(self, hosts: &str, range: &str) -> String {
+        match self {
+            Dialect::Native => report_mig::native_load(hosts, range),
+            Dialect::Dcgm { .. } => report_mig::dcgm_load(hosts, range),
         }
     }
 
@@ -182,7 +202,7 @@ impl Dialect {
             Dialect::Dcgm { memory_floor_mib } => {
                 let resolution = duration(step.as_millis() as i64);
                 format!(
-                    "sum(count_over_time({}[{window}:{resolution}])) * {}",
+                    "sum by (GPU_I_PROFILE, modelName) (count_over_time({}[{window}:{resolution}])) * {}",
                     Dialect::held(memory_floor_mib, hosts),
                     step.as_secs_f64()
                 )
@@ -217,22 +237,27 @@ impl Dialect {
                 )]
             }
             Dialect::Dcgm { memory_floor_mib } => {
+                // A MIG instance's rows keep its profile and model, for its share
+                // (`report_mig::weight`).
                 let by = if per_gpu {
-                    "Hostname, gpu, namespace"
+                    "Hostname, gpu, namespace, GPU_I_PROFILE, modelName"
                 } else {
-                    "Hostname, namespace"
+                    "Hostname, namespace, GPU_I_PROFILE, modelName"
                 };
                 let held = Dialect::held(memory_floor_mib, hosts);
+                // A whole GPU is busy by its utilization, a GPU instance by its own SM
+                // activity (dcgm-exporter reports no utilization in MIG mode).
                 let active = format!(
-                    "({} >= {})",
+                    "(({} >= {}) or ({} >= {idle_threshold}))",
                     select("DCGM_FI_DEV_GPU_UTIL", &[hosts]),
-                    idle_threshold * 100.0
+                    idle_threshold * 100.0,
+                    select(DCGM_ACTIVITY, &["GPU_I_ID!=\"\"", hosts]),
                 );
                 let resolution = duration(step.as_millis() as i64);
                 let seconds = step.as_secs_f64();
                 let count = |op: &str| {
                     format!(
-                        "sum by ({by}) (count_over_time(({held} {op} on(Hostname, gpu) {active})[{window}:{resolution}])) * {seconds}"
+                        "sum by ({by}) (count_over_time(({held} {op} on(Hostname, gpu, GPU_I_ID) {active})[{window}:{resolution}])) * {seconds}"
                     )
                 };
                 vec![
@@ -246,6 +271,7 @@ impl Dialect {
     /// A usage row in the report's labels (see the module's documentation).
     pub fn normalise(self, mut row: Sample, state: Option<&'static str>) -> Sample {
         if let Dialect::Dcgm { .. } = self {
+            weight(&mut row);
             let host = row.labels.remove("Hostname").unwrap_or_default();
             let owner = row.labels.remove("namespace").unwrap_or_default();
             row.labels.insert("instance".into(), host);
@@ -297,7 +323,7 @@ mod tests {
         assert!(
             queries[0]
                 .0
-                .contains("unless on(Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL >= 5)")
+                .contains("unless on(Hostname, gpu, GPU_I_ID) ((DCGM_FI_DEV_GPU_UTIL >= 5) or (DCGM_FI_PROF_SM_ACTIVE{GPU_I_ID!=\"\"} >= 0.05))")
         );
         assert!(
             queries[1]

@@ -1,5 +1,5 @@
 //! The fleet-wide figures of the report: scaling, capacity plan, own versus rent, idle
-//! hosts' energy and the risk review. Those that read utilization or power are combined
+//! hosts' energy and the risk review with each GPU's health verdict. Those that read utilization or power are combined
 //! from the period's hourly rows ([`super::hourly`]); the capacity plan's months before the
 //! period and the risk review are PromQL queries of their own.
 
@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::hourly::Hourly;
 use super::plan::shard::select;
 use super::plan::{Query, Shape};
 use super::prom::{Sample, joined};
 use super::reading::Reading;
+use super::report_health::{self, GpuKey, GpuVerdict};
 use super::spec::ReportSpec;
 use crate::config::{CapacityConfig, CostConfig};
 use crate::engine::capacity::{CapacityState, advise};
@@ -90,6 +91,9 @@ pub struct RiskEntry {
     pub uuid: String,
     pub risk: f64,
     pub reasons: Vec<String>,
+    /// Its health verdict at the period's end: `state`, `action`, `since`, `components`.
+    #[serde(flatten)]
+    pub health: GpuVerdict,
 }
 
 /// The night window energy advice looks at, UTC hours `[2, 6)`.
@@ -142,47 +146,70 @@ pub(super) fn energy(hourly: &Hourly, spec: &ReportSpec) -> Energy {
     }
 }
 
-/// The ten GPUs with the highest score at the period's end, with their largest reasons:
-/// each host group's ten and their reasons, the ten highest of those kept.
+/// The ten GPUs with the highest score at the period's end, and after them up to ten more
+/// that are unhealthy then, each with its largest reasons and its health verdict: each host
+/// group's candidates and their reasons, the table chosen from those.
 pub(super) fn risk(reading: &Reading<'_>, spec: &ReportSpec) -> anyhow::Result<Vec<RiskEntry>> {
-    let top = |hosts: &str| {
-        format!(
-            "topk({TOP_RISK}, last_over_time({}[1h]))",
+    // The top ten, and every GPU a component of which was unhealthy in the hour (whether it
+    // still is at the end, the verdicts tell).
+    let candidates = |hosts: &str| {
+        let score = format!(
+            "last_over_time({}[1h])",
             select("gpu_failure_risk_score", &[hosts])
+        );
+        format!(
+            "topk({TOP_RISK}, {score}) or ({score} and on(instance, uuid) (last_over_time({}[1h]) == 2))",
+            select("gpu_health_state", &[hosts])
         )
     };
     let window = std::time::Duration::from_secs(3600);
     let scores_query = Query {
-        reads: vec![("gpu_failure_risk_score".to_string(), 1.0)],
+        reads: vec![
+            ("gpu_failure_risk_score".to_string(), 1.0),
+            ("gpu_health_state".to_string(), 1.0),
+        ],
         shape: Shape::At { window },
         by_host: true,
         per_series: false,
-        text: Box::new(move |p| top(p.hosts)),
+        text: Box::new(move |p| candidates(p.hosts)),
     };
     let reasons_query = Query {
         reads: vec![
             ("gpu_failure_risk_contribution".to_string(), 1.0),
             ("gpu_failure_risk_score".to_string(), 1.0),
+            ("gpu_health_state".to_string(), 1.0),
         ],
         shape: Shape::At { window },
         by_host: true,
         per_series: false,
         text: Box::new(move |p| {
             format!(
-                "last_over_time({}[1h]) and on(instance, uuid) {}",
+                "last_over_time({}[1h]) and on(instance, uuid) ({})",
                 select("gpu_failure_risk_contribution", &[p.hosts]),
-                top(p.hosts)
+                candidates(p.hosts)
             )
         }),
     };
-    let (scores, reasons) = std::thread::scope(|scope| {
+    let (scores, reasons, verdicts) = std::thread::scope(|scope| {
         let scores = scope.spawn(|| reading.planner.rows(&scores_query, spec.to));
         let reasons = scope.spawn(|| reading.planner.rows(&reasons_query, spec.to));
-        (joined(scores), joined(reasons))
+        let verdicts = scope.spawn(|| report_health::current(&reading.planner, spec.to));
+        (joined(scores), joined(reasons), joined(verdicts))
     });
-    let (mut scores, reasons) = (scores?, reasons?);
+    let (mut scores, reasons, mut verdicts) = (scores?, reasons?, verdicts?);
     scores.sort_by(|a, b| b.value.total_cmp(&a.value));
-    scores.truncate(TOP_RISK);
+    let key = |s: &Sample| (s.label("instance").to_string(), s.label("uuid").to_string());
+    let unhealthy: HashSet<GpuKey> = verdicts.unhealthy().cloned().collect();
+    let mut table: Vec<&Sample> = scores.iter().take(TOP_RISK).collect();
+    table.extend(
+        scores
+            .iter()
+            .skip(TOP_RISK)
+            .filter(|s| unhealthy.contains(&key(s)))
+            .take(TOP_RISK),
+    );
+    let keys: Vec<GpuKey> = table.iter().map(|s| key(s)).collect();
+    report_health::date(&mut verdicts, &reading.planner, &keys, spec.from, spec.to)?;
     let mut by_gpu: HashMap<(&str, &str), Vec<&Sample>> = HashMap::new();
     for r in reasons.iter().filter(|r| r.value > 0.0) {
         by_gpu
@@ -190,7 +217,7 @@ pub(super) fn risk(reading: &Reading<'_>, spec: &ReportSpec) -> anyhow::Result<V
             .or_default()
             .push(r);
     }
-    let entries: Vec<RiskEntry> = scores
+    let entries: Vec<RiskEntry> = table
         .iter()
         .map(|s| {
             let mut mine = by_gpu
@@ -208,6 +235,7 @@ pub(super) fn risk(reading: &Reading<'_>, spec: &ReportSpec) -> anyhow::Result<V
                     .take(TOP_REASONS)
                     .map(|r| r.label("feature").to_string())
                     .collect(),
+                health: verdicts.of(s.label("instance"), s.label("uuid")),
             }
         })
         .collect();
@@ -433,5 +461,4 @@ pub fn compare_tco(
 }
 
 #[cfg(test)]
-#[path = "figures_tests.rs"]
 mod tests;

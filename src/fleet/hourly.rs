@@ -156,17 +156,34 @@ impl Hourly {
             }
             Ok(all)
         };
-        let (utilization, power) = std::thread::scope(|scope| {
+        // A GPU in MIG mode has no utilization series: its load is its instances' activity
+        // by share, read from raw samples for every slice (the rules do not record it).
+        let mig_range = format!("{}s", slice.num_seconds());
+        let mig = Query {
+            reads: dialect
+                .mig_families()
+                .into_iter()
+                .map(|f| (f.to_string(), 1.0))
+                .collect(),
+            shape: Shape::Range { step, window: step },
+            by_host: true,
+            per_series: false,
+            text: Box::new(move |p| dialect.mig_load(p.hosts, &mig_range)),
+        };
+        let (utilization, power, mig) = std::thread::scope(|scope| {
             let utilization = scope.spawn(|| fetch(&raw_utilization, &recorded_utilization));
             let power = scope.spawn(|| fetch(&raw_power, &recorded_power));
-            (joined(utilization), joined(power))
+            let mig = scope.spawn(|| reading.planner.range(&mig, at(0), at(slices - 1)));
+            (joined(utilization), joined(power), joined(mig))
         });
+        let mut utilization = utilization?;
+        utilization.extend(mig?);
         Ok(Hourly::from_series(
             first,
             slice,
             slices,
             dialect.host(),
-            utilization?,
+            utilization,
             power?,
         ))
     }
@@ -440,5 +457,4 @@ fn mean(values: &[Option<f64>]) -> Option<f64> {
 }
 
 #[cfg(test)]
-#[path = "hourly_tests.rs"]
 mod tests;

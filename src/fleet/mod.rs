@@ -11,7 +11,9 @@
 //! - [`report`]: the weekly report's figures per team, and (with `figures`) for the fleet, aggregated in
 //!   PromQL; [`hourly`]: each GPU's hourly utilization and power, read once, and the fleet
 //!   figures combined from them; [`render`]: the report as Markdown and as one
-//!   self-contained HTML file.
+//!   self-contained HTML file; [`report_health`]: the health verdicts of the risk table's
+//!   GPUs at the period's end; [`report_mig`]: MIG instances counted at their share of
+//!   the GPU.
 //!
 //! docs/fleet.md documents the report's JSON and the queries behind each figure.
 
@@ -25,6 +27,8 @@ pub mod reading;
 pub mod recorded;
 pub mod render;
 pub mod report;
+pub mod report_health;
+pub mod report_mig;
 pub mod review;
 pub mod send;
 mod spec;

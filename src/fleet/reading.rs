@@ -89,7 +89,9 @@ impl<'c> Reading<'c> {
         let mut families: Vec<&str> = dialect.families().to_vec();
         if dialect == Dialect::Native {
             families.extend(RISK_FAMILIES);
+            families.extend(super::report_health::HEALTH_FAMILIES);
         }
+        families.extend(dialect.mig_families());
         if recorded {
             families.extend(names.all().into_iter().filter(|f| has(f)));
         }
@@ -120,17 +122,25 @@ impl<'c> Reading<'c> {
             && has(names.held)
             && match dialect {
                 Dialect::Native => true,
-                Dialect::Dcgm { memory_floor_mib } => client
-                    .label_values(
-                        "idle_threshold",
-                        &select(
-                            names.held,
-                            &[&format!("memory_floor_mib=\"{memory_floor_mib}\"")],
-                        ),
-                        start,
-                        spec.to,
-                    )?
-                    .contains(&threshold_label(spec.idle_threshold)),
+                Dialect::Dcgm { memory_floor_mib } => {
+                    client
+                        .label_values(
+                            "idle_threshold",
+                            &select(
+                                names.held,
+                                &[&format!("memory_floor_mib=\"{memory_floor_mib}\"")],
+                            ),
+                            start,
+                            spec.to,
+                        )?
+                        .contains(&threshold_label(spec.idle_threshold))
+                        // The held records count a MIG instance as a whole GPU: a store
+                        // with GPU instances is read from raw samples, each at its share.
+                        && client
+                            .label_values("GPU_I_ID", "DCGM_FI_DEV_FB_USED", start, spec.to)?
+                            .iter()
+                            .all(|id| id.is_empty())
+                }
             };
         let mut reading = Reading {
             dialect,
@@ -388,7 +398,27 @@ impl<'c> Reading<'c> {
                 .filter(|v| v.is_finite())
                 .sum::<f64>()
         };
-        let sum = total(self.over(planner, from, to, recorded_sum.as_ref(), &[(raw_sum, None)])?);
+        // MIG GPUs' load (no utilization series in MIG mode), from raw samples: the hourly
+        // rules do not record it.
+        let mig_sum = Query {
+            reads: dialect
+                .mig_families()
+                .into_iter()
+                .map(|f| (f.to_string(), 1.0))
+                .collect(),
+            shape: Shape::Window { step },
+            by_host: true,
+            per_series: false,
+            text: Box::new(move |p| {
+                format!(
+                    "sum_over_time(sum({})[{}:1h])",
+                    dialect.mig_load(p.hosts, "1h"),
+                    p.window
+                )
+            }),
+        };
+        let sum = total(self.over(planner, from, to, recorded_sum.as_ref(), &[(raw_sum, None)])?)
+            + total(self.over(planner, from, to, None, &[(mig_sum, None)])?);
         let hours = total(self.over(
             planner,
             from,

@@ -1,10 +1,15 @@
 //! The report as Markdown (short enough for a chat message) and as one self-contained HTML
 //! file (inline CSS and SVG, no external asset: readable offline and as an attachment).
+//! The HTML is a maud template, as the board is: every spliced value escaped by
+//! construction, outside text (teams, owners, hosts, reasons) as [`Text`].
 
 use std::fmt::Write as _;
 
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
 use super::report::{HeatCell, NodeHeatmap, Report, TeamReport};
-use crate::html::{escape, shade};
+use super::report_health::GpuVerdict;
+use crate::html::{Text, shade};
 
 /// Chat services cut long messages (Slack's section text at 3,000 characters, DingTalk's and
 /// WeCom's Markdown at 4,096 bytes): the Markdown stays under this.
@@ -76,13 +81,21 @@ pub fn markdown(report: &Report) -> String {
     }
     if !fleet.risk.is_empty() {
         let _ = writeln!(out, "**Most at risk:**");
-        for entry in fleet.risk.iter().filter(|r| r.risk >= 0.1).take(3) {
+        // The three highest scores, and any GPU unhealthy at the end: those leave service.
+        let shown = fleet
+            .risk
+            .iter()
+            .enumerate()
+            .filter(|(k, r)| (*k < 3 && r.risk >= 0.1) || r.health.is_unhealthy())
+            .take(6);
+        for (_, entry) in shown {
             let _ = writeln!(
                 out,
-                "- {} GPU {} ({:.2}): {}",
+                "- {} GPU {} ({:.2}, {}): {}",
                 entry.host,
                 entry.gpu,
                 entry.risk,
+                verdict_text(&entry.health),
                 entry.reasons.join(", ")
             );
         }
@@ -157,193 +170,244 @@ th,td{padding:4px 10px;border-bottom:1px solid #ddd;text-align:left}\
 .n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#667}svg text{font:10px sans-serif}\
 .u0{fill:#f0f4f8}.u1{fill:#d9e6f2}.u2{fill:#c2d7ec}.u3{fill:#a9c6e3}.u4{fill:#8fb3d9}\
 .u5{fill:#7399cb}.u6{fill:#5a82bd}.u7{fill:#416aad}.u8{fill:#2b559c}.u9{fill:#18418a}\
-.u10{fill:#0b2f73}.un{fill:#fff}";
+.u10{fill:#0b2f73}.un{fill:#fff}.unhealthy{color:#b00020;font-weight:600}.degraded{color:#9a6700}\
+.unknown{color:#667}";
 
 /// The report as one HTML file.
 pub fn html(report: &Report) -> String {
-    let mut out = String::new();
     let title = format!(
         "GPU usage {} → {}",
         report.from.format("%Y-%m-%d"),
         report.to.format("%Y-%m-%d")
     );
-    let _ = write!(
-        out,
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body><h1>{}</h1>",
-        escape(&title),
-        escape(&title)
-    );
-    let _ = write!(
-        out,
-        "<p class=\"muted\">{} → {} · source: {} · {} GPUs · mean utilization {:.0}%</p>",
-        report.from.format("%Y-%m-%d %H:%M"),
-        report.to.format("%Y-%m-%d %H:%M UTC"),
-        report.source,
-        report.fleet.gpus,
-        report.fleet.utilization * 100.0
-    );
-    let _ = write!(out, "<p class=\"muted\">{}</p>", escape(&read_line(report)));
-    out.push_str("<h2>Teams</h2><table><tr><th>team</th><th class=\"n\">GPU-h held</th><th class=\"n\">busy</th><th class=\"n\">idle</th><th class=\"n\">efficiency</th>");
-    let _ = write!(
-        out,
-        "<th class=\"n\">waste ({})</th><th class=\"n\">held before</th></tr>",
-        escape(&report.currency)
-    );
-    for team in &report.teams {
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.0}%</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.1}</td></tr>",
-            escape(&team.team),
-            team.usage.gpu_hours,
-            team.usage.busy_gpu_hours,
-            team.usage.idle_gpu_hours,
-            team.usage.efficiency * 100.0,
-            team.usage.waste_cost,
-            team.previous.gpu_hours
-        );
+    let currency = Text(&report.currency);
+    let fleet = &report.fleet;
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (Text(&title)) }
+                // This file's constant: no outside text in it.
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { (Text(&title)) }
+                p.muted {
+                    (report.from.format("%Y-%m-%d %H:%M")) " → " (report.to.format("%Y-%m-%d %H:%M UTC"))
+                    " · source: " (Text(report.source)) " · " (fleet.gpus) " GPUs · mean utilization "
+                    (format!("{:.0}%", fleet.utilization * 100.0))
+                }
+                p.muted { (Text(read_line(report))) }
+                h2 { "Teams" }
+                (teams_table(report, currency))
+                h2 { "Largest idle holdings" }
+                (idle_table(report))
+                h2 { "Fleet utilization by hour (UTC)" }
+                (heatmap_svg(&fleet.heatmap))
+                h2 { "Utilization by host" }
+                (node_heatmap_svg(&fleet.node_heatmap))
+                (plans(report, currency))
+                h2 { "Failure risk" }
+                (risk_table(report))
+            }
+        }
+        "\n"
     }
-    out.push_str("</table><h2>Largest idle holdings</h2><table><tr><th>team</th><th>owner</th><th>host</th><th class=\"n\">GPU</th><th class=\"n\">idle GPU-h</th><th class=\"n\">waste</th></tr>");
+    .into_string()
+}
+
+fn teams_table(report: &Report, currency: Text<&String>) -> Markup {
+    html! {
+        table {
+            tr {
+                th { "team" } th.n { "GPU-h held" } th.n { "busy" } th.n { "idle" }
+                th.n { "efficiency" } th.n { "waste (" (currency) ")" } th.n { "held before" }
+            }
+            @for team in &report.teams {
+                tr {
+                    td { (Text(&team.team)) }
+                    td.n { (format!("{:.1}", team.usage.gpu_hours)) }
+                    td.n { (format!("{:.1}", team.usage.busy_gpu_hours)) }
+                    td.n { (format!("{:.1}", team.usage.idle_gpu_hours)) }
+                    td.n { (format!("{:.0}%", team.usage.efficiency * 100.0)) }
+                    td.n { (format!("{:.2}", team.usage.waste_cost)) }
+                    td.n { (format!("{:.1}", team.previous.gpu_hours)) }
+                }
+            }
+        }
+    }
+}
+
+/// The ten largest idle holdings of all teams.
+fn idle_table(report: &Report) -> Markup {
     let mut idle: Vec<_> = report
         .teams
         .iter()
         .flat_map(|t| t.top_idle.iter().map(move |i| (t, i)))
         .collect();
     idle.sort_by(|a, b| b.1.idle_gpu_hours.total_cmp(&a.1.idle_gpu_hours));
-    for (team, idle) in idle.into_iter().take(10) {
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.2}</td></tr>",
-            escape(&team.team),
-            escape(&idle.owner),
-            escape(&idle.host),
-            escape(&idle.gpu),
-            idle.idle_gpu_hours,
-            idle.waste_cost
-        );
+    html! {
+        table {
+            tr {
+                th { "team" } th { "owner" } th { "host" } th.n { "GPU" } th.n { "idle GPU-h" }
+                th.n { "waste" }
+            }
+            @for (team, idle) in idle.into_iter().take(10) {
+                tr {
+                    td { (Text(&team.team)) }
+                    td { (Text(&idle.owner)) }
+                    td { (Text(&idle.host)) }
+                    td.n { (Text(&idle.gpu)) }
+                    td.n { (format!("{:.1}", idle.idle_gpu_hours)) }
+                    td.n { (format!("{:.2}", idle.waste_cost)) }
+                }
+            }
+        }
     }
-    out.push_str("</table><h2>Fleet utilization by hour (UTC)</h2>");
-    out.push_str(&heatmap_svg(&report.fleet.heatmap));
-    out.push_str("<h2>Utilization by host</h2>");
-    out.push_str(&node_heatmap_svg(&report.fleet.node_heatmap));
-    let fleet = &report.fleet;
-    let _ = write!(
-        out,
-        "<h2>Scaling</h2><p><b>{}</b> — {} GPUs recommended. {}</p>",
-        escape(&fleet.scale.direction),
-        fleet.scale.gpus,
-        escape(&fleet.scale.reason)
-    );
-    let capacity = &fleet.capacity;
-    let _ = write!(
-        out,
-        "<h2>Capacity plan</h2><p>Demand by 30-day month (GPUs of work, oldest first): {}. Growth {:+.1}% a month; next month {:.1} GPUs of work; with the buffer <b>{} GPUs</b> ({} to buy).</p>",
-        capacity
-            .monthly_demand_gpus
-            .iter()
-            .map(|d| format!("{d:.1}"))
-            .collect::<Vec<_>>()
-            .join(" · "),
-        capacity.growth * 100.0,
-        capacity.forecast_demand_gpus,
-        capacity.recommended_gpus,
-        capacity.gpus_to_buy
-    );
-    let tco = &fleet.tco;
-    let _ = write!(
-        out,
-        "<h2>Own or rent</h2><p>At {:.0}% utilization an owned GPU costs {:.2} {cur} an hour, {:.2} {cur} per hour of work; the cloud {:.2} {cur}. Cheaper: <b>{}</b>{}.</p>",
-        tco.utilization * 100.0,
-        tco.owned_per_gpu_hour,
-        tco.owned_per_used_gpu_hour,
-        tco.cloud_per_used_gpu_hour,
-        escape(&tco.cheaper),
-        if tco.monthly_saving > 0.0 {
-            format!(
-                ", by {:.0} {} a month",
-                tco.monthly_saving,
-                escape(&report.currency)
-            )
-        } else {
-            " (set [cost] purchase_price and cloud_hourly_price to compare)".to_string()
-        },
-        cur = escape(&report.currency)
-    );
-    let _ = write!(
-        out,
-        "<h2>Energy</h2><p>Night-idle hosts: {}. {:.1} kWh, {:.2} {cur} in the period.</p><p>Weekend-idle hosts: {}. {:.1} kWh, {:.2} {cur} in the period.</p><p class=\"muted\">{}</p>",
-        host_list(&fleet.energy.night_idle_hosts),
-        fleet.energy.kwh,
-        fleet.energy.cost,
-        host_list(&fleet.energy.weekend_idle_hosts),
-        fleet.energy.weekend_kwh,
-        fleet.energy.weekend_cost,
-        escape(&fleet.energy.note),
-        cur = escape(&report.currency)
-    );
-    out.push_str("<h2>Failure risk</h2><table><tr><th>host</th><th class=\"n\">GPU</th><th>UUID</th><th class=\"n\">risk</th><th>reasons</th></tr>");
-    for entry in &fleet.risk {
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{:.2}</td><td>{}</td></tr>",
-            escape(&entry.host),
-            escape(&entry.gpu),
-            escape(&entry.uuid),
-            entry.risk,
-            escape(&entry.reasons.join(", "))
-        );
-    }
-    out.push_str("</table></body></html>\n");
-    out
 }
 
-fn host_list(hosts: &[String]) -> String {
-    if hosts.is_empty() {
-        "none".to_string()
-    } else {
-        escape(&hosts.join(", ")).into_owned()
+/// Scaling, the capacity plan, own or rent, and energy.
+fn plans(report: &Report, currency: Text<&String>) -> Markup {
+    let fleet = &report.fleet;
+    let capacity = &fleet.capacity;
+    let demand: Vec<String> = (capacity.monthly_demand_gpus.iter())
+        .map(|d| format!("{d:.1}"))
+        .collect();
+    let tco = &fleet.tco;
+    let energy = &fleet.energy;
+    html! {
+        h2 { "Scaling" }
+        p {
+            b { (Text(&fleet.scale.direction)) } " — " (fleet.scale.gpus) " GPUs recommended. "
+            (Text(&fleet.scale.reason))
+        }
+        h2 { "Capacity plan" }
+        p {
+            "Demand by 30-day month (GPUs of work, oldest first): " (demand.join(" · "))
+            ". Growth " (format!("{:+.1}", capacity.growth * 100.0)) "% a month; next month "
+            (format!("{:.1}", capacity.forecast_demand_gpus)) " GPUs of work; with the buffer "
+            b { (capacity.recommended_gpus) " GPUs" } " (" (capacity.gpus_to_buy) " to buy)."
+        }
+        h2 { "Own or rent" }
+        p {
+            "At " (format!("{:.0}", tco.utilization * 100.0)) "% utilization an owned GPU costs "
+            (format!("{:.2}", tco.owned_per_gpu_hour)) " " (currency) " an hour, "
+            (format!("{:.2}", tco.owned_per_used_gpu_hour)) " " (currency) " per hour of work; the cloud "
+            (format!("{:.2}", tco.cloud_per_used_gpu_hour)) " " (currency) ". Cheaper: "
+            b { (Text(&tco.cheaper)) }
+            @if tco.monthly_saving > 0.0 {
+                ", by " (format!("{:.0}", tco.monthly_saving)) " " (currency) " a month"
+            } @else {
+                " (set [cost] purchase_price and cloud_hourly_price to compare)"
+            }
+            "."
+        }
+        h2 { "Energy" }
+        p {
+            "Night-idle hosts: " (host_list(&energy.night_idle_hosts)) ". "
+            (format!("{:.1}", energy.kwh)) " kWh, " (format!("{:.2}", energy.cost)) " " (currency)
+            " in the period."
+        }
+        p {
+            "Weekend-idle hosts: " (host_list(&energy.weekend_idle_hosts)) ". "
+            (format!("{:.1}", energy.weekend_kwh)) " kWh, " (format!("{:.2}", energy.weekend_cost))
+            " " (currency) " in the period."
+        }
+        p.muted { (Text(&energy.note)) }
     }
+}
+
+/// Every GPU by risk, with its health at the period's end.
+fn risk_table(report: &Report) -> Markup {
+    html! {
+        table {
+            tr {
+                th { "host" } th.n { "GPU" } th { "UUID" } th.n { "risk" } th { "reasons" }
+                th { "health at the end" } th { "repair" }
+            }
+            @for entry in &report.fleet.risk {
+                @let health = &entry.health;
+                tr {
+                    td { (Text(&entry.host)) }
+                    td.n { (Text(&entry.gpu)) }
+                    td { (Text(&entry.uuid)) }
+                    td.n { (format!("{:.2}", entry.risk)) }
+                    td { (Text(entry.reasons.join(", "))) }
+                    td class=(health.state) {
+                        (health.state)
+                        @if let Some(since) = health.since {
+                            " since " (since.format("%Y-%m-%d %H:%M UTC"))
+                        }
+                        @if !health.components.is_empty() {
+                            " ("
+                            @for (i, c) in health.components.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                (Text(&c.component)) " " (Text(c.state))
+                            }
+                            ")"
+                        }
+                    }
+                    td { (Text(health.action.as_deref().unwrap_or("—"))) }
+                }
+            }
+        }
+    }
+}
+
+/// `unhealthy, drain_and_reboot since 2026-12-01 04:10 UTC`; `health unknown` where the
+/// GPU's agent exposed no verdict.
+fn verdict_text(health: &GpuVerdict) -> String {
+    if health.state == "unknown" {
+        return "health unknown".to_string();
+    }
+    let mut text = health.state.to_string();
+    if let Some(action) = health.action.as_deref().filter(|a| *a != "none") {
+        text.push_str(", ");
+        text.push_str(action);
+    }
+    if let Some(since) = health.since {
+        text.push_str(&format!(" since {}", since.format("%Y-%m-%d %H:%M UTC")));
+    }
+    text
+}
+
+fn host_list(hosts: &[String]) -> Text<String> {
+    Text(match hosts.is_empty() {
+        true => "none".to_string(),
+        false => hosts.join(", "),
+    })
 }
 
 /// Days down, hours across, one cell per hour coloured by utilization.
-fn heatmap_svg(cells: &[HeatCell]) -> String {
+fn heatmap_svg(cells: &[HeatCell]) -> Markup {
     let mut days: Vec<&str> = cells.iter().map(|c| c.day.as_str()).collect();
     days.dedup();
     let (cell, left, top) = (18, 80, 16);
-    let width = left + 24 * cell + 4;
-    let height = top + days.len() * cell + 4;
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\" aria-label=\"utilization heatmap\">"
-    );
-    for hour in (0..24).step_by(3) {
-        let _ = write!(
-            svg,
-            "<text x=\"{}\" y=\"11\">{hour:02}</text>",
-            left + hour * cell
-        );
-    }
-    for (row, day) in days.iter().enumerate() {
-        let y = top + row * cell;
-        let _ = write!(svg, "<text x=\"0\" y=\"{}\">{}</text>", y + 13, escape(day));
-        for c in cells.iter().filter(|c| c.day == *day) {
-            let _ = write!(
-                svg,
-                "<rect x=\"{}\" y=\"{y}\" width=\"{}\" height=\"{}\" class=\"{}\"><title>{} {:02}:00 {:.0}%</title></rect>",
-                left + c.hour as usize * cell,
-                cell - 1,
-                cell - 1,
-                shade(Some(c.utilization)),
-                escape(day),
-                c.hour,
-                c.utilization * 100.0
-            );
+    html! {
+        svg xmlns="http://www.w3.org/2000/svg" width=(left + 24 * cell + 4)
+            height=(top + days.len() * cell + 4) role="img" aria-label="utilization heatmap" {
+            @for hour in (0..24).step_by(3) {
+                text x=(left + hour * cell) y="11" { (format!("{hour:02}")) }
+            }
+            @for (row, day) in days.iter().enumerate() {
+                @let y = top + row * cell;
+                text x="0" y=(y + 13) { (Text(day)) }
+                @for c in cells.iter().filter(|c| c.day == *day) {
+                    rect x=(left + c.hour as usize * cell) y=(y) width=(cell - 1) height=(cell - 1)
+                        class=(shade(Some(c.utilization))) {
+                        title {
+                            (Text(day)) " " (format!("{:02}:00 {:.0}%", c.hour, c.utilization * 100.0))
+                        }
+                    }
+                }
+            }
         }
     }
-    svg.push_str("</svg>");
-    svg
 }
 
 /// Hosts down, time across; one cell per slice, blank where a host had no data.
-fn node_heatmap_svg(map: &NodeHeatmap) -> String {
+fn node_heatmap_svg(map: &NodeHeatmap) -> Markup {
     let slices = map
         .hosts
         .iter()
@@ -351,43 +415,26 @@ fn node_heatmap_svg(map: &NodeHeatmap) -> String {
         .max()
         .unwrap_or(0);
     let (width, height, left, top) = (8, 14, 90, 16);
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" role=\"img\" aria-label=\"utilization by host\">",
-        left + slices * width + 4,
-        top + map.hosts.len() * height + 4
-    );
-    if let Some(start) = map.start {
-        let _ = write!(
-            svg,
-            "<text x=\"{left}\" y=\"11\">{}</text>",
-            start.format("%Y-%m-%d %H:%M")
-        );
-    }
-    for (row, host) in map.hosts.iter().enumerate() {
-        let y = top + row * height;
-        let _ = write!(
-            svg,
-            "<text x=\"0\" y=\"{}\">{}</text>",
-            y + 11,
-            escape(&host.host)
-        );
-        for (i, value) in host.utilization.iter().enumerate() {
-            if let Some(u) = value {
-                let _ = write!(
-                    svg,
-                    "<rect x=\"{}\" y=\"{y}\" width=\"{}\" height=\"{}\" class=\"{}\"><title>{} {:.0}%</title></rect>",
-                    left + i * width,
-                    width - 1,
-                    height - 1,
-                    shade(Some(*u)),
-                    escape(&host.host),
-                    u * 100.0
-                );
+    html! {
+        svg xmlns="http://www.w3.org/2000/svg" width=(left + slices * width + 4)
+            height=(top + map.hosts.len() * height + 4) role="img" aria-label="utilization by host" {
+            @if let Some(start) = map.start {
+                text x=(left) y="11" { (start.format("%Y-%m-%d %H:%M")) }
+            }
+            @for (row, host) in map.hosts.iter().enumerate() {
+                @let y = top + row * height;
+                text x="0" y=(y + 11) { (Text(&host.host)) }
+                @for (i, value) in host.utilization.iter().enumerate() {
+                    @if let Some(u) = value {
+                        rect x=(left + i * width) y=(y) width=(width - 1) height=(height - 1)
+                            class=(shade(Some(*u))) {
+                            title { (Text(&host.host)) " " (format!("{:.0}%", u * 100.0)) }
+                        }
+                    }
+                }
             }
         }
     }
-    svg.push_str("</svg>");
-    svg
 }
 
 #[cfg(test)]
@@ -401,3 +448,6 @@ mod tests {
         assert_eq!(shorten("short", 10), "short");
     }
 }
+
+#[cfg(test)]
+mod html_tests;

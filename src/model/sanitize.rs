@@ -414,5 +414,4 @@ impl ProcessSample {
 }
 
 #[cfg(test)]
-#[path = "sanitize_tests.rs"]
 mod tests;

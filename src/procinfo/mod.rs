@@ -26,6 +26,12 @@ pub trait ProcessTable {
     /// Facts about `pid`. Never fails: what cannot be read is `None`, and a PID whose state
     /// cannot be read at all is [`Liveness::Unknown`], never `Gone`.
     fn lookup(&self, pid: u32) -> ProcessInfo;
+
+    /// Whether other users' processes can be read at all (`/proc` mounted with `hidepid`
+    /// hides them from an agent without `CAP_SYS_PTRACE`); the error says why not.
+    fn others_visible(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// What the host says about one process.
@@ -50,6 +56,19 @@ pub struct ProcessInfo {
     pub hpc_job: Option<String>,
     /// Seconds since the process started.
     pub runtime_seconds: Option<f64>,
+    /// Why the process's entry could not be read although it may well be there (a
+    /// permission denied by `hidepid` or a security module); `None` when it could, or when
+    /// the process is simply gone.
+    pub unreadable: Option<String>,
+}
+
+/// What [`enrich`] could not read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Unreadable {
+    /// How many of the PIDs looked up could not be read.
+    pub pids: usize,
+    /// The first of them, and why.
+    pub first: Option<(u32, String)>,
 }
 
 /// Fills the owner fields (`process`, `user`, `container`, `pod`, `runtime_seconds`) and
@@ -57,13 +76,21 @@ pub struct ProcessInfo {
 ///
 /// Values the table cannot give do not overwrite values the sample already has (a replayed
 /// recording keeps its owners), and each PID is looked up once even when it holds memory
-/// on several GPUs.
-pub fn enrich(table: &dyn ProcessTable, processes: &mut [ProcessSample]) {
+/// on several GPUs. Returns the PIDs whose entries could not be read.
+pub fn enrich(table: &dyn ProcessTable, processes: &mut [ProcessSample]) -> Unreadable {
     let mut seen: HashMap<u32, ProcessInfo> = HashMap::new();
+    let mut unreadable = Unreadable::default();
     for sample in processes {
-        let info = seen
-            .entry(sample.pid)
-            .or_insert_with(|| table.lookup(sample.pid));
+        let info = seen.entry(sample.pid).or_insert_with(|| {
+            let info = table.lookup(sample.pid);
+            if let Some(why) = &info.unreadable {
+                unreadable.pids += 1;
+                unreadable
+                    .first
+                    .get_or_insert_with(|| (sample.pid, why.clone()));
+            }
+            info
+        });
         if info.liveness != Liveness::Unknown {
             sample.liveness = info.liveness;
         }
@@ -77,6 +104,7 @@ pub fn enrich(table: &dyn ProcessTable, processes: &mut [ProcessSample]) {
             sample.runtime_seconds = info.runtime_seconds;
         }
     }
+    unreadable
 }
 
 fn fill(field: &mut Option<String>, value: &Option<String>) {
@@ -120,6 +148,7 @@ mod tests {
             pod: Some("0f3d2c1a-5b6e-4c7d-8e9f-0a1b2c3d4e5f".into()),
             hpc_job: Some("4242".into()),
             runtime_seconds: Some(3600.0),
+            unreadable: None,
         };
         let table = Fixed(HashMap::from([(42, info)]), Cell::new(0));
         let mut procs = vec![sample(0, 42), sample(1, 42)];

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
@@ -60,13 +60,17 @@ impl ProcFs {
         }
     }
 
-    /// The agent's own `/proc`. In a PID namespace of its own (a container without
-    /// `hostPID`), the PIDs NVML reports cannot be looked up: they are reported with
-    /// liveness unknown, never as gone — every job would otherwise look like a ghost.
-    pub fn host() -> Self {
-        let mut table = Self::new("/proc");
-        table.foreign_pids =
-            nested_pid_namespace(&std::fs::read_to_string("/proc/self/status").unwrap_or_default());
+    /// The host's `/proc`, at `root` (`/proc`, or where a container mounts the host's).
+    /// In a PID namespace of its own (a container without `hostPID`), the PIDs NVML
+    /// reports cannot be looked up in the agent's own `/proc`: they are reported with
+    /// liveness unknown, never as gone — every job would otherwise look like a ghost. A
+    /// tree elsewhere is taken for the host's, as node_exporter's `--path.procfs` is.
+    pub fn host(root: &Path) -> Self {
+        let mut table = Self::new(root);
+        table.foreign_pids = root == Path::new("/proc")
+            && nested_pid_namespace(
+                &std::fs::read_to_string("/proc/self/status").unwrap_or_default(),
+            );
         if table.foreign_pids {
             tracing::warn!(
                 "gpu-sentinel runs in a PID namespace of its own: GPU processes cannot be \
@@ -101,6 +105,10 @@ impl ProcFs {
     pub fn clock_ticks(mut self, per_second: u64) -> Self {
         self.clock_ticks = per_second.max(1);
         self
+    }
+
+    fn stat_path(&self, pid: u32) -> PathBuf {
+        self.root.join(pid.to_string()).join("stat")
     }
 
     fn read(&self, pid: u32, file: &str) -> io::Result<Vec<u8>> {
@@ -190,6 +198,7 @@ fn nested_pid_namespace(status: &str) -> bool {
 
 impl ProcessTable for ProcFs {
     fn lookup(&self, pid: u32) -> ProcessInfo {
+        let mut unreadable = None;
         let stat = match self.stat(pid) {
             Ok(stat) => stat,
             // ESRCH: the process exited between open and read.
@@ -203,6 +212,14 @@ impl ProcessTable for ProcFs {
                 if self.foreign_pids {
                     return ProcessInfo::default();
                 }
+                // Under `hidepid=invisible` another user's live process looks just like
+                // one that exited: gone only while other users' processes can be seen.
+                if let Err(hidden) = self.others_visible() {
+                    return ProcessInfo {
+                        unreadable: Some(hidden),
+                        ..ProcessInfo::default()
+                    };
+                }
                 if dir_gone || e.raw_os_error() == Some(libc::ESRCH) {
                     return ProcessInfo {
                         liveness: Liveness::Gone,
@@ -211,8 +228,15 @@ impl ProcessTable for ProcFs {
                 }
                 None
             }
-            // Unreadable (hidepid, permissions): say nothing rather than guess.
-            Err(_) => None,
+            // Unreadable (hidepid, permissions): say nothing rather than guess, and say
+            // that the table cannot tell.
+            Err(e) => {
+                unreadable = Some(format!(
+                    "cannot read {}: {e}",
+                    self.stat_path(pid).display()
+                ));
+                None
+            }
         };
         let status = self.read_text(pid, "status").unwrap_or_default();
         let uid =
@@ -245,6 +269,22 @@ impl ProcessTable for ProcFs {
                 .as_ref()
                 .and_then(|s| s.start_ticks)
                 .and_then(|t| self.runtime_seconds(t)),
+            unreadable,
+        }
+    }
+
+    fn others_visible(&self) -> Result<(), String> {
+        // PID 1 (the init of the table's PID namespace) is always there and never the
+        // agent's own: if its entry cannot be read, no other user's can.
+        match self.read(1, "stat") {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!(
+                "{}: other users' processes are hidden from gpu-sentinel (cannot read {}: \
+                 {e}); mount /proc without hidepid, add the agent to its gid= group, or \
+                 grant CAP_SYS_PTRACE",
+                self.root.display(),
+                self.stat_path(1).display()
+            )),
         }
     }
 }
@@ -339,11 +379,57 @@ mod tests {
 
     #[test]
     fn foreign_pids_are_unknown_not_gone() {
-        let mut table = ProcFs::new("/nonexistent-proc");
+        let root = fixture_root("foreign", true);
+        let mut table = ProcFs::new(&root);
         table.foreign_pids = true;
         assert_eq!(table.lookup(123).liveness, Liveness::Unknown);
         table.foreign_pids = false;
         assert_eq!(table.lookup(123).liveness, Liveness::Gone);
+    }
+
+    /// An empty `/proc`-like tree, with PID 1 in it when `init`.
+    fn fixture_root(name: &str, init: bool) -> PathBuf {
+        let root = std::env::temp_dir().join(format!("gs-procfs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("1")).unwrap_or_else(|e| panic!("{e}"));
+        if init {
+            std::fs::write(
+                root.join("1/stat"),
+                "1 (init) S 0 1 1 0 -1 0 0 0 0 0 0 0 0 0",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        root
+    }
+
+    #[test]
+    fn hidden_processes_are_unknown_and_say_why() {
+        // hidepid=invisible: PID 1 is not there for the agent, nor anyone else's.
+        let table = ProcFs::new(fixture_root("hidden", false));
+        let info = table.lookup(4242);
+        assert_eq!(info.liveness, Liveness::Unknown, "not gone: hidden");
+        let why = info.unreadable.unwrap_or_default();
+        assert!(why.contains("other users' processes are hidden"), "{why}");
+        assert!(why.contains("hidepid"), "{why}");
+        assert!(table.others_visible().is_err());
+    }
+
+    #[test]
+    fn an_entry_that_cannot_be_read_is_unknown_and_says_why() {
+        let root = fixture_root("unreadable", true);
+        // A `stat` that cannot be read (as root no mode bit denies it; a folder does).
+        std::fs::create_dir_all(root.join("77/stat")).unwrap_or_else(|e| panic!("{e}"));
+        let table = ProcFs::new(&root);
+        assert_eq!(table.others_visible(), Ok(()));
+        let info = table.lookup(77);
+        assert_eq!(info.liveness, Liveness::Unknown);
+        let why = info.unreadable.unwrap_or_default();
+        assert!(
+            why.contains("cannot read") && why.contains("77/stat"),
+            "{why}"
+        );
+        let gone = table.lookup(78);
+        assert_eq!((gone.liveness, gone.unreadable), (Liveness::Gone, None));
     }
 
     #[test]

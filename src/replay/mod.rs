@@ -398,7 +398,6 @@ fn read_batches(
 }
 
 #[cfg(test)]
-#[path = "smi_written_tests.rs"]
 mod smi_written_tests;
 
 #[cfg(test)]

@@ -559,5 +559,4 @@ impl<R: Read + Send> SnapshotReader for SmiCsvReader<R> {
 }
 
 #[cfg(test)]
-#[path = "smi_csv_tests.rs"]
 mod tests;

@@ -505,5 +505,4 @@ pub fn parse_offset(text: &str) -> anyhow::Result<FixedOffset> {
 }
 
 #[cfg(test)]
-#[path = "smi_fields_tests.rs"]
 mod tests;

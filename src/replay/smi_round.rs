@@ -326,5 +326,4 @@ impl Rounds {
 }
 
 #[cfg(test)]
-#[path = "smi_round_tests.rs"]
 mod tests;

@@ -9,14 +9,15 @@
 //!   prologs: one line `"<jobid> <uid>"`; the uid names the user (from the passwd file).
 //!
 //! Files are read once per collection. A configured directory that is missing or
-//! unreadable fails the `hpc_jobs` collector family and is said once in the log (again
+//! unreadable fails the `hpc_jobs` collector (the collector loop says so once, and again
 //! when it comes back); a file of another shape is skipped.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::Arc;
 
-use crate::model::{Allocation, FamilyHealth, GpuSample, Snapshot};
+use super::collector::{Collected, Collector};
+use crate::model::{Allocation, GpuSample, Snapshot};
 use crate::procinfo::ProcFs;
 
 /// The collector family's name in `gpu_sentinel_collector_success`.
@@ -31,24 +32,32 @@ const MAX_JOBS_PER_FILE: usize = 64;
 pub struct HpcJobFiles {
     mapping_dir: Option<PathBuf>,
     gpustat_dir: Option<PathBuf>,
-    /// The problem of the current outage, `None` while every directory reads.
-    logged: Option<String>,
+    /// Names the uids of gpustat files (numbers without it).
+    users: Option<Arc<ProcFs>>,
 }
 
 impl HpcJobFiles {
     /// `None` when neither directory is configured.
-    pub fn new(mapping_dir: Option<&Path>, gpustat_dir: Option<&Path>) -> Option<HpcJobFiles> {
+    pub fn new(
+        mapping_dir: Option<&Path>,
+        gpustat_dir: Option<&Path>,
+        users: Option<Arc<ProcFs>>,
+    ) -> Option<HpcJobFiles> {
         (mapping_dir.is_some() || gpustat_dir.is_some()).then(|| HpcJobFiles {
             mapping_dir: mapping_dir.map(Path::to_owned),
             gpustat_dir: gpustat_dir.map(Path::to_owned),
-            logged: None,
+            users,
         })
     }
+}
 
-    /// Adds a job allocation per GPU and job found; `users` names the uids of gpustat
-    /// files (numbers without it).
-    pub fn read(&mut self, snapshot: &mut Snapshot, users: Option<&ProcFs>) -> FamilyHealth {
-        let began = Instant::now();
+impl Collector for HpcJobFiles {
+    fn name(&self) -> &'static str {
+        FAMILY
+    }
+
+    /// Adds a job allocation per GPU and job found.
+    fn collect(&mut self, snapshot: &mut Snapshot) -> anyhow::Result<Collected> {
         let mut found = BTreeSet::new();
         let mut problems = Vec::new();
         if let Some(dir) = &self.mapping_dir {
@@ -84,7 +93,10 @@ impl HpcJobFiles {
                         let (Some(gpu), Some((job, uid))) = (gpu, gpustat_line(&text)) else {
                             continue;
                         };
-                        let user = users.map_or_else(|| uid.to_string(), |u| u.user_name(uid));
+                        let user = self
+                            .users
+                            .as_ref()
+                            .map_or_else(|| uid.to_string(), |u| u.user_name(uid));
                         found.insert(allocation(gpu, None, job, Some(user)));
                     }
                 }
@@ -92,33 +104,14 @@ impl HpcJobFiles {
             }
         }
         snapshot.allocations.extend(found);
-        let success = problems.is_empty();
-        if success {
-            snapshot.scheduled_by.push("slurm".into());
-        }
-        self.note(problems);
-        FamilyHealth {
-            name: FAMILY,
-            seconds: began.elapsed().as_secs_f64(),
-            success,
-        }
-    }
-
-    fn note(&mut self, problems: Vec<String>) {
-        if problems.is_empty() {
-            if self.logged.take().is_some() {
-                tracing::info!("Slurm job files readable again");
-            }
-            return;
-        }
-        if self.logged.is_none() {
-            tracing::warn!(
-                "Slurm job files: {}; jobs are not attributed from them until they read \
-                 (gpu_sentinel_collector_success{{collector=\"hpc_jobs\"}} is 0; said once)",
+        if !problems.is_empty() {
+            anyhow::bail!(
+                "Slurm job files: {}; jobs are not attributed from them until they read",
                 problems.join("; ")
             );
         }
-        self.logged = Some(problems.join("; "));
+        snapshot.scheduled_by.push("slurm".into());
+        Ok(Collected::Done)
     }
 }
 

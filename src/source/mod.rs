@@ -3,11 +3,13 @@
 //! A source is polled from the collection thread, never from the async runtime: NVML
 //! calls are blocking C calls that can take hundreds of milliseconds on a sick GPU.
 
+pub mod collector;
 pub mod host;
 pub mod hpc_jobs;
 pub mod kmsg;
 pub mod kubelet;
 pub mod nvml;
+pub mod owners;
 pub mod pci;
 pub mod simulate;
 pub mod slurm_accounts;

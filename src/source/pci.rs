@@ -9,7 +9,37 @@
 //! since NVML on the host lists the physical GPU only.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use super::collector::{Collected, Collector};
+use crate::model::Snapshot;
+
+/// The `pci` collector: lists the NVIDIA GPUs on the bus into each snapshot, for the
+/// health verdicts' `pci` component.
+pub struct PciBus {
+    /// sysfs's PCI device folder (`[collect] pci_devices`).
+    pub root: PathBuf,
+}
+
+impl Collector for PciBus {
+    fn name(&self) -> &'static str {
+        "pci"
+    }
+
+    fn collect(&mut self, snapshot: &mut Snapshot) -> anyhow::Result<Collected> {
+        let list = nvidia_gpus(&self.root).with_context(|| {
+            format!(
+                "cannot read the PCI bus at {}: GPUs missing from NVML go unnoticed \
+                 ([collect] pci_devices)",
+                self.root.display()
+            )
+        })?;
+        snapshot.host.pci_gpus = Some(list);
+        Ok(Collected::Done)
+    }
+}
 
 /// NVIDIA's PCI vendor id.
 pub const NVIDIA_VENDOR: u32 = 0x10de;

@@ -12,8 +12,8 @@
 //! The controller can be slow or down: each lookup has a time limit, at most
 //! [`LOOKUPS_PER_COLLECTION`] start per collection and none once one call's time limit is
 //! spent in it, and after a failure no lookup runs for
-//! [`RETRY_AFTER`] (said once in the log; `gpu_sentinel_collector_success{collector=
-//! "slurm_accounts"}` is 0 meanwhile). A job the controller answered for without an
+//! [`RETRY_AFTER`] (`gpu_sentinel_collector_success{collector="slurm_accounts"}` is 0
+//! meanwhile, which the collector loop says once). A job the controller answered for without an
 //! account is remembered as such.
 
 use std::collections::{BTreeSet, HashMap};
@@ -22,7 +22,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::model::{FamilyHealth, Snapshot};
+use super::collector::{Collected, Collector};
+use crate::model::Snapshot;
 
 /// The collector family's name in `gpu_sentinel_collector_success`.
 pub const FAMILY: &str = "slurm_accounts";
@@ -54,11 +55,17 @@ impl SlurmAccounts {
             paused: None,
         }
     }
+}
+
+impl Collector for SlurmAccounts {
+    fn name(&self) -> &'static str {
+        FAMILY
+    }
 
     /// Sets `slurm_account` on every process and allocation of a job whose account is
-    /// known, looking up jobs not seen before. `None` when the snapshot has no job: the
+    /// known, looking up jobs not seen before. Absent when the snapshot has no job: the
     /// host is no Slurm node (or runs no job), and there is nothing to report.
-    pub fn fill(&mut self, snapshot: &mut Snapshot) -> Option<FamilyHealth> {
+    fn collect(&mut self, snapshot: &mut Snapshot) -> anyhow::Result<Collected> {
         let jobs: BTreeSet<String> = snapshot
             .processes
             .iter()
@@ -69,12 +76,11 @@ impl SlurmAccounts {
             .collect();
         if jobs.is_empty() {
             self.known.clear();
-            return None;
+            return Ok(Collected::Absent);
         }
         let began = Instant::now();
         // Forget jobs that left: the map holds only what runs here now.
         self.known.retain(|job, _| jobs.contains(job));
-        let mut success = true;
         let unknown: Vec<&String> = jobs
             .iter()
             .filter(|job| !self.known.contains_key(*job))
@@ -83,48 +89,29 @@ impl SlurmAccounts {
         for job in unknown {
             // The lookups run on the collection thread: together they get one call's time,
             // and what is left waits for the next collection.
-            if began.elapsed() >= LOOKUP_TIMEOUT {
-                break;
-            }
-            if self
-                .paused
-                .as_ref()
-                .is_some_and(|(until, _)| Instant::now() < *until)
+            if began.elapsed() >= LOOKUP_TIMEOUT
+                || self
+                    .paused
+                    .as_ref()
+                    .is_some_and(|(until, _)| Instant::now() < *until)
             {
-                success = false;
                 break;
             }
             match self.look_up(job) {
                 Ok(account) => {
-                    if let Some((_, problem)) = self.paused.take() {
-                        tracing::info!("scontrol answers again (after: {problem})");
-                    }
+                    self.paused = None;
                     self.known.insert(job.clone(), account);
                 }
                 Err(problem) => {
-                    success = false;
-                    if self.paused.is_none() {
-                        tracing::warn!(
-                            "Slurm accounts: {problem}; jobs are not matched to [[teams]] \
-                             slurm_accounts until it answers (asked again every {} s; \
-                             gpu_sentinel_collector_success{{collector=\"{FAMILY}\"}} is 0; \
-                             said once)",
-                            RETRY_AFTER.as_secs()
-                        );
-                    }
                     self.paused = Some((Instant::now() + RETRY_AFTER, problem));
                     break;
                 }
             }
         }
-        if self.paused.is_some() {
-            if jobs.iter().all(|job| self.known.contains_key(job)) {
-                // The job that failed has left and every other is known: nothing is
-                // failing now.
-                self.paused = None;
-            } else {
-                success = false;
-            }
+        if self.paused.is_some() && jobs.iter().all(|job| self.known.contains_key(job)) {
+            // The job that failed has left and every other is known: nothing is failing
+            // now.
+            self.paused = None;
         }
         let account = |job: &Option<String>| {
             job.as_ref()
@@ -138,13 +125,18 @@ impl SlurmAccounts {
         for a in &mut snapshot.allocations {
             a.slurm_account = account(&a.hpc_job);
         }
-        Some(FamilyHealth {
-            name: FAMILY,
-            seconds: began.elapsed().as_secs_f64(),
-            success,
-        })
+        match &self.paused {
+            Some((_, problem)) => anyhow::bail!(
+                "Slurm accounts: {problem}; jobs are not matched to [[teams]] slurm_accounts \
+                 until it answers (asked again every {} s)",
+                RETRY_AFTER.as_secs()
+            ),
+            None => Ok(Collected::Done),
+        }
     }
+}
 
+impl SlurmAccounts {
     /// The account `scontrol` names for `job`; an error says what went wrong (the job id is
     /// passed as one argument, never through a shell).
     fn look_up(&self, job: &str) -> Result<Option<String>, String> {

@@ -227,5 +227,4 @@ fn parse_yaml(text: &str) -> Result<FileConfig, Problem> {
 }
 
 #[cfg(test)]
-#[path = "file_tests.rs"]
 mod tests;

@@ -118,10 +118,16 @@ fn code_lines(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Whether a file holds only tests (`*_tests.rs`, `*_props.rs`, `tests.rs`).
+/// Whether a module name is a test module's: `tests` and `props` (property tests), or
+/// `…_tests` and `…_props` where a module has more than one.
+fn is_test_module(name: &str) -> bool {
+    name == "tests" || name == "props" || name.ends_with("_tests") || name.ends_with("_props")
+}
+
+/// Whether a file holds only tests (its module is a test module).
 fn is_test_file(path: &Path) -> bool {
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-    name.is_some_and(|n| n == "tests" || n.ends_with("_tests") || n.ends_with("_props"))
+    name.is_some_and(|n| is_test_module(&n))
 }
 
 /// The module paths a file refers to: `crate::a::b…` and `super::…` resolved against the
@@ -283,6 +289,35 @@ fn no_production_source_file_passes_600_lines() {
         long.is_empty(),
         "split these (tests in their own files):\n{}",
         long.join("\n")
+    );
+}
+
+/// One naming rule for unit tests: a module's tests are its child module, in the file
+/// where Rust finds it (`foo.rs` → `foo/tests.rs`, `foo/mod.rs` → `foo/tests.rs`), named as
+/// `is_test_module` says; no `#[path]` points anywhere else.
+#[test]
+fn unit_tests_are_child_modules_named_by_one_rule() {
+    let declared =
+        Regex::new(r"#\[cfg\(test\)\]\s*(#\[[^\]]*\]\s*)*mod\s+([a-z_0-9]+)\s*;").expect("regex");
+    let mut wrong = Vec::new();
+    for (path, _) in sources(&src()) {
+        let text = std::fs::read_to_string(&path).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("#[path") {
+                wrong.push(format!("{}:{}: #[path]", path.display(), n + 1));
+            }
+        }
+        for found in declared.captures_iter(&text) {
+            let name = &found[2];
+            if !is_test_module(name) {
+                wrong.push(format!("{}: test module `{name}`", path.display()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "unit tests go in a child module named tests, props, *_tests or *_props:\n{}",
+        wrong.join("\n")
     );
 }
 

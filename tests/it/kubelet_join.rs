@@ -12,6 +12,7 @@ use std::time::Duration;
 use gpu_sentinel::config::Config;
 use gpu_sentinel::model::{GpuSample, ProcessSample, Snapshot};
 use gpu_sentinel::procinfo::{ProcFs, enrich};
+use gpu_sentinel::source::collector::{Collected, Collector};
 use gpu_sentinel::source::kubelet::KubeletReader;
 use kubelet_support::{PodResourcesServer, answer, pod};
 
@@ -85,10 +86,8 @@ fn pod_uids_from_cgroups_are_joined_to_pod_names_through_their_gpus() {
     );
 
     let mut reader = KubeletReader::new(&socket, &[], Duration::from_secs(2));
-    let health = reader
-        .read(&mut snapshot)
-        .expect("the socket's directory exists");
-    assert!(health.success);
+    let collected = reader.collect(&mut snapshot).expect("the kubelet answers");
+    assert_eq!(collected, Collected::Done, "the socket's directory exists");
     let named: Vec<Named> = snapshot
         .processes
         .iter()

@@ -33,6 +33,8 @@ mod exposition;
 mod fleet_limits;
 mod fleet_replay;
 mod fleet_report;
+mod fleet_report_health;
+mod fleet_report_mig;
 mod ghost;
 mod health_cli;
 mod health_nvml;
@@ -65,6 +67,8 @@ mod scenarios;
 mod state_file_props;
 mod state_files;
 mod store_client;
+// The trainer is a cargo feature; scripts/test.sh runs the tests with every feature.
+#[cfg(feature = "train")]
 mod train;
 mod values_rejected;
 mod web_config;

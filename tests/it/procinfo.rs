@@ -165,7 +165,7 @@ fn own_uid() -> Option<u32> {
 
 #[test]
 fn real_child_is_running_then_gone_once_killed() {
-    let table = ProcFs::host();
+    let table = ProcFs::host(std::path::Path::new("/proc"));
     let mut child = Command::new("sleep")
         .arg("30")
         .spawn()
@@ -197,7 +197,7 @@ fn real_child_is_running_then_gone_once_killed() {
 
 #[test]
 fn real_unreaped_child_is_a_zombie() {
-    let table = ProcFs::host();
+    let table = ProcFs::host(std::path::Path::new("/proc"));
     let mut child = Command::new("true").spawn().expect("spawn true");
     let pid = child.id();
     // Not waited for: once it exits it stays a zombie until reaped.
@@ -212,7 +212,7 @@ fn real_unreaped_child_is_a_zombie() {
 
 #[test]
 fn real_orphan_is_seen_as_orphaned() {
-    let table = ProcFs::host();
+    let table = ProcFs::host(std::path::Path::new("/proc"));
     // The shell starts a background sleep and exits at once, orphaning it.
     let out = Command::new("sh")
         .args(["-c", "sleep 30 >/dev/null 2>&1 & echo $!"])

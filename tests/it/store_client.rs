@@ -4,8 +4,8 @@
 //! that query with a clear message and leaves the process small; values that are not finite
 //! numbers are dropped with a warning naming the series, and never reach the output.
 //!
-//! One test, so that the largest child this process waited for (`getrusage`) is the one
-//! that read the large answer.
+//! The child that reads the large answer is reaped with `wait4`, which gives that child's
+//! own peak memory: the test binary runs every subject's children beside it.
 
 use crate::common;
 
@@ -54,14 +54,39 @@ fn huge_matrix(bytes: usize) -> String {
     body
 }
 
-/// Peak resident memory of the largest child waited for, in MB.
-fn children_peak_mb() -> i64 {
-    // SAFETY: getrusage fills the struct it is given.
+/// Runs the binary to completion with `args` and reaps it with `wait4`: its output
+/// (stderr; stdout is dropped) and its own peak resident memory in MB.
+fn run_with_peak(args: &[&str]) -> (std::process::ExitStatus, String, i64) {
+    use std::os::unix::process::ExitStatusExt as _;
+    let stderr_path = std::env::temp_dir().join(format!(
+        "gpu-sentinel-store-client-{}.stderr",
+        std::process::id()
+    ));
+    let stderr_file = std::fs::File::create(&stderr_path).expect("stderr file");
+    // Reaped below by wait4, which `Child::wait` cannot do: it gives no rusage.
+    #[allow(clippy::zombie_processes)]
+    let child = std::process::Command::new(common::binary())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr_file)
+        .spawn()
+        .expect("the gpu-sentinel binary runs");
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
+    let mut status: libc::c_int = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_CHILDREN is a valid `who`.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-    assert_eq!(rc, 0, "getrusage");
-    usage.ru_maxrss / 1024
+    // SAFETY: pid is our own unreaped child; status and usage are valid for writes. The
+    // `Child` is never waited for afterwards, so it is reaped exactly once.
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&stderr_path);
+    (
+        std::process::ExitStatus::from_raw(status),
+        stderr,
+        usage.ru_maxrss / 1024,
+    )
 }
 
 #[test]
@@ -161,7 +186,7 @@ fn a_misbehaving_store_costs_one_timeout_bounded_memory_and_no_non_finite_values
             Answer::json(200, &vector(&[]))
         }
     });
-    let out = run(&[
+    let (status, stderr, peak) = run_with_peak(&[
         "report",
         "--prometheus",
         &store.url(""),
@@ -176,13 +201,11 @@ fn a_misbehaving_store_costs_one_timeout_bounded_memory_and_no_non_finite_values
         "--max-answer-mb",
         "16",
     ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    assert!(!status.success(), "{stderr}");
     assert!(
         stderr.contains("answers in flight passed 16 MB"),
         "the error names the cap:\n{stderr}"
     );
-    let peak = children_peak_mb();
     assert!(
         peak < 400,
         "the report peaked at {peak} MB reading a 200 MB answer"

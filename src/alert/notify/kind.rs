@@ -57,5 +57,4 @@ pub fn facts(kind: ReceiverKind) -> &'static KindFacts {
 }
 
 #[cfg(test)]
-#[path = "kind_tests.rs"]
 mod tests;

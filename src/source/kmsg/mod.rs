@@ -9,12 +9,15 @@
 //!
 //! - [`parse`]: line formats;
 //! - [`follow`]: the thread that follows the log ([`KmsgFollower`]);
-//! - [`dedup`]: merging with NVML events.
+//! - [`dedup`]: merging with NVML events;
+//! - [`collector`]: both merged on every snapshot ([`KernelLogXids`]).
 
+pub mod collector;
 pub mod dedup;
 pub mod follow;
 pub mod parse;
 
+pub use collector::KernelLogXids;
 pub use dedup::{XidDeduper, resolve_gpu};
 pub use follow::{KmsgError, KmsgEvent, KmsgFollower};
 pub use parse::{KmsgXid, parse_line};

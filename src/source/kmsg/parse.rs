@@ -175,7 +175,6 @@ fn local(t: NaiveDateTime) -> Option<DateTime<Utc>> {
 }
 
 #[cfg(test)]
-#[path = "parse_props.rs"]
 mod props;
 
 #[cfg(test)]

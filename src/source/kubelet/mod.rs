@@ -7,10 +7,11 @@
 //! [`Allocation`]s ([`devices`] maps the device ids to GPUs) and the processes' pod UIDs
 //! are joined to pod names ([`join`]).
 //!
-//! Failure degrades the `kubelet` collector family only: a missing, refusing, hanging or
-//! vanished socket leaves the allocations empty and
-//! `gpu_sentinel_collector_success{collector="kubelet"}` 0, says why in one log line per
-//! outage (and one when it answers again), and everything else is collected as before. A host where the socket's directory has never existed is not a
+//! Failure degrades the `kubelet` collector only: a missing, refusing, hanging or vanished
+//! socket leaves the allocations empty and
+//! `gpu_sentinel_collector_success{collector="kubelet"}` 0 (the collector loop says why
+//! once per outage, and again when it answers), and everything else is collected as
+//! before. A host where the socket's directory has never existed is not a
 //! Kubernetes node: the family is absent there, as node_exporter treats hardware a host
 //! does not have, and the agent says so once at start.
 
@@ -20,9 +21,10 @@ pub mod proto;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::model::{Allocation, FamilyHealth, Snapshot};
+use super::collector::{Collected, Collector};
+use crate::model::{Allocation, Snapshot};
 
 /// The collector family's name in `gpu_sentinel_collector_success`.
 pub const FAMILY: &str = "kubelet";
@@ -39,12 +41,11 @@ pub struct KubeletReader {
     socket: PathBuf,
     resource_names: Vec<String>,
     timeout: Duration,
-    runtime: Option<tokio::runtime::Runtime>,
+    /// The runtime its calls run on, or why it could not be started.
+    runtime: Result<tokio::runtime::Runtime, String>,
     /// The socket or its directory was there at some point: from then on its absence is a
     /// failure, not "not a Kubernetes node".
     expected: bool,
-    /// The problem of the current outage, `None` while the kubelet answers.
-    logged: Option<String>,
     unmapped_logged: BTreeSet<String>,
     join: join::PodJoin,
 }
@@ -61,16 +62,11 @@ impl KubeletReader {
             socket: socket.to_owned(),
             resource_names: resource_names.to_vec(),
             timeout: (interval / 2).clamp(Duration::from_millis(100), MAX_TIMEOUT),
-            runtime: None,
+            runtime: runtime.map_err(|e| e.to_string()),
             expected: false,
-            logged: None,
             unmapped_logged: BTreeSet::new(),
             join: join::PodJoin::default(),
         };
-        match runtime {
-            Ok(rt) => reader.runtime = Some(rt),
-            Err(e) => reader.note_problem(format!("cannot start its I/O runtime: {e}")),
-        }
         reader.expected = reader.socket_dir_exists();
         if !reader.expected {
             tracing::info!(
@@ -85,68 +81,50 @@ impl KubeletReader {
     fn socket_dir_exists(&self) -> bool {
         self.socket.exists() || self.socket.parent().is_some_and(Path::exists)
     }
+}
+
+impl Collector for KubeletReader {
+    fn name(&self) -> &'static str {
+        FAMILY
+    }
 
     /// Lists the pods, adds their GPU allocations to `snapshot` and names the pods of its
-    /// processes. `None` while this is not a Kubernetes node.
-    pub fn read(&mut self, snapshot: &mut Snapshot) -> Option<FamilyHealth> {
-        let began = Instant::now();
+    /// processes. Absent while this is not a Kubernetes node.
+    fn collect(&mut self, snapshot: &mut Snapshot) -> anyhow::Result<Collected> {
         if !self.expected {
             self.expected = self.socket_dir_exists();
             if !self.expected {
-                return None;
+                return Ok(Collected::Absent);
             }
         }
         let outcome = match &self.runtime {
-            None => Err("its I/O runtime did not start".to_string()),
+            Err(e) => Err(format!("its I/O runtime did not start: {e}")),
             // The timer is made inside the runtime: tokio's timers need one to exist.
-            Some(rt) => rt
+            Ok(rt) => rt
                 .block_on(async {
                     tokio::time::timeout(self.timeout, proto::list(&self.socket)).await
                 })
                 .map_err(|_| format!("no answer within {:?}", self.timeout))
                 .and_then(|answer| answer.map_err(|e| e.to_string())),
         };
-        let success = match outcome {
+        match outcome {
             Ok(answer) => {
-                if self.logged.take().is_some() {
-                    tracing::info!(socket = %self.socket.display(), "kubelet pod resources answer again");
-                }
                 self.allocate(snapshot, &answer);
                 snapshot.scheduled_by.push("kubernetes".into());
                 self.join
                     .apply(&mut snapshot.processes, &snapshot.allocations);
-                true
+                Ok(Collected::Done)
             }
-            Err(reason) => {
-                self.note_problem(reason);
-                false
-            }
-        };
-        Some(FamilyHealth {
-            name: FAMILY,
-            seconds: began.elapsed().as_secs_f64(),
-            success,
-        })
-    }
-
-    /// Warns once per outage; a different reason during the same outage (reset, then
-    /// gone) is only a debug line.
-    fn note_problem(&mut self, reason: String) {
-        match &self.logged {
-            None => tracing::warn!(
-                "kubelet pod resources at {}: {reason}; GPUs are not attributed to pods until it \
-                 answers (gpu_sentinel_collector_success{{collector=\"kubelet\"}} is 0; said \
-                 once, and again when it answers)",
+            Err(reason) => anyhow::bail!(
+                "kubelet pod resources at {}: {reason}; GPUs are not attributed to pods \
+                 until it answers",
                 self.socket.display()
             ),
-            Some(last) if *last != reason => {
-                tracing::debug!(socket = %self.socket.display(), "kubelet pod resources: {reason}");
-            }
-            Some(_) => {}
         }
-        self.logged = Some(reason);
     }
+}
 
+impl KubeletReader {
     /// One allocation per (GPU device, container) of the answer.
     fn allocate(&mut self, snapshot: &mut Snapshot, answer: &proto::ListPodResourcesResponse) {
         let mut found = BTreeSet::new();
@@ -208,7 +186,10 @@ mod tests {
             .join("pod-resources/kubelet.sock");
         let mut reader = KubeletReader::new(&socket, &[], Duration::from_secs(5));
         let mut snapshot = Snapshot::default();
-        assert_eq!(reader.read(&mut snapshot), None);
+        assert!(matches!(
+            reader.collect(&mut snapshot),
+            Ok(Collected::Absent)
+        ));
         assert!(snapshot.allocations.is_empty());
     }
 

@@ -582,5 +582,4 @@ fn smoothstep(x: f64) -> f64 {
 }
 
 #[cfg(test)]
-#[path = "fault_tests.rs"]
 mod tests;

@@ -16,7 +16,6 @@ use super::sku::{H100, SkuSpec};
 use super::workload::{SimProcess, Workload};
 use crate::model::ClockEvents;
 
-#[path = "gpu_sample.rs"]
 mod sample;
 
 const MIB: u64 = 1 << 20;
@@ -458,5 +457,4 @@ fn background_noise(
 }
 
 #[cfg(test)]
-#[path = "gpu_tests.rs"]
 mod tests;

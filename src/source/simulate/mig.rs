@@ -330,5 +330,4 @@ fn mig_uuid(rng: &mut SmallRng) -> String {
 }
 
 #[cfg(test)]
-#[path = "mig_tests.rs"]
 mod tests;

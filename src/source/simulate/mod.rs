@@ -480,7 +480,6 @@ impl Source for SimulatedSource {
 }
 
 #[cfg(test)]
-#[path = "spec_tests.rs"]
 mod spec_tests;
 
 #[cfg(test)]

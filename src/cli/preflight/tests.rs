@@ -23,7 +23,7 @@ fn receiver(kind: &str, option: &str) -> String {
 
 #[test]
 fn the_shipped_config_and_the_defaults_pass() {
-    let checked = check(include_str!("../../config.toml"), &no_env);
+    let checked = check(include_str!("../../../config.toml"), &no_env);
     assert!(checked.errors.is_empty(), "{:?}", checked.errors);
     assert!(checked.unset_env.is_empty(), "{:?}", checked.unset_env);
     assert_eq!(checked.config, Some(Config::default()));
