@@ -4,7 +4,8 @@
 //! An instance's activity is its GPU instance's GPM SM activity (NVML keeps no utilization
 //! per instance); an instance without it (no GPM: an A100) is never called idle, as a whole
 //! GPU without a utilization reading is not. It is *allocated* when a scheduler gave it to
-//! someone, a process holds memory on it, or its memory in use is above the idle floor; and
+//! someone, a process holds memory on it, or its GPU instance's memory in use is above the
+//! idle floor while nothing holds any compute instance of it (see [`allocated`]); and
 //! *allocated but idle* when that held while every sample of the window stayed under the
 //! idle threshold, as for a whole GPU.
 //!
@@ -12,7 +13,10 @@
 //! compute slices over the GPU's): an instance's share is charged busy or idle by its own
 //! state, and what no instance covers (slices not cut into instances) counts idle. Owners
 //! are charged GPU-seconds at their instance's share, so an idle `1g` of an H100 wastes a
-//! seventh of a GPU, not a GPU.
+//! seventh of a GPU, not a GPU: each step, every instance listed charges its holders its
+//! share of the step's seconds, split evenly, busy or idle by its state; a compute
+//! instance's share is its own slices, so those of one GPU instance add up to it, and an
+//! instance nothing holds charges nobody (docs/metrics.md, "MIG instance metrics").
 //!
 //! When the GPU stops answering, its instances' last known state is reported (`present:
 //! false`), so the GPU's lost and hardware findings can name the instances and holders they
@@ -98,7 +102,12 @@ impl InstanceFindings {
 }
 
 /// Whether an instance is allocated: a scheduler's allocation of it, a process holding
-/// memory on it, or memory in use above the idle floor. The placement counts free
+/// memory on it, or memory in use above the idle floor that no holder of its GPU instance
+/// accounts for. `processes` and `allocations` are its GPU's. The memory NVML reports is
+/// the GPU instance's, the same on each of its compute instances: a compute instance
+/// beside a held one is not held by that one's memory (nothing runs in it; it is free).
+/// Memory nobody in the GPU instance explains (a process the host cannot see) marks each
+/// of its compute instances allocated, as it marks a whole GPU. The placement counts free
 /// instances by it too.
 pub fn allocated(
     instance: &MigInstance,
@@ -106,12 +115,23 @@ pub fn allocated(
     allocations: &[&Allocation],
     config: &IdleConfig,
 ) -> bool {
-    let floor = config.memory_floor_mib.saturating_mul(MIB);
-    allocations.iter().any(|a| instance.holds(a))
+    let holds_memory = |p: &&&ProcessSample| p.used_memory_bytes.is_none_or(|b| b > 0);
+    if allocations.iter().any(|a| instance.holds(a))
         || processes
             .iter()
-            .any(|p| instance.runs(p) && p.used_memory_bytes.is_none_or(|b| b > 0))
-        || instance.memory.used_bytes.is_some_and(|used| used > floor)
+            .filter(holds_memory)
+            .any(|p| instance.runs(p))
+    {
+        return true;
+    }
+    let gi = Some(instance.gpu_instance);
+    let sibling_held = allocations.iter().any(|a| a.gpu_instance == gi)
+        || processes
+            .iter()
+            .filter(holds_memory)
+            .any(|p| p.gpu_instance == gi);
+    let floor = config.memory_floor_mib.saturating_mul(MIB);
+    !sibling_held && instance.memory.used_bytes.is_some_and(|used| used > floor)
 }
 
 /// A MIG GPU's load in GPUs: its instances' SM activity weighted by their shares; `None`
@@ -238,7 +258,12 @@ impl MigState {
             state.last_seen = now;
             let active = instance.gpm.and_then(|g| g.sm_active);
             let idle_now = active.is_some_and(|a| a < settings.idle.threshold);
-            let allocated = allocated(instance, &processes, &allocations, settings.idle);
+            let allocated = allocated(
+                instance,
+                holders.processes,
+                holders.allocations,
+                settings.idle,
+            );
             state.idle_since = idle_now.then(|| state.idle_since.unwrap_or(now));
             state.allocated_idle_since =
                 (idle_now && allocated).then(|| state.allocated_idle_since.unwrap_or(now));

@@ -90,7 +90,7 @@ pub const MIG_NATIVE: &[MetricDef] = &[
 pub const MIG_ALLOCATED: MetricDef = gauge(
     "gpu_mig_allocated",
     MIG,
-    "1 when the MIG instance is allocated: a scheduler gave it to a pod or job, a process holds memory in it, or its memory in use is above [idle] memory_floor_mib.",
+    "1 when the MIG instance is allocated: a scheduler gave it to a pod or job, a process holds memory in it, or its GPU instance's memory in use is above [idle] memory_floor_mib while nothing holds any compute instance of that GPU instance (a compute instance beside a held one is not held by its memory).",
 );
 pub const MIG_ALLOCATED_IDLE: MetricDef = gauge(
     "gpu_mig_allocated_idle",

@@ -50,9 +50,25 @@ pub fn reference_markdown() -> String {
          goes at the next collection. Memory and activity are its GPU instance's (shared by \
          its compute instances); activity comes from GPM (Hopper and newer), and an instance \
          without it is never called idle. Idle time and cost are the instance's own, at its \
-         share of the GPU (`gpu_mig_share_ratio`), and `gpu_owner_seconds_total` charges its \
-         holders that share. `gpu_allocation_info` and `gpu_process_*` carry `gpu_instance` \
-         and `compute_instance` for what holds or runs in an instance.\n\n\
+         share of the GPU (`gpu_mig_share_ratio`). `gpu_allocation_info` and `gpu_process_*` \
+         carry `gpu_instance` and `compute_instance` for what holds or runs in an \
+         instance.\n\n\
+         Owner time (`gpu_owner_seconds_total`) on a GPU in MIG mode: each interval between \
+         two collections, every instance listed at its end charges its holders (the owners, \
+         per [cost] owner, of the processes in it and of the scheduler's allocations of it) \
+         its share of the interval, split evenly among them, busy or idle by its activity at \
+         that end. A compute instance's share is its own compute slices (a `1c.3g.40gb` is \
+         1/7, not 3/7), so the compute instances of one GPU instance add up to it, and an \
+         allocation of a GPU instance without a compute instance holds each of them: its \
+         owner is charged the GPU instance once. An instance nothing holds charges nobody \
+         (the GPU's `gpu_cost_total` still counts it), including a compute instance that \
+         shows its held sibling's memory; an instance created or destroyed is charged for \
+         the intervals that end while it is listed. An owner's series of a MIG GPU thus sum \
+         to the GPU-hours of the instances it held, at their shares, and a MIG GPU's owners \
+         to at most its wall time. dcgm-exporter's series are one per GPU instance: the \
+         fleet report counts such a series at its whole profile while a pod holds it or its \
+         memory is above the floor, so a GPU instance with an empty compute instance counts \
+         more there than here (docs/fleet.md).\n\n\
          Each MIG instance costs {} series (the MIG lines of the budget below). A GPU in MIG \
          mode keeps its own series too, less what NVML does not give in MIG mode (utilization, \
          row remaps, NVLink, GPM of the whole GPU): seven `1g` instances of an H100 add \

@@ -560,3 +560,114 @@ fn dcgm_exporters_gpu_instances_count_at_their_profiles_share() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The owner accounting's rule, from the recording alone: each interval between two
+/// samples, every MIG instance with holders charges them its share (`gpu_mig_share_ratio`)
+/// of the interval, split evenly, busy or idle by its activity at the interval's end; an
+/// instance nothing holds charges nobody. Summed, each owner's counters on a MIG GPU must
+/// be exactly that, and `gpu_mig_allocated` must say which instances were held: a
+/// compute instance beside a held one in the same GPU instance (GPU 0's `3g` split into a
+/// `1c` and a `2c`) shares its memory reading and is still not held by it.
+#[test]
+fn owner_counters_charge_each_held_mig_instance_its_share_of_every_interval() {
+    let dir = scratch("owners");
+    let (_, text) = record(&dir, &[]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let mig_gpus = [
+        ("sim-node-01".to_string(), "0".to_string()),
+        ("sim-node-01".to_string(), "1".to_string()),
+    ];
+    // (gpu, gpu instance, compute instance, at) → what the recording says of it.
+    type At = (String, String, String, u64);
+    #[derive(Default)]
+    struct Seen {
+        share: f64,
+        active: f64,
+        allocated: f64,
+        used: f64,
+        owners: std::collections::BTreeSet<String>,
+    }
+    let mut seen: BTreeMap<At, Seen> = BTreeMap::new();
+    let mut counters: BTreeMap<(String, String, String), f64> = BTreeMap::new();
+    let mut stamps = std::collections::BTreeSet::new();
+    for (name, labels, value, at) in text.lines().filter_map(parse_sample) {
+        stamps.insert(at as u64);
+        let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        if !mig_gpus.contains(&(label("instance"), label("gpu"))) {
+            continue;
+        }
+        if name == "gpu_owner_seconds_total" {
+            let key = (label("gpu"), label("owner"), label("state"));
+            let last = counters.entry(key).or_default();
+            *last = last.max(value);
+            continue;
+        }
+        let key = (
+            label("gpu"),
+            label("gpu_instance"),
+            label("compute_instance"),
+            at as u64,
+        );
+        match name {
+            "gpu_mig_share_ratio" => seen.entry(key).or_default().share = value,
+            "gpu_mig_sm_active_ratio" => seen.entry(key).or_default().active = value,
+            "gpu_mig_allocated" => seen.entry(key).or_default().allocated = value,
+            "gpu_mig_memory_used_bytes" => seen.entry(key).or_default().used = value,
+            "gpu_process_memory_bytes" => {
+                seen.entry(key)
+                    .or_default()
+                    .owners
+                    .insert(label("namespace"));
+            }
+            _ => {}
+        }
+    }
+    let first = stamps.first().copied().expect("samples");
+    let mut expected: BTreeMap<(String, String, String), f64> = BTreeMap::new();
+    let mut beside_a_held_one = 0;
+    for ((gpu, gi, ci, at), s) in &seen {
+        // No scheduler in the recording: held is what runs in it.
+        assert_eq!(
+            s.allocated == 1.0,
+            !s.owners.is_empty(),
+            "GPU {gpu} GI {gi} CI {ci} at {at}: allocated {} with owners {:?}",
+            s.allocated,
+            s.owners
+        );
+        if s.owners.is_empty() {
+            let sibling_held = seen.iter().any(|((g, i, c, t), o)| {
+                (g, i, t) == (gpu, gi, at) && c != ci && !o.owners.is_empty()
+            });
+            if sibling_held && s.used > 1024.0 * 1024.0 * 1024.0 {
+                beside_a_held_one += 1;
+            }
+            continue;
+        }
+        if *at == first {
+            continue;
+        }
+        let state = if s.active < 0.05 { "idle" } else { "busy" };
+        for owner in &s.owners {
+            *expected
+                .entry((gpu.clone(), owner.clone(), state.to_string()))
+                .or_default() += s.share * INTERVAL / s.owners.len() as f64;
+        }
+    }
+    assert!(
+        beside_a_held_one > 0,
+        "the recording has an empty compute instance beside a held one"
+    );
+    let counted: BTreeMap<_, _> = counters.into_iter().filter(|(_, v)| *v > 0.0).collect();
+    assert_eq!(
+        counted.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>(),
+        "owners charged"
+    );
+    for (key, want) in &expected {
+        let got = counted[key];
+        assert!(
+            (got - want).abs() < 1e-6 * want.max(1.0),
+            "{key:?}: the counter {got} s, the instances' shares {want} s"
+        );
+    }
+}

@@ -318,3 +318,80 @@ fn pods_holding_mig_instances_are_named_on_their_instance_only_and_an_idle_one_a
         "{text}"
     );
 }
+
+/// The sample of `family` on GPU 0's compute instance `ci` of GPU instance 2 (the `3g`
+/// split into a `1c` and a `2c`).
+fn split_gi(text: &str, family: &str, ci: u32) -> Option<f64> {
+    let at = format!("gpu_instance=\"2\",compute_instance=\"{ci}\"");
+    samples(text, family)
+        .into_iter()
+        .find(|(l, _)| l.contains("gpu=\"0\"") && l.contains(&at))
+        .map(|(_, v)| v)
+}
+
+#[test]
+fn an_empty_compute_instance_beside_a_held_one_is_free_and_charged_to_nobody() {
+    // GPU 0's 3g: a training job on its 1c all along, bursty jobs on its 2c that come and
+    // go. NVML reports the GPU instance's memory on both; while the 2c runs nothing it is
+    // free capacity, not allocated (and not allocated-but-idle) by the 1c's memory.
+    let dir = state_dir("split");
+    let config = common::temp_file(
+        "mig-split.toml",
+        &format!(
+            "[collect]\ninterval = \"1s\"\nkmsg = \"off\"\nkubelet_socket = \"off\"\n\
+             [state]\ndir = \"{}\"\n",
+            dir.display()
+        ),
+    );
+    let config = config.to_str().expect("UTF-8 path");
+    let agent = Agent::start(
+        &[
+            "--simulate",
+            "--sim-mig",
+            "2",
+            "--sim-speed",
+            "600",
+            "--config",
+            config,
+        ],
+        &[],
+    );
+    agent.metrics();
+    let mut found = None;
+    agent.wait_until(Duration::from_secs(90), |a| {
+        let text = a.get("/metrics").text();
+        let held = split_gi(&text, "gpu_mig_processes", 0).is_some_and(|n| n > 0.0);
+        let empty = split_gi(&text, "gpu_mig_processes", 1) == Some(0.0);
+        if held && empty {
+            found = Some(text);
+        }
+        found.is_some()
+    });
+    let text = found.expect("a scrape with the 2c empty");
+    let memory = split_gi(&text, "gpu_mig_memory_used_bytes", 1).expect("memory");
+    assert!(
+        memory > f64::from(1u32 << 30),
+        "the 2c reports the 1c's memory, over the idle floor: {memory}"
+    );
+    assert_eq!(split_gi(&text, "gpu_mig_allocated", 0), Some(1.0), "the 1c");
+    assert_eq!(
+        split_gi(&text, "gpu_mig_allocated", 1),
+        Some(0.0),
+        "the empty 2c beside it"
+    );
+    assert_eq!(split_gi(&text, "gpu_mig_allocated_idle", 1), Some(0.0));
+    // Free: the 2c's two sevenths, besides the empty 1g on each MIG GPU.
+    let free = value(&text, "gpu_node_free_mig_gpus", "").expect("free MIG capacity");
+    assert!(free >= 4.0 / 7.0 - 1e-9, "free MIG GPUs {free}");
+    // The API agrees: no holder, no owner on it.
+    let doc = json(&agent, "/api/v1/gpus");
+    let findings = doc["gpus"][0]["mig_findings"].as_array().expect("findings");
+    let two = findings
+        .iter()
+        .find(|f| f["gpu_instance"] == 2 && f["compute_instance"] == 1)
+        .expect("the 2c's findings");
+    if two["owners"].as_array().is_some_and(|o| o.is_empty()) {
+        assert_eq!(two["allocated"], false, "{two}");
+        assert_eq!(two["unused"], two["idle_now"], "{two}");
+    }
+}

@@ -202,3 +202,180 @@ fn a_mig_gpu_load_is_its_instances_activity_by_share() {
     assert_eq!(utilization(&gpu(vec![instance(9, 1, None, 0)])), None);
     assert_eq!(utilization(&GpuSample::default()), None);
 }
+
+/// Compute instance `ci` of GPU instance `gi`, `slices` of its GPU instance's
+/// `gi_slices`; memory and activity are the GPU instance's, the same on each of its
+/// compute instances (as NVML reports them).
+fn compute(gi: u32, ci: u32, slices: u32, gi_slices: u32, active: f64, used: u64) -> MigInstance {
+    MigInstance {
+        compute_instance: ci,
+        uuid: format!("MIG-{gi}-{ci}"),
+        slices,
+        ..instance(gi, gi_slices, Some(active), used)
+    }
+}
+
+fn process(pid: u32, user: &str, gi: u32, ci: Option<u32>) -> ProcessSample {
+    ProcessSample {
+        pid,
+        used_memory_bytes: Some(8 * GIB),
+        user: Some(user.into()),
+        gpu_instance: Some(gi),
+        compute_instance: ci,
+        ..ProcessSample::default()
+    }
+}
+
+/// `(owner, busy seconds, idle seconds)` of a view.
+fn owner_seconds(view: &CostView) -> Vec<(String, f64, f64)> {
+    view.owners
+        .iter()
+        .map(|(o, _, busy, idle)| (o.clone(), *busy, *idle))
+        .collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6
+}
+
+/// Asserts the view's owners are `want` (owner, busy seconds, idle seconds), within 1e-6.
+fn assert_owners(view: &CostView, want: &[(&str, f64, f64)]) {
+    let got = owner_seconds(view);
+    assert!(
+        got.len() == want.len()
+            && got
+                .iter()
+                .zip(want)
+                .all(|(g, w)| g.0 == w.0 && close(g.1, w.1) && close(g.2, w.2)),
+        "owners {got:?}, expected {want:?}"
+    );
+}
+
+#[test]
+fn compute_instances_of_one_gpu_instance_charge_each_holder_its_own_share_once() {
+    // A 3g split into a 1c and a 2c, busy; alice on the 1c, bob on the 2c.
+    let sample = gpu(vec![
+        compute(2, 0, 1, 3, 0.8, 30 * GIB),
+        compute(2, 1, 2, 3, 0.8, 30 * GIB),
+    ]);
+    let (alice, bob) = (
+        process(1, "alice", 2, Some(0)),
+        process(2, "bob", 2, Some(1)),
+    );
+    let (_, _, out, view) = run(&sample, &[&alice, &bob], &[], 60);
+    // Owners by namespace, else user: alice a seventh of the hour, bob two.
+    assert_owners(
+        &view,
+        &[("alice", 3600.0 / 7.0, 0.0), ("bob", 7200.0 / 7.0, 0.0)],
+    );
+    assert!(out.iter().all(|f| f.allocated && f.owners.len() == 1));
+    // The GPU's cost: the 3g's three sevenths busy, the four not cut into instances idle.
+    assert!(close(view.busy, 3.0) && close(view.idle, 4.0), "{view:?}");
+
+    // A pod given the GPU instance without a compute instance (GKE's `nvidia0/gi2`) holds
+    // both, and a process of its own on the 1c: charged the 3g's three sevenths, once.
+    let pod = Allocation {
+        user: Some("carol".into()),
+        gpu_instance: Some(2),
+        ..Allocation::default()
+    };
+    let carol = process(3, "carol", 2, Some(0));
+    let (_, _, out, view) = run(&sample, &[&carol], &[&pod], 60);
+    assert_owners(&view, &[("carol", 3.0 * 3600.0 / 7.0, 0.0)]);
+    assert!(out.iter().all(|f| f.allocated && f.owners == ["carol"]));
+    // Two owners sharing the 2c split it; with the 1c's owner the three sevenths add up.
+    let dave = process(4, "dave", 2, Some(1));
+    let (_, _, _, view) = run(&sample, &[&alice, &bob, &dave], &[], 60);
+    let total: f64 = owner_seconds(&view).iter().map(|o| o.1 + o.2).sum();
+    assert!(close(total, 3.0 * 3600.0 / 7.0), "{:?}", view.owners);
+}
+
+#[test]
+fn a_compute_instance_beside_a_held_one_is_free_not_held_by_their_shared_memory() {
+    // Alice's notebook holds 30 GiB of the 3g on its 1c and computes nothing; the 2c beside
+    // it runs nothing. The memory NVML reports on both is the GPU instance's: alice's.
+    let sample = gpu(vec![
+        compute(2, 0, 1, 3, 0.0, 30 * GIB),
+        compute(2, 1, 2, 3, 0.0, 30 * GIB),
+    ]);
+    let alice = process(1, "alice", 2, Some(0));
+    let (_, _, out, view) = run(&sample, &[&alice], &[], 60);
+    let (one, two) = (&out[0], &out[1]);
+    assert!(one.allocated && one.allocated_idle && one.owners == ["alice"]);
+    assert!(
+        !two.allocated && !two.allocated_idle && two.unused && two.owners.is_empty(),
+        "{two:?}"
+    );
+    // Alice is charged her 1c, idle; nobody holds the 2c, so nobody is charged it (the
+    // GPU's idle cost has it).
+    assert_owners(&view, &[("alice", 0.0, 3600.0 / 7.0)]);
+    assert!(close(view.idle, 7.0) && view.busy == 0.0);
+    // The placement counts it free by the same rule, given the GPU's processes.
+    let idle = IdleConfig::default();
+    assert!(allocated(&sample.mig_instances[0], &[&alice], &[], &idle));
+    assert!(!allocated(&sample.mig_instances[1], &[&alice], &[], &idle));
+    // A process on another GPU instance does not explain this one's memory.
+    let elsewhere = process(2, "bob", 9, Some(0));
+    assert!(allocated(
+        &sample.mig_instances[1],
+        &[&elsewhere],
+        &[],
+        &idle
+    ));
+    // Memory that no holder of the GPU instance explains (a process the host cannot
+    // see) marks every compute instance of it allocated: which one holds it is unknown.
+    let (_, _, out, view) = run(&sample, &[], &[], 60);
+    assert!(
+        out.iter()
+            .all(|f| f.allocated && !f.unused && f.owners.is_empty())
+    );
+    assert!(view.owners.is_empty());
+}
+
+#[test]
+fn instances_created_and_destroyed_are_charged_each_interval_they_close() {
+    // A sample a minute; the 2g exists in the samples of minutes 10 to 40. Each interval
+    // between two samples is charged by the state at its end, as for a whole GPU: the
+    // 2g's holder gets the 31 intervals ending at minutes 10–40, and every second of the
+    // GPU is costed once, busy or idle.
+    let (idle, cost) = (IdleConfig::default(), cost_config());
+    let settings = Settings {
+        idle: &idle,
+        cost: &cost,
+    };
+    let base = instance(9, 1, Some(0.0), 9 << 20);
+    let created = instance(3, 2, Some(0.9), 20 * GIB);
+    let erin = process(5, "erin", 3, Some(0));
+    let (mut mig, mut gpu_cost, mut out) = (MigState::default(), CostState::default(), Vec::new());
+    let mut view = CostView::default();
+    for minute in 0..=60 {
+        let mut instances = vec![base.clone()];
+        if (10..=40).contains(&minute) {
+            instances.push(created.clone());
+        }
+        let processes: &[&ProcessSample] = if (10..=40).contains(&minute) {
+            &[&erin]
+        } else {
+            &[]
+        };
+        let holders = Holders {
+            processes,
+            allocations: &[],
+        };
+        let seconds = if minute == 0 { 0.0 } else { 60.0 };
+        view = account(
+            &mut mig,
+            &mut gpu_cost,
+            minute * 60,
+            seconds,
+            &gpu(instances),
+            holders,
+            true,
+            &settings,
+            &mut out,
+        );
+    }
+    assert_owners(&view, &[("erin", 31.0 * 60.0 * 2.0 / 7.0, 0.0)]);
+    assert!(close(view.busy, 31.0 / 60.0 * 2.0), "{view:?}");
+    assert!(close(view.busy + view.idle, 7.0), "{view:?}");
+}
