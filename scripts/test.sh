@@ -13,16 +13,16 @@ declare -A needs=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [prometheus-alertmanager]=prometheus-alertmanager
-  # tests/fleet_limits.rs: the fleet report, review and replay against VictoriaMetrics at
+  # tests/it/fleet_limits.rs: the fleet report, review and replay against VictoriaMetrics at
   # its default flags.
   [victoria-metrics]=victoria-metrics
-  # tests/board.rs, tests/fleet_report.rs: the live page and the HTML report in a
+  # tests/it/board.rs, tests/it/fleet_report.rs: the live page and the HTML report in a
   # headless browser.
   [chromium]=chromium
-  # tests/web_config.rs: test CAs and certificates (openssl), HTTP/2 over TLS (curl).
+  # tests/it/web_config.rs: test CAs and certificates (openssl), HTTP/2 over TLS (curl).
   [openssl]=openssl
   [curl]=curl
-  # tests/deploy.rs: the systemd unit, the binary's shared libraries.
+  # tests/it/deploy.rs: the systemd unit, the binary's shared libraries.
   [systemd-analyze]=systemd
   [readelf]=binutils
   # kubectl is usually on the machine image already; Debian's older one renders the same.
@@ -38,7 +38,7 @@ declare -A needs=(
   [capsh]=libcap2-bin
   [ip]=iproute2
   [pgrep]=procps
-  # tests/deploy_health.rs: the Slurm health-check scripts of deploy/slurm.
+  # tests/it/deploy_health.rs: the Slurm health-check scripts of deploy/slurm.
   [shellcheck]=shellcheck
 )
 missing=()
@@ -54,7 +54,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
 fi
 
-# The Kubernetes manifests (tests/deploy.rs) are validated offline by kubernetes-validate,
+# The Kubernetes manifests (tests/it/deploy.rs) are validated offline by kubernetes-validate,
 # which ships the Kubernetes schemas (and brings PyYAML, which the tests read YAML with).
 # kubectl, for `kubectl kustomize`, is on the machine image.
 if ! command -v kubernetes-validate >/dev/null 2>&1; then

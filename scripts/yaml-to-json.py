@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prints the YAML documents of the files given (or of stdin, for "-") as one JSON array,
-empty documents left out, so tests/deploy.rs can check manifests with serde_json.
+empty documents left out, so tests/it/deploy.rs can check manifests with serde_json.
 
     python3 scripts/yaml-to-json.py deploy/kubernetes/daemonset.yaml
 

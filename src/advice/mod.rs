@@ -171,7 +171,7 @@ impl Shared {
 
 /// The API key `[advice]` needs, read through `env` from the variable `api_key_env`
 /// names; None when advice is off. What `run` starts the advisor with and what
-/// `check-config` checks (`config::preflight`).
+/// `check-config` checks (`cli::preflight`).
 pub fn api_key(
     config: &AdviceConfig,
     env: &dyn Fn(&str) -> Option<String>,

@@ -6,6 +6,7 @@
 //! at once, naming the directory and the holder's PID. The kernel drops the lock when the
 //! holder dies, kill -9 included, so a stale file never keeps an agent from starting.
 
+use anyhow::Context as _;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
@@ -31,7 +32,7 @@ impl StateLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| anyhow::anyhow!("cannot open the state lock {}: {e}", path.display()))?;
+            .with_context(|| format!("cannot open the state lock {}", path.display()))?;
         // SAFETY: flock on a descriptor this function owns; it touches no memory.
         let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if locked != 0 {

@@ -10,7 +10,7 @@
 //! through [`crate::html::escape`].
 //!
 //! The render reads no clock: every time it shows is relative to the snapshot's, so the
-//! same collection renders the same bytes (`tests/board.rs` keeps a golden page).
+//! same collection renders the same bytes (`tests/it/board.rs` keeps a golden page).
 //!
 //! - [`heat`]: the shade scale and the heat strips (shared by tiles and any other HTML
 //!   report that draws utilization);

@@ -27,6 +27,7 @@ pub use report::ReportArgs;
 pub use review::ReviewArgs;
 pub use run::Parts;
 
+use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -207,8 +208,7 @@ fn check_config(
     web_config_file: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     if let Some(web) = web_config_file {
-        crate::webconfig::WebConfig::load(web)
-            .map_err(|e| anyhow::anyhow!("--web.config.file: {e}"))?;
+        crate::webconfig::WebConfig::load(web).context("--web.config.file")?;
     }
     let checked = preflight::check(&Config::read_text(path)?, &preflight::process_env);
     for problem in &checked.unset_env {

@@ -28,12 +28,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let listen = args.listen.unwrap_or(config.export.listen);
     // The flag's file is checked here; the configuration's was checked with the rest.
     let web = match (&args.web_config_file, &config.export.web_config) {
-        (Some(flag), _) => {
-            Some(WebConfig::load(flag).map_err(|e| anyhow::anyhow!("--web.config.file: {e}"))?)
-        }
-        (None, Some(path)) => {
-            Some(WebConfig::load(path).map_err(|e| anyhow::anyhow!("[export] web_config: {e}"))?)
-        }
+        (Some(flag), _) => Some(WebConfig::load(flag).context("--web.config.file")?),
+        (None, Some(path)) => Some(WebConfig::load(path).context("[export] web_config")?),
         (None, None) => None,
     };
     // Builds the dummy bcrypt hash: before the async runtime, and before collecting.
@@ -165,10 +161,10 @@ impl Parts {
         // Compiled once: dispatch and the advice digest follow the same tree.
         let route = Route::compile(&config.alerting.route)
             .map(Arc::new)
-            .map_err(|e| anyhow::anyhow!("alerting: {e}"))?;
+            .context("alerting")?;
         let alerting =
             Alerting::with_route(config, Arc::clone(&route), hostname.clone(), external_url)
-                .map_err(|e| anyhow::anyhow!("alerting: {e}"))?;
+                .context("alerting")?;
         let outgoing = Outgoing::from_config(config, route, state_dir, hostname, env)?;
         Ok(Parts {
             engine,

@@ -3,7 +3,7 @@
 //! At a thousand hosts of eight GPUs, every series a GPU is 8,000 series in the user's
 //! Prometheus (head memory, disk, query time). So each family states its cost here, the
 //! metrics reference prints it beside the family, and a test on the simulator's exposition
-//! (`tests/exposition.rs`) holds every family to it and the whole to [`DEFAULT_PER_GPU`]
+//! (`tests/it/exposition.rs`) holds every family to it and the whole to [`DEFAULT_PER_GPU`]
 //! ([`DCGM_COMPAT_PER_GPU`] with the dcgm-exporter names, whose default set is 26 fields).
 
 /// Most series a GPU in the default exposition (not counting the agent's own

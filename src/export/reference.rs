@@ -2,7 +2,7 @@
 //! ([`super::metrics`]) and of the dcgm-exporter compatible set ([`super::dcgm`]), as
 //! Markdown tables, and the dcgm-exporter fields not rendered with the reason.
 //!
-//! Generated, never edited by hand: `UPDATE_DOCS=1 cargo test --test metrics_doc` rewrites
+//! Generated, never edited by hand: `UPDATE_DOCS=1 cargo test --test it metrics_doc::` rewrites
 //! the file, and the same test fails when the file and the catalogues disagree. It sits
 //! above both catalogues so that neither imports the other.
 
@@ -22,7 +22,7 @@ pub fn reference_markdown() -> String {
     out.push_str(
         "# Metrics reference\n\n\
          <!-- Generated from src/export/metrics.rs and src/export/dcgm.rs by \
-         `UPDATE_DOCS=1 cargo test --test metrics_doc`. Do not edit by hand. -->\n\n\
+         `UPDATE_DOCS=1 cargo test --test it metrics_doc::`. Do not edit by hand. -->\n\n\
          Every series of a GPU carries `gpu` (the NVML index) and `uuid`; identity \
          (name, PCI bus id, serial, driver) lives on `gpu_info` only. A value the GPU did not \
          give renders no sample rather than 0. A lost GPU renders `gpu_up 0`, its `gpu_info` \
@@ -114,7 +114,7 @@ pub fn reference_markdown() -> String {
          What each native family costs the Prometheus that scrapes it: at a thousand hosts of \
          eight GPUs every series a GPU is 8,000 series in the store. The default exposition \
          stays within {} series a GPU, not counting the agent's own `gpu_sentinel_*` and the \
-         per-process series (`max_process_series` bounds those); `tests/exposition.rs` holds \
+         per-process series (`max_process_series` bounds those); `tests/it/exposition.rs` holds \
          the simulator's exposition to each line below and to the total.\n\n\
          The health verdicts' `gpu_health_state` names only the components that are not \
          healthy: eight constant zeros a GPU would have been 64,000 series at a thousand hosts. \

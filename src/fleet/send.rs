@@ -10,6 +10,7 @@
 //! `report --send` delivers it first — a newer report of the same team and period replaces
 //! an undelivered one. Alertmanager receivers are refused: a report is not an alert to route.
 
+use anyhow::Context as _;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -156,7 +157,7 @@ pub fn send(
     })?;
     let path = state_dir.join(OUTBOX_FILE);
     let outbox = Outbox::open(&path, config.alerting.outbox_max_entries)
-        .map_err(|e| anyhow::anyhow!("cannot open the reports' outbox {}: {e}", path.display()))?;
+        .with_context(|| format!("cannot open the reports' outbox {}", path.display()))?;
     let outbox = Arc::new(outbox);
     // Receivers of this run's reports, and of reports an earlier run left undelivered.
     let leftover = outbox.receivers();
@@ -197,7 +198,7 @@ pub fn send(
     for n in &notifications {
         outbox
             .enqueue(n, Utc::now())
-            .map_err(|e| anyhow::anyhow!("cannot store in {}: {e}", path.display()))?;
+            .with_context(|| format!("cannot store in {}", path.display()))?;
         sent.queued.insert(
             n.group_labels.get("team").cloned().unwrap_or_default(),
             n.receiver.clone(),

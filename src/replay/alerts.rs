@@ -2,6 +2,7 @@
 //! ([`Alerting::without_receivers`]: the same rules and lifecycle, nothing notified), with
 //! every firing episode listed in the report.
 
+use anyhow::Context as _;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -27,8 +28,8 @@ impl ReplayAlerting {
         } else {
             config.export.hostname.clone()
         };
-        let alerting = Alerting::without_receivers(config, hostname)
-            .map_err(|e| anyhow::anyhow!("[[alerting.rules]]: {e}"))?;
+        let alerting =
+            Alerting::without_receivers(config, hostname).context("[[alerting.rules]]")?;
         Ok(ReplayAlerting {
             alerting,
             open: BTreeMap::new(),

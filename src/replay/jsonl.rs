@@ -12,6 +12,7 @@
 //! whole, and no GPU is missing from one because the file ended. Every snapshot passes the
 //! model's range checks ([`crate::model::sanitize`]) before it is handed on.
 
+use anyhow::Context as _;
 use std::io::BufRead;
 
 use serde::Deserialize;
@@ -55,7 +56,7 @@ impl<R: BufRead + Send> SnapshotReader for JsonlReader<R> {
             let n = self
                 .input
                 .read_until(b'\n', &mut self.line)
-                .map_err(|e| anyhow::anyhow!("cannot read the recording: {e}"))?;
+                .context("cannot read the recording")?;
             if n == 0 {
                 return Ok(false);
             }

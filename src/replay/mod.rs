@@ -5,7 +5,7 @@
 //! as a stream — one snapshot in memory at a time, whatever the file's length — and each
 //! snapshot is folded into an [`Engine`] exactly as the live agent would fold it, as fast
 //! as the CPU allows. What the engine found over the whole recording is summed up in a
-//! [`report::Report`], the `replay --json` contract (its keys are fixed by tests/replay.rs).
+//! [`report::Report`], the `replay --json` contract (its keys are fixed by tests/it/replay.rs).
 //!
 //! Recordings are outside data: a malformed line is a [`Warnings`] entry with its line
 //! number, never a panic and never the end of the replay. Only a file that cannot be read

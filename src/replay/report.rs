@@ -1,5 +1,5 @@
 //! The replay report: what the engine found over a whole recording, per GPU, plus the
-//! alerts the rules raised (`replay --json`, a contract whose keys tests/replay.rs fixes).
+//! alerts the rules raised (`replay --json`, a contract whose keys tests/it/replay.rs fixes).
 //!
 //! Per GPU it keeps the highest and the last risk score, the first time the score reached
 //! the `[risk]` threshold, whether the GPU was lost at the end, and every finding that

@@ -3,6 +3,7 @@
 //! compressions and binary files are refused by name instead of failing later as "a log
 //! with no header line".
 
+use anyhow::Context as _;
 use std::io::{Cursor, Read};
 
 /// Bytes looked at to tell what the input is.
@@ -19,12 +20,12 @@ const OTHER_COMPRESSIONS: [(&[u8], &str, &str); 4] = [
 /// The recording's text: `input` itself, or its gzip members decompressed. `origin` names
 /// it in errors.
 pub fn text_of(input: Box<dyn Read + Send>, origin: &str) -> anyhow::Result<Box<dyn Read + Send>> {
-    let (head, input) = sniff(input).map_err(|e| anyhow::anyhow!("cannot read {origin}: {e}"))?;
+    let (head, input) = sniff(input).with_context(|| format!("cannot read {origin}"))?;
     if head.starts_with(b"\x1f\x8b") {
         // Several members (`cat a.gz b.gz`, or a log gzipped while it grew) are one text.
         let unpacked: Box<dyn Read + Send> = Box::new(flate2::read::MultiGzDecoder::new(input));
-        let (head, unpacked) = sniff(unpacked)
-            .map_err(|e| anyhow::anyhow!("cannot decompress {origin} (gzip): {e}"))?;
+        let (head, unpacked) =
+            sniff(unpacked).with_context(|| format!("cannot decompress {origin} (gzip)"))?;
         refuse_binary(&head, &format!("{origin} (decompressed)"))?;
         return Ok(unpacked);
     }

@@ -95,7 +95,7 @@ pub fn build(
 /// `env` (`|name| std::env::var(name).ok()` in the agent) and checks the URL. Errors name
 /// the receiver and the missing variable, never a secret;
 /// every problem of the entry is found in one pass, so `run` and `check-config`
-/// (`config::preflight`) report the same ones.
+/// (`cli::preflight`) report the same ones.
 ///
 /// `secret_env` means what the kind's [`kind::KindFacts::secret`] says: the signing secret
 /// for `feishu` and `dingtalk`, a bearer token for `webhook` and `alertmanager`; `slack`,

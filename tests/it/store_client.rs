@@ -1,0 +1,190 @@
+//! The fleet commands against a store that misbehaves, through the real binary and the
+//! tests' loopback HTTP server in the store's place: one that never answers costs the
+//! query's `--timeout` once (not once per retry); one that sends hundreds of megabytes fails
+//! that query with a clear message and leaves the process small; values that are not finite
+//! numbers are dropped with a warning naming the series, and never reach the output.
+//!
+//! One test, so that the largest child this process waited for (`getrusage`) is the one
+//! that read the large answer.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::http_server::{Answer, HttpServer, Step};
+use common::run;
+
+/// The store's answer to an instant query: a vector of (labels, value) as Prometheus
+/// writes them (values as strings).
+fn vector(rows: &[(&[(&str, &str)], &str)]) -> String {
+    let result: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(labels, value)| {
+            let metric: serde_json::Map<String, serde_json::Value> = labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+                .collect();
+            serde_json::json!({"metric": metric, "value": [1_700_000_000.0, value]})
+        })
+        .collect();
+    serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": result}})
+        .to_string()
+}
+
+/// A range answer of about `bytes`: many series of many points.
+fn huge_matrix(bytes: usize) -> String {
+    let mut body = String::with_capacity(bytes + 4096);
+    body.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":["#);
+    let points: String = (0..1000)
+        .map(|i| format!("[{},\"0.5\"]", 1_700_000_000 + i * 60))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut n = 0;
+    while body.len() < bytes {
+        if n > 0 {
+            body.push(',');
+        }
+        body.push_str(&format!(
+            r#"{{"metric":{{"Hostname":"h{n}","gpu":"0","UUID":"GPU-{n}"}},"values":[{points}]}}"#
+        ));
+        n += 1;
+    }
+    body.push_str("]}}");
+    body
+}
+
+/// Peak resident memory of the largest child waited for, in MB.
+fn children_peak_mb() -> i64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_CHILDREN is a valid `who`.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    usage.ru_maxrss / 1024
+}
+
+#[test]
+fn a_misbehaving_store_costs_one_timeout_bounded_memory_and_no_non_finite_values() {
+    // Values that are not numbers: dropped, counted and named; the finite ones stay.
+    let store = HttpServer::answering(|request| {
+        let body = String::from_utf8_lossy(&request.body).into_owned();
+        let rows: Vec<(Vec<(&str, &str)>, &str)> = if body.contains("gpu_failure_risk_score") {
+            vec![
+                (
+                    vec![
+                        ("instance", "dgx-1:10400"),
+                        ("gpu", "0"),
+                        ("uuid", "GPU-NAN"),
+                    ],
+                    "NaN",
+                ),
+                (
+                    vec![
+                        ("instance", "dgx-1:10400"),
+                        ("gpu", "1"),
+                        ("uuid", "GPU-INF"),
+                    ],
+                    "+Inf",
+                ),
+                (
+                    vec![
+                        ("instance", "dgx-1:10400"),
+                        ("gpu", "2"),
+                        ("uuid", "GPU-FINE"),
+                    ],
+                    "0.25",
+                ),
+            ]
+        } else if body.contains("gpu_temperature_celsius") {
+            vec![(
+                vec![
+                    ("instance", "dgx-1:10400"),
+                    ("gpu", "2"),
+                    ("uuid", "GPU-FINE"),
+                ],
+                "-Inf",
+            )]
+        } else {
+            Vec::new()
+        };
+        let rows: Vec<(&[(&str, &str)], &str)> =
+            rows.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+        Answer::json(200, &vector(&rows))
+    });
+    let out = run(&["review", "--prometheus", &store.url(""), "--timeout", "10s"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("GPU-FINE"), "{stdout}");
+    for bad in ["NaN", "inf", "1e+308", "1e308"] {
+        assert!(
+            !stdout.to_lowercase().contains(&bad.to_lowercase()),
+            "{bad} reached the output:\n{stdout}"
+        );
+    }
+    assert!(
+        stderr.contains("dropped 2 value(s)") && stderr.contains("GPU-NAN"),
+        "the warning counts the values and names the first series:\n{stderr}"
+    );
+    assert!(stderr.contains("dropped 1 value(s)"), "{stderr}");
+    drop(store);
+
+    // A store that accepts and never answers: one deadline for the query and its retries.
+    let silent = HttpServer::answering(|_| Answer::raw(vec![Step::Sleep(Duration::from_secs(60))]));
+    let began = Instant::now();
+    let out = run(&["review", "--prometheus", &silent.url(""), "--timeout", "2s"]);
+    let took = began.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        took < Duration::from_secs(5),
+        "a 2 s timeout took {took:?} (retries stacked):\n{stderr}"
+    );
+    assert!(stderr.contains("timeout of 2s"), "{stderr}");
+    drop(silent);
+
+    // A store that answers a range query with 200 MB: that query fails naming the cap, and
+    // the process never holds the answer (the old client read it whole, four at a time).
+    let huge = Arc::new(huge_matrix(200 << 20));
+    let store = HttpServer::answering(move |request| {
+        if request.target.starts_with("/api/v1/label/__name__/values") {
+            Answer::json(
+                200,
+                r#"{"status":"success","data":["DCGM_FI_DEV_GPU_UTIL","DCGM_FI_DEV_FB_USED"]}"#,
+            )
+        } else if request.target.starts_with("/api/v1/query_range") {
+            Answer::json(200, &huge)
+        } else {
+            Answer::json(200, &vector(&[]))
+        }
+    });
+    let out = run(&[
+        "report",
+        "--prometheus",
+        &store.url(""),
+        "--last",
+        "1d",
+        "--format",
+        "json",
+        "--timeout",
+        "60s",
+        // A cap below the default: an unoptimised build parses a megabyte or two a second,
+        // too slowly to pass 128 MB within the timeout.
+        "--max-answer-mb",
+        "16",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("answers in flight passed 16 MB"),
+        "the error names the cap:\n{stderr}"
+    );
+    let peak = children_peak_mb();
+    assert!(
+        peak < 400,
+        "the report peaked at {peak} MB reading a 200 MB answer"
+    );
+}
