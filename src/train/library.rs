@@ -6,9 +6,10 @@
 //! judged on: for each variant axis (GPU model, precursor curve, workload, rate class, noise
 //! model of the error counts) and
 //! each value of it, the model is fitted on the GPUs without that value and judged on the
-//! GPUs with it (leave one variant out). The per-family and per-confounder tables come from
-//! the GPU-model folds, where every GPU is judged exactly once, by a model fitted without
-//! its GPU model.
+//! GPUs with it (leave one variant out). The per-family and per-confounder tables judge
+//! every GPU exactly once, holding out whole noise models and curve families: a failure by
+//! a model fitted without its noise model and without its precursor curve (one fold per
+//! pair), a healthy GPU by a model fitted without its noise model.
 //!
 //! Features are what the engine computes, read back from its findings under a probe model
 //! that weighs every feature 1 (each non-zero feature is then a contribution with its
@@ -102,7 +103,8 @@ pub struct LibraryReport {
     pub gpus: usize,
     pub failing: usize,
     pub rows: usize,
-    /// From the GPU-model folds: by failure family, and healthy GPUs by each confounder
+    /// From the noise × curve folds (failures) and the noise folds (healthy GPUs): by
+    /// failure family, and healthy GPUs by each confounder
     /// they show (a GPU with two counts in both rows) ...
     pub by_family: Table,
     /// The same failures by how long before the failure their precursor starts: a
@@ -156,41 +158,60 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
             Outcome::Healthy { .. } => report.shipped_healthy.add(&outcome),
         }
     }
+    // The noise folds' models, for a noise × curve fold whose training GPUs hold no failure
+    // (a small library): it is judged without the noise model at least.
+    let mut without_noise: BTreeMap<String, RiskModel> = BTreeMap::new();
     for axis in AXES {
-        let mut values: Vec<String> = observed
-            .gpus
-            .iter()
-            .filter_map(|g| g.label.variants.axis(axis))
-            .collect();
-        values.sort();
-        values.dedup();
-        for value in values {
+        for value in values_of(&observed, axis) {
             let held = |g: &GpuRef| g.label.variants.axis(axis).as_deref() == Some(&value);
             let fitted = fit_on(&observed, &anchors, options, |g| !held(g))?;
             let model = fitted.to_model(&format!("fold without {axis}={value}"));
+            if axis == "noise" {
+                without_noise.insert(value.clone(), model.clone());
+            }
             let test: Vec<usize> = (0..observed.gpus.len())
                 .filter(|&g| held(&observed.gpus[g]))
                 .collect();
             for (g, outcome) in judge(library, options, &model, &observed, &test) {
-                let label = &observed.gpus[g].label;
                 report.by_variant.add(&format!("{axis}={value}"), &outcome);
-                if axis == "sku" {
-                    match &outcome {
-                        Outcome::Failed { .. } => {
-                            let family = label.family.as_deref().unwrap_or("unnamed");
-                            report.by_family.add(family, &outcome);
-                            if let Some(span) = span_class(label) {
-                                report.by_span.add(span, &outcome);
-                            }
-                        }
-                        Outcome::Healthy { .. } => {
-                            for confounder in confounders(label) {
-                                report.by_confounder.add(&confounder, &outcome);
-                            }
-                            report.healthy.add(&outcome);
-                        }
-                    }
+                // The noise folds judge the headline's healthy GPUs (and failures without a
+                // curve, the bus drops): a model that saw no GPU whose counts arrive so.
+                let curve = observed.gpus[g].label.variants.curve.is_some();
+                if axis == "noise" && !(curve && matches!(outcome, Outcome::Failed { .. })) {
+                    report.add_headline(&observed.gpus[g].label, &outcome);
                 }
+            }
+        }
+    }
+    // The headline's failures: each judged once, by a model fitted without its noise model
+    // and without its precursor curve (neither the way its counts arrive nor the shape of
+    // its climb was seen in training).
+    for noise in values_of(&observed, "noise") {
+        for curve in values_of(&observed, "curve") {
+            let is = |g: &GpuRef, axis: &str, value: &str| {
+                g.label.variants.axis(axis).as_deref() == Some(value)
+            };
+            let test: Vec<usize> = (0..observed.gpus.len())
+                .filter(|&g| {
+                    let gpu = &observed.gpus[g];
+                    gpu.label.kind == TruthKind::Failing
+                        && is(gpu, "noise", &noise)
+                        && is(gpu, "curve", &curve)
+                })
+                .collect();
+            let train = |g: &GpuRef| !is(g, "noise", &noise) && !is(g, "curve", &curve);
+            let fits = observed
+                .gpus
+                .iter()
+                .any(|g| train(g) && g.label.kind == TruthKind::Failing && g.label.predictable);
+            let model = match without_noise.get(&noise) {
+                _ if test.is_empty() => continue,
+                Some(model) if !fits => model.clone(),
+                _ => fit_on(&observed, &anchors, options, train)?
+                    .to_model(&format!("fold without noise={noise}, curve={curve}")),
+            };
+            for (g, outcome) in judge(library, options, &model, &observed, &test) {
+                report.add_headline(&observed.gpus[g].label, &outcome);
             }
         }
     }
@@ -206,17 +227,48 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
     Ok(report)
 }
 
+/// The values an axis takes in the library, sorted, each once.
+fn values_of(observed: &Observed, axis: &str) -> Vec<String> {
+    let mut values: Vec<String> = observed
+        .gpus
+        .iter()
+        .filter_map(|g| g.label.variants.axis(axis))
+        .collect();
+    values.sort();
+    values.dedup();
+    values
+}
+
 impl LibraryReport {
+    /// Counts a GPU's outcome in the headline tables (by family, by span, healthy).
+    fn add_headline(&mut self, label: &GpuLabel, outcome: &Outcome) {
+        match outcome {
+            Outcome::Failed { .. } => {
+                let family = label.family.as_deref().unwrap_or("unnamed");
+                self.by_family.add(family, outcome);
+                if let Some(span) = span_class(label) {
+                    self.by_span.add(span, outcome);
+                }
+            }
+            Outcome::Healthy { .. } => {
+                for confounder in confounders(label) {
+                    self.by_confounder.add(&confounder, outcome);
+                }
+                self.healthy.add(outcome);
+            }
+        }
+    }
+
     /// The evaluation tables, as Markdown with their headings.
     pub fn tables(&self) -> String {
         format!(
             "{} GPUs ({} failing), {} training rows; every figure from folds that never saw \
              the GPU's variant, every fit held to {} operators' anchor GPUs.\n\n\
-             By failure family (GPU-model folds: each GPU judged by a model fitted without \
-             its GPU model):\n\n{}\n\
+             By failure family (each failure judged by a model fitted without its noise \
+             model and without its precursor curve):\n\n{}\n\
              The same failures by how long before the failure the precursor starts:\n\n{}\n\
-             Healthy GPUs by what they show, a GPU under each thing it shows (GPU-model \
-             folds):\n\n{}\n\
+             Healthy GPUs by what they show, a GPU under each thing it shows (each judged by \
+             a model fitted without its noise model):\n\n{}\n\
              By held-out variant (one fold per value):\n\n{}\n\
              The shipped model (models/default-risk.toml) on every GPU, by failure \
              family:\n\n{}\n\
