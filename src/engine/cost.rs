@@ -69,6 +69,13 @@ pub struct CostView {
 impl CostState {
     /// The totals at `now`.
     pub fn view(&self, now: i64) -> CostView {
+        if self.owners.is_empty() {
+            return CostView {
+                busy: self.busy,
+                idle: self.idle,
+                ..CostView::default()
+            };
+        }
         let mut recent: Vec<i64> = self
             .owners
             .values()
@@ -223,9 +230,12 @@ pub fn update(
             state.idle += cost;
         }
         // A pod allocated the GPU is charged even while it runs nothing: that is the waste.
-        let owners = owners_of(holders, &config.owner);
-        // Sharing GPUs split the time evenly: GPU-seconds add up to wall time.
-        charge_owners(state, now, owners, seconds, busy);
+        // A GPU nobody holds (every sample of an nvidia-smi log) charges no owner.
+        if !holders.processes.is_empty() || !holders.allocations.is_empty() {
+            let owners = owners_of(holders, &config.owner);
+            // Sharing GPUs split the time evenly: GPU-seconds add up to wall time.
+            charge_owners(state, now, owners, seconds, busy);
+        }
     }
     CostView {
         hourly,

@@ -268,22 +268,33 @@ impl NodeHealthState {
 /// Writes the verdicts of `holds` (named by `names`) into `out`, reusing its strings.
 fn publish(out: &mut Vec<Verdict>, names: &[&'static str], holds: &[&Hold], now: i64) {
     out.truncate(names.len());
+    let at = |secs: i64| DateTime::from_timestamp(secs, 0).unwrap_or_default();
     for (i, (name, hold)) in names.iter().zip(holds).enumerate() {
-        let since = DateTime::from_timestamp(hold.since.unwrap_or(now), 0).unwrap_or_default();
+        let secs = hold.since.unwrap_or(now);
         match out.get_mut(i) {
+            // The common case, step after step: the verdict of the step before, whose
+            // reason and start mostly hold; they are rewritten only where they changed
+            // (turning seconds into a date is most of the cost of publishing).
             Some(v) => {
-                v.component = Cow::Borrowed(name);
+                // The same static name as the step before: compared by address, not text.
+                if !matches!(&v.component, Cow::Borrowed(c) if std::ptr::eq(*c, *name)) {
+                    v.component = Cow::Borrowed(name);
+                }
                 v.state = hold.state;
                 v.action = hold.action;
-                v.reason.clone_from(&hold.reason);
-                v.since = since;
+                if v.reason != hold.reason {
+                    v.reason.clone_from(&hold.reason);
+                }
+                if v.since.timestamp() != secs || v.since.timestamp_subsec_nanos() != 0 {
+                    v.since = at(secs);
+                }
             }
             None => out.push(Verdict {
                 component: Cow::Borrowed(name),
                 state: hold.state,
                 reason: hold.reason.clone(),
                 action: hold.action,
-                since,
+                since: at(secs),
             }),
         }
     }
