@@ -8,6 +8,9 @@ use clap::Args;
 
 use crate::config::DEFAULT_RISK_THRESHOLD;
 #[cfg(feature = "train")]
+use anyhow::Context as _;
+
+#[cfg(feature = "train")]
 use crate::scenario::{Library, LibraryOptions};
 #[cfg(feature = "train")]
 use crate::train::{TrainOptions, library, train as fit};
@@ -154,9 +157,9 @@ fn scenarios(args: &TrainArgs, row_every: i64) -> anyhow::Result<()> {
     let tables = report.tables();
     if let Some(path) = &args.tables {
         std::fs::write(path, &tables)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     std::fs::write(&args.out, report.model.to_toml())
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", args.out.display()))?;
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
     super::output::print(&format!("{tables}wrote {}\n", args.out.display()))
 }

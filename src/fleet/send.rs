@@ -180,7 +180,7 @@ pub fn send(
             );
         }
         let notifier = build_with(receiver, env, &settings)
-            .map_err(|e| anyhow::anyhow!("[[alerting.receivers]] {:?}: {e}", receiver.name))?;
+            .with_context(|| format!("[[alerting.receivers]] {:?}", receiver.name))?;
         targets.push(Target {
             name: receiver.name.clone(),
             notifier,

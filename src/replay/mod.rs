@@ -268,7 +268,7 @@ pub fn replay(
             });
         let reading = match reading {
             Ok(handle) => handle,
-            Err(e) => return Err(anyhow::anyhow!("cannot start the reading thread: {e}")),
+            Err(e) => return Err(anyhow::Error::new(e).context("cannot start the reading thread")),
         };
         let stepping = std::thread::Builder::new()
             .name("replay-step".into())
@@ -277,7 +277,9 @@ pub fn replay(
             });
         let stepping = match stepping {
             Ok(handle) => handle,
-            Err(e) => return Err(anyhow::anyhow!("cannot start the engine's thread: {e}")),
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context("cannot start the engine's thread"));
+            }
         };
         for (batch, findings) in found_rx {
             for (snapshot, findings) in batch.iter().zip(&findings) {

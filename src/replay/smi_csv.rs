@@ -254,7 +254,7 @@ impl<R: Read> SmiCsvReader<R> {
         match self.records.read(&mut self.record) {
             Ok(more) => Ok(more),
             Err(e) => match e.kind() {
-                csv::ErrorKind::Io(_) => Err(anyhow::anyhow!("cannot read the log: {e}")),
+                csv::ErrorKind::Io(_) => Err(anyhow::Error::new(e).context("cannot read the log")),
                 // Not expected with flexible records; treat as an unreadable line.
                 _ => Ok(true),
             },

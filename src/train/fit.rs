@@ -9,6 +9,7 @@
 //! ranking score, which is what the default threshold
 //! ([`crate::config::DEFAULT_RISK_THRESHOLD`]) means for the shipped model too.
 
+use anyhow::Context as _;
 use std::collections::BTreeSet;
 
 use linfa::Dataset;
@@ -113,7 +114,7 @@ pub fn fit(x: &[[f64; N]], y: &[bool], alpha: f64) -> anyhow::Result<Fitted> {
         .alpha(alpha)
         .max_iterations(500)
         .fit(&Dataset::new(records, targets))
-        .map_err(|e| anyhow::anyhow!("logistic regression failed: {e}"))?;
+        .context("logistic regression failed")?;
     // linfa-logistic's positive class is the more frequent label (or, balanced, the first
     // one it met): its parameters give the log-odds of `labels().pos`. Flip them when that
     // is "healthy", so the model always scores failing.

@@ -18,6 +18,7 @@ mod parallel;
 pub mod probe;
 pub mod search;
 
+use anyhow::Context as _;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::BufReader;
@@ -84,9 +85,9 @@ pub struct HistorySummary {
 /// Reads the history, fits, measures, and writes the model to `options.out`.
 pub fn train(options: &TrainOptions) -> anyhow::Result<TrainReport> {
     let file = std::fs::File::open(&options.history)
-        .map_err(|e| anyhow::anyhow!("cannot read history {}: {e}", options.history.display()))?;
+        .with_context(|| format!("cannot read history {}", options.history.display()))?;
     let history = History::read(BufReader::new(file), options.row_every)
-        .map_err(|e| anyhow::anyhow!("reading {}: {e}", options.history.display()))?;
+        .with_context(|| format!("reading {}", options.history.display()))?;
     let mut summary = HistorySummary {
         snapshots: history.snapshots,
         skipped: history.skipped,
@@ -149,7 +150,7 @@ pub fn train(options: &TrainOptions) -> anyhow::Result<TrainReport> {
     let baseline_metrics = measure(&score_all(&Fitted::of_model(&RiskModel::shipped())));
     let model = to_model(&fitted, &summary, &fitted_metrics, options);
     std::fs::write(&options.out, model.to_toml())
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", options.out.display()))?;
+        .with_context(|| format!("cannot write {}", options.out.display()))?;
     Ok(TrainReport {
         model,
         history: summary,

@@ -12,6 +12,7 @@
 //! bus — are not predictions: they set the score to at least [`RULE_SCORE`] at once, named
 //! by the rule.
 
+use anyhow::Context as _;
 use std::borrow::Cow;
 use std::path::Path;
 
@@ -77,8 +78,8 @@ impl RiskModel {
 
     pub fn load(path: &Path) -> anyhow::Result<RiskModel> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read risk model {}: {e}", path.display()))?;
-        RiskModel::parse(&text).map_err(|e| anyhow::anyhow!("risk model {}: {e}", path.display()))
+            .with_context(|| format!("cannot read risk model {}", path.display()))?;
+        RiskModel::parse(&text).with_context(|| format!("risk model {}", path.display()))
     }
 
     pub fn parse(text: &str) -> anyhow::Result<RiskModel> {
