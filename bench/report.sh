@@ -14,6 +14,7 @@
 #   BENCH_BLOCKS=DIR bench/report.sh …        # keep the TSDB blocks (and the history, with VICTORIA
 #                                             # or TRUTH) in DIR, or reuse them from there
 #   BENCH_BEFORE=BINARY bench/report.sh …     # also time another gpu-sentinel in the same runs
+#                                             # (json), and compare the two json reports' figures
 #   BIN=BINARY bench/report.sh …              # time this build instead of building target/release
 #
 # `record --format openmetrics` writes the simulated fleet's history at INTERVAL, restricted to
