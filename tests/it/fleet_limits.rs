@@ -590,7 +590,15 @@ fn with_records(history: &History, name: &str) -> Option<(Prometheus, String)> {
         String::from_utf8_lossy(&backfilled.stderr)
     );
     drop(raw);
-    for block in std::fs::read_dir(&recorded).expect("rule blocks").flatten() {
+    let blocks = std::fs::read_dir(&recorded).unwrap_or_else(|error| {
+        panic!(
+            "{}: {error}; promtool said: {}{}",
+            recorded.display(),
+            String::from_utf8_lossy(&backfilled.stdout),
+            String::from_utf8_lossy(&backfilled.stderr)
+        )
+    });
+    for block in blocks.flatten() {
         if block.path().join("meta.json").exists() {
             std::fs::rename(block.path(), data.join(block.file_name())).expect("block moved");
         }
