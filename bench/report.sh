@@ -14,6 +14,7 @@
 #   BENCH_BLOCKS=DIR bench/report.sh …        # keep the TSDB blocks (and the history, with VICTORIA
 #                                             # or TRUTH) in DIR, or reuse them from there
 #   BENCH_BEFORE=BINARY bench/report.sh …     # also time another gpu-sentinel in the same runs
+#                                             # (json), and compare the two json reports' figures
 #   BIN=BINARY bench/report.sh …              # time this build instead of building target/release
 #
 # `record --format openmetrics` writes the simulated fleet's history at INTERVAL, restricted to
@@ -344,6 +345,27 @@ print(f"{len(rows)} queries, {sum(r[0] for r in rows):.2f}s in all")
 for seconds, series, points, query in sorted(rows, reverse=True)[:6]:
     print(f"{seconds:7.2f} {series:>5} {points:>7} {query[:220]}")
 PY
+if [ -n "$before_bin" ]; then
+  echo
+  # Every figure of the last two json reports, all but the `store` key (what was read, how).
+  python3 - "$work/json.json" "$work/before-json.json" <<'PY'
+import json, sys
+def flat(v, path=""):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not (path == "" and k in ("store", "generated_at")):
+                yield from flat(x, f"{path}.{k}")
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            yield from flat(x, f"{path}[{i}]")
+    else:
+        yield path, v
+a, b = (dict(flat(json.load(open(f)))) for f in sys.argv[1:])
+differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+print(f"the json report against before-json: {len(a)} figures, {len(differ)} differ"
+      + "".join(f"\n  {k}: {a.get(k)} vs {b.get(k)}" for k in differ[:10]))
+PY
+fi
 echo
 echo "all runs (name wall maxrss_kib store_cpu_s queries refused):"
 cat "$work/runs"

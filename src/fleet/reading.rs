@@ -59,6 +59,8 @@ pub struct Reading<'c> {
     pub planner: Planner<'c>,
     /// The families the censuses count.
     families: Vec<&'static str>,
+    /// The records among them counted by a raw family's series ([`Names::bounded`]).
+    bounded: Vec<(&'static str, &'static str)>,
     limits: Limits,
     refusals: Arc<AtomicUsize>,
     /// The subquery resolution of dcgm-exporter's held GPU-seconds.
@@ -92,11 +94,21 @@ impl<'c> Reading<'c> {
             families.extend(super::report_health::HEALTH_FAMILIES);
         }
         families.extend(dialect.mig_families());
+        let mut bounded = Vec::new();
         if recorded {
             families.extend(names.all().into_iter().filter(|f| has(f)));
+            bounded = names.bounded(dialect);
+            bounded.retain(|(record, _)| has(record));
         }
         let period_start = spec.from - (spec.to - spec.from);
-        let census = Census::take(client, dialect.host(), &families, period_start, spec.to)?;
+        let census = take_census(
+            client,
+            dialect.host(),
+            &families,
+            &bounded,
+            period_start,
+            spec.to,
+        )?;
         let interval = scrape_interval(
             client,
             &census,
@@ -146,6 +158,7 @@ impl<'c> Reading<'c> {
             dialect,
             planner,
             families,
+            bounded,
             limits,
             refusals,
             step: spec.step.unwrap_or(interval).max(Duration::from_secs(1)),
@@ -235,7 +248,14 @@ impl<'c> Reading<'c> {
         end: DateTime<Utc>,
     ) -> anyhow::Result<Planner<'c>> {
         let client = self.planner.client;
-        let census = Census::take(client, self.dialect.host(), &self.families, start, end)?;
+        let census = take_census(
+            client,
+            self.dialect.host(),
+            &self.families,
+            &self.bounded,
+            start,
+            end,
+        )?;
         Ok(
             Planner::new(client, self.limits.clone(), census, self.planner.interval)
                 .counting_into(self.refusals.clone()),
@@ -458,4 +478,34 @@ impl<'c> Reading<'c> {
             }),
         })
     }
+}
+
+/// The census of `families` over `(start, end]`, the records in `bounded` not listed but
+/// counted as their raw family's series over a span starting the rules' hour earlier (the
+/// raw samples the records of the span were computed from): listing the owner records
+/// alone is thousands of series at a few hundred hosts, and the store's index answers in
+/// time with the series it lists.
+fn take_census(
+    client: &Client,
+    host_label: &str,
+    families: &[&'static str],
+    bounded: &[(&'static str, &'static str)],
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> anyhow::Result<Census> {
+    let listed: Vec<&str> = families
+        .iter()
+        .copied()
+        .filter(|f| !bounded.iter().any(|(record, _)| record == f))
+        .collect();
+    let since = if bounded.is_empty() {
+        start
+    } else {
+        start - TimeDelta::seconds(EVERY.as_secs() as i64)
+    };
+    let mut census = Census::take(client, host_label, &listed, since, end)?;
+    for (record, raw) in bounded {
+        census.bound(record, raw);
+    }
+    Ok(census)
 }

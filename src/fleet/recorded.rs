@@ -74,6 +74,23 @@ impl Names {
     }
 }
 
+impl Names {
+    /// The records whose series a census need not list, each with the raw family whose
+    /// series bound its own: `avg_over_time` keeps each raw series' labels, and the native
+    /// held record sums by labels every `gpu_owner_seconds_total` series carries, so an
+    /// hour's records are at most the raw series of the hour before. dcgm-exporter's held
+    /// record is not among them: one raw series gives a record per rule variant (memory
+    /// floor, idle threshold) the store holds.
+    pub fn bounded(&self, dialect: Dialect) -> Vec<(&'static str, &'static str)> {
+        let [utilization, power, owner] = dialect.families();
+        let mut bounded = vec![(self.utilization, utilization), (self.power, power)];
+        if dialect == Dialect::Native {
+            bounded.push((self.held, owner));
+        }
+        bounded
+    }
+}
+
 /// An idle threshold as the rules' label writes it (`0.05`).
 pub fn threshold_label(threshold: f64) -> String {
     format!("{threshold}")

@@ -14,7 +14,10 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
+use gpu_sentinel::fleet::dialect::Dialect;
+use gpu_sentinel::fleet::plan::Census;
 use gpu_sentinel::fleet::prom::{Client, Endpoint, Limit, refusal};
+use gpu_sentinel::fleet::recorded::Names;
 use serde_json::Value;
 
 use common::history::{dcgm_ground_truth, ground_truth, parse_sample};
@@ -587,7 +590,15 @@ fn with_records(history: &History, name: &str) -> Option<(Prometheus, String)> {
         String::from_utf8_lossy(&backfilled.stderr)
     );
     drop(raw);
-    for block in std::fs::read_dir(&recorded).expect("rule blocks").flatten() {
+    let blocks = std::fs::read_dir(&recorded).unwrap_or_else(|error| {
+        panic!(
+            "{}: {error}; promtool said: {}{}",
+            recorded.display(),
+            String::from_utf8_lossy(&backfilled.stdout),
+            String::from_utf8_lossy(&backfilled.stderr)
+        )
+    });
+    for block in blocks.flatten() {
         if block.path().join("meta.json").exists() {
             std::fs::rename(block.path(), data.join(block.file_name())).expect("block moved");
         }
@@ -637,12 +648,55 @@ fn assert_recorded(doc: &Value, truth: &BTreeMap<String, (f64, f64)>, store: &st
     assert_fleet(doc, store);
 }
 
+/// The census the report plans with counts each record it does not list as its raw
+/// family's series over a span starting an hour earlier: per host, never fewer series or
+/// GPUs than the store lists for the record itself (whole period, and its last 12 hours).
+fn assert_records_bounded(base: &str, history: &History, dialect: Dialect) {
+    let client = Client::new(Endpoint {
+        base: base.to_string(),
+        timeout: std::time::Duration::from_secs(30),
+        ..Endpoint::default()
+    });
+    let time = |s: f64| DateTime::<Utc>::from_timestamp(s as i64, 0).expect("in range");
+    let bounded = Names::of(dialect).bounded(dialect);
+    assert!(!bounded.is_empty());
+    let records: Vec<&str> = bounded.iter().map(|(record, _)| *record).collect();
+    let raw: Vec<&str> = bounded.iter().map(|(_, raw)| *raw).collect();
+    let end = time(history.last);
+    for start in [time(history.first), end - chrono::TimeDelta::hours(12)] {
+        let listed = Census::take(&client, dialect.host(), &records, start, end).expect("records");
+        let since = start - chrono::TimeDelta::hours(1);
+        let mut census = Census::take(&client, dialect.host(), &raw, since, end).expect("raw");
+        for (record, raw) in &bounded {
+            census.bound(record, raw);
+        }
+        for (record, _) in &bounded {
+            assert!(listed.series(record, None, true) > 0, "{record} listed");
+            for (i, host) in listed.hosts.iter().enumerate() {
+                let j = census
+                    .hosts
+                    .iter()
+                    .position(|h| h == host)
+                    .expect("the host");
+                let (mine, theirs) = (Some(j..j + 1), Some(i..i + 1));
+                assert!(
+                    census.series(record, mine.clone(), false)
+                        >= listed.series(record, theirs.clone(), false)
+                        && census.gpus(record, mine, false) >= listed.gpus(record, theirs, false),
+                    "{record} on {host} from {start}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn recorded_hours_are_read_from_the_rules_records_gpu_sentinel() {
     let history = record("native");
     let Some((store, records)) = with_records(history, "rules-native") else {
         return;
     };
+    assert_records_bounded(&store.base, history, Dialect::Native);
     let truth = native_truth(&history.text);
     let (doc, _) = report(&store.base, history, &[], &[]);
     assert_recorded(&doc, &truth, "Prometheus");
@@ -680,6 +734,10 @@ fn recorded_hours_are_read_from_the_rules_records_dcgm_exporter() {
     let Some((store, records)) = with_records(history, "rules-dcgm") else {
         return;
     };
+    let dialect = Dialect::Dcgm {
+        memory_floor_mib: 1024,
+    };
+    assert_records_bounded(&store.base, history, dialect);
     let truth = dcgm_ground_truth(&history.text, INTERVAL);
     let debug = [("RUST_LOG", "gpu_sentinel::fleet::prom=debug")];
     let (doc, stderr) = report(&store.base, history, &[], &debug);

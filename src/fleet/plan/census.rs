@@ -203,6 +203,16 @@ impl Census {
         Ok(census)
     }
 
+    /// Counts `family` as `by`'s series, without listing it: for a record kept per series
+    /// of `by` or fewer (an hourly rule's `avg_over_time`, or a `sum by` over labels `by`'s
+    /// series all carry), taken over a span that starts the rule's range earlier, `by`'s
+    /// series and GPUs per host are at least the record's. Nothing when `by` was not counted.
+    pub fn bound(&mut self, family: &str, by: &str) {
+        if let Some(counts) = self.families.get(by).cloned() {
+            self.families.insert(family.to_string(), counts);
+        }
+    }
+
     /// Series of `family` on the hosts in `hosts` (all of them when None); `unlabelled`
     /// adds those without the host label.
     pub fn series(&self, family: &str, hosts: Option<Range<usize>>, unlabelled: bool) -> u64 {
