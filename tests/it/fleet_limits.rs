@@ -574,7 +574,12 @@ fn with_records(history: &History, name: &str) -> Option<(Prometheus, String)> {
     let rules = hourly_rules(&history.dir);
     let recorded = history.dir.join(format!("{name}-rules"));
     let _ = std::fs::remove_dir_all(&recorded);
-    let start = (history.first + 12.0 * 3600.0) as i64;
+    // From the first whole hour 12 hours in: promtool 2.42 evaluates an hourly group from
+    // --start on, and from a start inside an hour it evaluated every rule, exited 0 and
+    // wrote no block at all (seen with a start at 13:40, not at 14:00 or 00:00), so the
+    // test failed or passed by the minute it ran. The records fall on the hour, as a
+    // Prometheus evaluating the group would place them.
+    let start = ((history.first + 12.0 * 3600.0) / 3600.0).ceil() as i64 * 3600;
     let backfilled = Command::new(&promtool)
         .args(["tsdb", "create-blocks-from", "rules"])
         .arg(format!("--start={start}"))

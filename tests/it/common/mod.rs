@@ -372,20 +372,49 @@ impl Prometheus {
         config: &str,
         flags: &[&str],
     ) -> Prometheus {
-        let prometheus = Prometheus::spawn(binary, config, Some(data), flags);
-        let began = Instant::now();
-        while began.elapsed() < Duration::from_secs(60) {
-            let ready = prometheus
-                .http
-                .get(format!("{}/-/ready", prometheus.base))
-                .call()
-                .is_ok_and(|r| r.status() == 200);
-            if ready {
-                return prometheus;
+        // The port comes from `free_port`, which another test (or another test process)
+        // may be handed too before this Prometheus binds it: then this one exits and the
+        // other answers. A server counts as ready only once it says it serves `data`.
+        for _ in 0..5 {
+            let mut prometheus = Prometheus::spawn(binary, config, Some(data), flags);
+            let began = Instant::now();
+            while began.elapsed() < Duration::from_secs(60) {
+                if prometheus.child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                let ready = prometheus
+                    .http
+                    .get(format!("{}/-/ready", prometheus.base))
+                    .call()
+                    .is_ok_and(|r| r.status() == 200);
+                if ready {
+                    if prometheus.serves(data) {
+                        return prometheus;
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
             }
-            std::thread::sleep(Duration::from_millis(200));
+            if began.elapsed() >= Duration::from_secs(60) {
+                break;
+            }
         }
         panic!("Prometheus on {} was not ready within 60s", data.display());
+    }
+
+    /// Whether the server answering at this address is the one started on `data`
+    /// (its `storage.tsdb.path` flag).
+    fn serves(&self, data: &Path) -> bool {
+        let Ok(mut resp) = self
+            .http
+            .get(format!("{}/api/v1/status/flags", self.base))
+            .call()
+        else {
+            return false;
+        };
+        let body = resp.body_mut().read_to_string().unwrap_or_default();
+        let doc: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        doc["data"]["storage.tsdb.path"].as_str() == data.to_str()
     }
 
     fn spawn(binary: &Path, config: &str, data: Option<&Path>, flags: &[&str]) -> Prometheus {
