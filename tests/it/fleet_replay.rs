@@ -5,6 +5,7 @@
 //! against the local replay of a JSONL recording of the same simulated host (same seed).
 
 use crate::common;
+use common::run_without_env_config as gpu_sentinel;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -35,19 +36,7 @@ const COMPARED: &[&str] = &[
 const STEP_SECONDS: i64 = 300;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("gpu-sentinel-replay-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn gpu_sentinel(args: &[&str]) -> Output {
-    Command::new(binary())
-        .args(args)
-        .env_remove("GPU_SENTINEL_CONFIG")
-        .output()
-        .expect("gpu-sentinel runs")
+    common::scratch("replay", name)
 }
 
 fn path(p: &Path) -> &str {

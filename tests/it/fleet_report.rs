@@ -4,6 +4,8 @@
 //! are checked against ground truth computed from the recorded file itself.
 
 use crate::common;
+use common::rfc3339;
+use common::run_without_env_config as gpu_sentinel;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -24,29 +26,11 @@ namespaces = ["inference"]
 "#;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("gpu-sentinel-fleet-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn gpu_sentinel(args: &[&str]) -> std::process::Output {
-    Command::new(binary())
-        .args(args)
-        .env_remove("GPU_SENTINEL_CONFIG")
-        .output()
-        .expect("gpu-sentinel runs")
+    common::scratch("fleet", name)
 }
 
 /// The recording's interval (`record --interval 15m`), seconds.
 const RECORDED_INTERVAL: f64 = 900.0;
-
-fn rfc3339(seconds: f64) -> String {
-    chrono::DateTime::from_timestamp(seconds as i64, 0)
-        .expect("in range")
-        .to_rfc3339()
-}
 
 fn close(report: f64, truth: f64) -> bool {
     (report - truth).abs() <= 0.01 * truth.abs() + 0.05

@@ -6,39 +6,20 @@
 //! no verdicts gives `unknown`, never `healthy`.
 
 use crate::common;
+use common::rfc3339;
+use common::run_without_env_config as gpu_sentinel;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::history::parse_sample;
-use common::{Prometheus, binary, tool};
+use common::{Prometheus, tool};
 
 /// The recording's interval, seconds.
 const INTERVAL: f64 = 900.0;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "gpu-sentinel-fleet-health-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn gpu_sentinel(args: &[&str]) -> std::process::Output {
-    Command::new(binary())
-        .args(args)
-        .env_remove("GPU_SENTINEL_CONFIG")
-        .output()
-        .expect("gpu-sentinel runs")
-}
-
-fn rfc3339(seconds: f64) -> String {
-    chrono::DateTime::from_timestamp(seconds as i64, 0)
-        .expect("in range")
-        .to_rfc3339()
+    common::scratch("fleet-health", name)
 }
 
 /// Records `hosts` simulated hosts over `duration` (extra arguments after), returns the file.

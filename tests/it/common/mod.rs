@@ -17,6 +17,34 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpu-sentinel"))
 }
 
+/// Runs the binary to completion with `args`, without a configuration named by the
+/// environment (`GPU_SENTINEL_CONFIG`): the fleet commands' tests.
+pub fn run_without_env_config(args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(args)
+        .env_remove("GPU_SENTINEL_CONFIG")
+        .output()
+        .expect("gpu-sentinel runs")
+}
+
+/// A fresh directory `gpu-sentinel-{subject}-{pid}-{name}` in the system's temporary one.
+pub fn scratch(subject: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "gpu-sentinel-{subject}-{}-{name}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Seconds since the epoch as RFC 3339, as the fleet commands' `--from`/`--to` take them.
+pub fn rfc3339(seconds: f64) -> String {
+    chrono::DateTime::from_timestamp(seconds as i64, 0)
+        .expect("in range")
+        .to_rfc3339()
+}
+
 /// Runs the binary to completion with `args`.
 pub fn run(args: &[&str]) -> Output {
     Command::new(binary())
