@@ -78,7 +78,7 @@ fi
 data=${BENCH_BLOCKS:-$work/data}
 history=$data.om
 
-# What the report reads (src/fleet/dialect.rs, figures.rs), and the teams it is configured
+# What the report reads (crates/fleet/src/dialect.rs, figures.rs), and the teams it is configured
 # with (bench/report_truth.py counts them the same way).
 if [ "$dialect" = dcgm ]; then
   pass_families="DCGM_FI_DEV_FB_USED DCGM_FI_DEV_GPU_UTIL DCGM_FI_DEV_POWER_USAGE"
@@ -206,7 +206,7 @@ report() {
   local base=$1 pid=$2 name=$3 format=$4 binary=$bin before after queries refused
   [ "${5:-}" = before ] && binary=$before_bin
   before=$(prom_cpu "$pid")
-  # At debug, the client logs each query with its duration (src/fleet/prom.rs).
+  # At debug, the client logs each query with its duration (crates/fleet/src/prom.rs).
   RUST_LOG=gpu_sentinel::fleet=debug /usr/bin/time -f "%e %M" -o "$work/time" \
     "$binary" report --prometheus "$base" --from "$from" --to "$to" --format "$format" \
     --config "$work/config.toml" --out "$work/$name.$format" 2>"$work/report.log" || {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What one save of the engine state costs at 8 and 64 GPUs with full history windows:
 # the clone the collection thread makes, and the serialise + write + fsync the saver
-# thread does (src/agent/saver.rs). Writes into a temporary directory on the disk of
+# thread does (crates/agent/src/agent/saver.rs). Writes into a temporary directory on the disk of
 # $TMPDIR; point TMPDIR at the state directory's disk to measure that one.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 //! What one save of the engine state costs — cloning it, serialising it, writing it with
 //! fsync — for a fleet whose history windows are full (a simulated week at a 60 s cadence).
 //! The agent clones on the collection thread and does the rest on its saver thread
-//! (src/agent/saver.rs). `bench/save.sh` runs it at 8 and 64 GPUs.
+//! (crates/agent/src/agent/saver.rs). `bench/save.sh` runs it at 8 and 64 GPUs.
 //!
 //! usage: save-cost GPUS DIR   (DIR receives engine.json)
 

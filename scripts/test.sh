@@ -72,14 +72,17 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 log "cargo build (workspace, fake NVML library included)"
 cargo build --workspace --locked
-# The agent that GPU hosts run reads NVML and links no trainer (the feature `train`).
-log "the agent's dependencies: nvml-wrapper, and no linfa or ndarray"
-agent_deps=$(cargo tree --locked --package gpu-sentinel --edges normal --prefix none)
-grep -q '^nvml-wrapper ' <<<"$agent_deps" || { echo "the agent does not depend on nvml-wrapper" >&2; exit 1; }
-if grep -E '^(linfa|linfa-logistic|ndarray) ' <<<"$agent_deps" >&2; then
-  echo "the agent's normal dependencies include the trainer's numeric crates (above)" >&2
-  exit 1
-fi
+# The agent that GPU hosts run reads NVML and links no trainer (the feature `train`): both
+# the agent's crate and the binary as hosts build it (default features).
+for package in gpu-sentinel-agent gpu-sentinel; do
+  log "$package's dependencies: nvml-wrapper, and no linfa or ndarray"
+  agent_deps=$(cargo tree --locked --package "$package" --edges normal --prefix none)
+  grep -q '^nvml-wrapper ' <<<"$agent_deps" || { echo "$package does not depend on nvml-wrapper" >&2; exit 1; }
+  if grep -E '^(linfa|linfa-logistic|ndarray) ' <<<"$agent_deps" >&2; then
+    echo "$package's normal dependencies include the trainer's numeric crates (above)" >&2
+    exit 1
+  fi
+done
 # The image ships the debug build just made rather than a release build: the Dockerfile,
 # the base, the files and the check are the same, and a second, optimised compilation of the
 # crate would cost CI more than the rest of the image step (BENCHMARKS.md).

@@ -1,34 +1,23 @@
-//! gpu-sentinel: a per-host NVIDIA GPU agent.
+//! gpu-sentinel: a per-host NVIDIA GPU agent, and the fleet view over the store the fleet
+//! already runs.
 //!
-//! Sources ([`source`]) produce one [`model::Snapshot`] per tick; the [`agent`] renders it
-//! once for Prometheus ([`export`]), the API ([`api`]) and the live page ([`board`]) and
-//! publishes it; the [`server`] serves what was rendered last. docs/architecture.md draws the whole picture: layers, data flow, contracts.
+//! This crate is the command line ([`cli`]) over the workspace's layers, each its own
+//! crate: `gpu-sentinel-core` (model, configuration, XID catalog, utilities),
+//! `gpu-sentinel-agent` (sources, engine, alerting, exposition, API, board, server, the
+//! loop), `gpu-sentinel-lab` (replay, backfill, training) and `gpu-sentinel-fleet` (the
+//! report and the store client). Their modules are re-exported under the names the
+//! command line and the integration tests use (`gpu_sentinel::engine`, …).
+//! docs/architecture.md draws the crates and the layers inside them.
 
-pub mod advice;
-pub mod agent;
-pub mod alert;
-pub mod api;
-pub mod board;
-pub mod cli;
-pub mod config;
-pub mod engine;
-pub mod export;
-pub mod fleet;
-pub mod host;
-pub mod html;
-pub mod model;
-pub mod procinfo;
-pub mod redact;
-pub mod replay;
-pub mod retry_after;
-pub mod scenario;
-pub mod server;
-pub mod source;
-pub mod state_file;
-pub mod sync;
-// The risk model's trainer (`gpu-sentinel train`): built with `--features train`, so the
-// agent's own binary does not link its numeric crates.
+pub use gpu_sentinel_agent::{
+    advice, agent, alert, api, board, engine, export, procinfo, scenario, server, source, webconfig,
+};
+pub use gpu_sentinel_core::{
+    config, host, html, model, redact, retry_after, state_file, sync, xid,
+};
+pub use gpu_sentinel_fleet as fleet;
 #[cfg(feature = "train")]
-pub mod train;
-pub mod webconfig;
-pub mod xid;
+pub use gpu_sentinel_lab::train;
+pub use gpu_sentinel_lab::{backfill, replay};
+
+pub mod cli;

@@ -4,7 +4,6 @@
 //! Parsing lives here; each subcommand's work lives in its own file and returns
 //! `anyhow::Result`, so `main` only prints the error chain and picks the exit code.
 
-mod backfill;
 mod health;
 pub mod logging;
 pub mod output;

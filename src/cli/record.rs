@@ -69,7 +69,7 @@ pub struct RecordArgs {
     /// With --format openmetrics: a regular expression over the family names to record
     /// (as /metrics spells them); the default is what the fleet report and dashboards read.
     /// `.*` records every family.
-    #[arg(long, value_name = "REGEX", default_value = super::backfill::FLEET_FAMILIES, hide_default_value = true)]
+    #[arg(long, value_name = "REGEX", default_value = crate::backfill::FLEET_FAMILIES, hide_default_value = true)]
     pub families: String,
 }
 
@@ -187,14 +187,14 @@ fn record_openmetrics(
         .duration_trunc(TimeDelta::from_std(interval).unwrap_or(TimeDelta::seconds(1)))
         .unwrap_or_else(|_| Utc::now());
     let began = Instant::now();
-    let history = super::backfill::History {
+    let history = crate::backfill::History {
         hosts: usize::from(args.hosts),
         span,
         interval,
         end,
         families,
     };
-    let written = super::backfill::write(config, &history, &args.out, &stop_on_signal())?;
+    let written = crate::backfill::write(config, &history, &args.out, &stop_on_signal())?;
     super::output::note(&format!(
         "recorded {} hosts × {} steps ({} samples, {} families) to {} in {:.1}s",
         args.hosts,

@@ -1,12 +1,15 @@
-//! The layering of docs/architecture.md, checked on the source: every `crate::` path (and
-//! every `super::` path that leaves its folder) in src/ is an import, and a module may import
-//! only modules on a lower layer. A second check finds circles between the folders inside
-//! one top-level module (`alert::notify` ⇄ `alert::deliver`, say), which the layers alone
-//! would not see. A third holds production files to 600 lines, a fourth keeps comments
-//! citing documents that are in the repository, and a fifth keeps issue numbers (which mean
-//! nothing to a reader of the repository) out of comments and documents.
+//! The layering of docs/architecture.md inside each crate of the workspace. Between crates
+//! the compiler keeps it (a crate cannot name one above it); inside a crate, every `crate::`
+//! path (and every `super::` path that leaves its folder) is an import, and a module may
+//! import only modules on a lower layer of its crate, or the modules of the crates below that
+//! the crate's root names (`use gpu_sentinel_core::{model, …}`). A second check finds circles
+//! between the folders inside one top-level module (`alert::notify` ⇄ `alert::deliver`, say;
+//! in the fleet crate, between its modules), which the layers alone would not see. A third
+//! holds production files to 600 lines, a fourth keeps comments citing documents that are in
+//! the repository, and a fifth keeps issue numbers (which mean nothing to a reader of the
+//! repository) out of comments and documents.
 //!
-//! A new top-level module fails the first test until it is given a layer in [`LAYERS`] (and a
+//! A new top-level module fails the first test until it is given a layer in [`CRATES`] (and a
 //! line in docs/architecture.md).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,43 +17,152 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
-/// The layers, lowest first. A module may import modules of lower layers only; modules of
-/// one layer do not import each other.
-const LAYERS: &[&[&str]] = &[
-    // Utilities that know nothing of GPUs.
-    &["sync", "host", "retry_after", "html"],
-    &["redact", "state_file"],
-    // What a GPU reading is, and the XID catalog it refers to.
-    &["xid"],
-    &["model"],
-    &["config"],
-    // Where readings come from.
-    &["procinfo"],
-    &["source"],
-    // Scenario fleets drawn for evaluation, and their files.
-    &["scenario"],
-    // What they mean.
-    &["engine"],
-    &["advice"],
-    &["alert"],
-    &["replay", "train", "fleet"],
-    // How they are served.
-    &["export"],
-    &["api"],
-    &["webconfig"],
-    &["board"],
-    &["server"],
-    // The loop, and the command line around it.
-    &["agent"],
-    &["cli"],
-];
-
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|layer| layer.contains(&module))
+/// A crate of the workspace: where its source is, its modules' layers (lowest first; a
+/// module may import modules of lower layers only, and modules of one layer do not import
+/// each other), and the modules of lower crates its root names for its modules to use.
+struct Crate {
+    src: &'static str,
+    layers: &'static [&'static [&'static str]],
+    below: &'static [&'static str],
+    /// How many parts of a module path make one node of the circle check: 2 where the
+    /// crate's top-level modules are layers of folders (`alert::notify`), 1 where its
+    /// modules are the folders (the fleet crate: its modules import each other freely, with
+    /// no circle, and are one layer only to be known).
+    node_depth: usize,
 }
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+const CORE: &[&str] = &[
+    "config",
+    "host",
+    "html",
+    "model",
+    "redact",
+    "retry_after",
+    "state_file",
+    "sync",
+    "xid",
+];
+
+const CRATES: &[Crate] = &[
+    Crate {
+        src: "crates/core/src",
+        layers: &[
+            // Utilities that know nothing of GPUs.
+            &["sync", "host", "retry_after", "html"],
+            &["redact", "state_file"],
+            // What a GPU reading is, and the XID catalog it refers to.
+            &["xid"],
+            &["model"],
+            &["config"],
+        ],
+        below: &[],
+        node_depth: 2,
+    },
+    Crate {
+        src: "crates/agent/src",
+        layers: &[
+            // Where readings come from.
+            &["procinfo"],
+            &["source"],
+            // Scenario fleets drawn for evaluation, and their files.
+            &["scenario"],
+            // What they mean.
+            &["engine"],
+            &["advice"],
+            &["alert"],
+            // How they are served.
+            &["export"],
+            &["api"],
+            &["webconfig"],
+            &["board"],
+            &["server"],
+            // The loop.
+            &["agent"],
+        ],
+        below: CORE,
+        node_depth: 2,
+    },
+    Crate {
+        src: "crates/lab/src",
+        layers: &[&["backfill", "replay", "train"]],
+        below: &[
+            "alert", "config", "engine", "export", "model", "scenario", "source",
+        ],
+        node_depth: 2,
+    },
+    Crate {
+        src: "crates/fleet/src",
+        layers: &[&[
+            "dialect",
+            "figures",
+            "history",
+            "hourly",
+            "plan",
+            "prom",
+            "reading",
+            "recorded",
+            "render",
+            "report",
+            "report_health",
+            "report_mig",
+            "review",
+            "send",
+            "spec",
+        ]],
+        below: &["alert", "config", "engine", "html", "model", "redact"],
+        node_depth: 1,
+    },
+    Crate {
+        src: "src",
+        layers: &[&["cli"]],
+        below: &[
+            "advice",
+            "agent",
+            "alert",
+            "api",
+            "backfill",
+            "board",
+            "config",
+            "engine",
+            "export",
+            "fleet",
+            "host",
+            "html",
+            "model",
+            "procinfo",
+            "redact",
+            "replay",
+            "retry_after",
+            "scenario",
+            "server",
+            "source",
+            "state_file",
+            "sync",
+            "train",
+            "webconfig",
+            "xid",
+        ],
+        node_depth: 2,
+    },
+];
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every production and test source file of every crate.
+fn all_sources() -> Vec<(PathBuf, Vec<String>)> {
+    CRATES
+        .iter()
+        .flat_map(|c| sources(&root().join(c.src)))
+        .collect()
+}
+
+fn layer_of(krate: &Crate, module: &str) -> Option<usize> {
+    krate
+        .layers
+        .iter()
+        .position(|layer| layer.contains(&module))
 }
 
 /// Every `.rs` file under `dir`, with its module path (`alert::notify::http`; `mod.rs` and a
@@ -175,34 +287,43 @@ fn references(text: &str, own: &[String]) -> Vec<Vec<String>> {
 fn every_module_imports_only_lower_layers() {
     let mut wrong = Vec::new();
     let mut unknown = BTreeSet::new();
-    for (path, own) in sources(&src()) {
-        let Some(top) = own.first() else { continue };
-        if top == "lib" || top == "main" || is_test_file(&path) {
-            continue;
-        }
-        let Some(layer) = layer_of(top) else {
-            unknown.insert(top.clone());
-            continue;
-        };
-        let text = std::fs::read_to_string(&path).expect("read source");
-        for target in references(&text, &own) {
-            let Some(to) = target.first() else { continue };
-            if to == top {
+    let mut files = 0;
+    for krate in CRATES {
+        let src = root().join(krate.src);
+        for (path, own) in sources(&src) {
+            let Some(top) = own.first() else { continue };
+            if top == "lib" || top == "main" || is_test_file(&path) {
                 continue;
             }
-            match layer_of(to) {
-                Some(l) if l < layer => {}
-                Some(_) => wrong.push(format!(
-                    "{} ({top}) imports {} ({to})",
-                    path.strip_prefix(src()).unwrap_or(&path).display(),
-                    target.join("::")
-                )),
-                None => {
-                    unknown.insert(to.clone());
+            let Some(layer) = layer_of(krate, top) else {
+                unknown.insert(format!("{}: {top}", krate.src));
+                continue;
+            };
+            files += 1;
+            let text = std::fs::read_to_string(&path).expect("read source");
+            for target in references(&text, &own) {
+                let Some(to) = target.first() else { continue };
+                if to == top || krate.below.contains(&to.as_str()) {
+                    continue;
+                }
+                match layer_of(krate, to) {
+                    Some(l) if l < layer || krate.node_depth == 1 => {}
+                    Some(_) => wrong.push(format!(
+                        "{} ({top}) imports {} ({to})",
+                        path.strip_prefix(root()).unwrap_or(&path).display(),
+                        target.join("::")
+                    )),
+                    None => {
+                        unknown.insert(format!("{}: {to}", krate.src));
+                    }
                 }
             }
         }
     }
+    assert!(
+        files > 200,
+        "only {files} files read: is the walk finding the crates?"
+    );
     assert!(
         unknown.is_empty(),
         "modules without a layer in tests/it/architecture.rs (and docs/architecture.md): {unknown:?}"
@@ -216,25 +337,37 @@ fn every_module_imports_only_lower_layers() {
     );
 }
 
-/// Circles between the folders (and folder-level files) inside one top-level module.
+/// Circles between the folders (and folder-level files) inside one top-level module, or
+/// between the modules of a crate whose modules are its folders.
 #[test]
 fn no_circle_between_folders() {
-    // node = the first two parts of a module path (`alert::notify`), or the top alone.
-    let node = |p: &[String]| p.iter().take(2).cloned().collect::<Vec<_>>().join("::");
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (path, own) in sources(&src()) {
-        if own.len() < 2 || is_test_file(&path) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).expect("read source");
-        let from = node(&own);
-        for target in references(&text, &own) {
-            if target.len() < 2 || target[0] != own[0] {
+    for krate in CRATES {
+        // node = the first `node_depth` parts of a module path (`alert::notify`).
+        let node = |p: &[String]| {
+            let parts: Vec<String> = p.iter().take(krate.node_depth).cloned().collect();
+            format!("{}: {}", krate.src, parts.join("::"))
+        };
+        for (path, own) in sources(&root().join(krate.src)) {
+            if own.len() < krate.node_depth || is_test_file(&path) {
                 continue;
             }
-            let to = node(&target);
-            if to != from {
-                edges.entry(from.clone()).or_default().insert(to);
+            let text = std::fs::read_to_string(&path).expect("read source");
+            let from = node(&own);
+            for target in references(&text, &own) {
+                let inside = match krate.node_depth {
+                    1 => target
+                        .first()
+                        .is_some_and(|t| !krate.below.contains(&t.as_str())),
+                    _ => target.len() >= 2 && target[0] == own[0],
+                };
+                if !inside {
+                    continue;
+                }
+                let to = node(&target);
+                if to != from {
+                    edges.entry(from.clone()).or_default().insert(to);
+                }
             }
         }
     }
@@ -273,7 +406,7 @@ fn no_circle_between_folders() {
 #[test]
 fn no_production_source_file_passes_600_lines() {
     let mut long = Vec::new();
-    for (path, _) in sources(&src()) {
+    for (path, _) in all_sources() {
         if is_test_file(&path) {
             continue;
         }
@@ -300,7 +433,7 @@ fn unit_tests_are_child_modules_named_by_one_rule() {
     let declared =
         Regex::new(r"#\[cfg\(test\)\]\s*(#\[[^\]]*\]\s*)*mod\s+([a-z_0-9]+)\s*;").expect("regex");
     let mut wrong = Vec::new();
-    for (path, _) in sources(&src()) {
+    for (path, _) in all_sources() {
         let text = std::fs::read_to_string(&path).expect("read source");
         for (n, line) in text.lines().enumerate() {
             if line.trim_start().starts_with("#[path") {
@@ -327,7 +460,7 @@ fn comments_cite_only_documents_in_the_repository() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cited = Regex::new(r"\b([A-Za-z0-9_./-]+\.md)\b").expect("regex");
     let mut missing = Vec::new();
-    for dir in ["src", "tests", "bench", "scripts"] {
+    for dir in ["src", "crates", "tests", "bench", "scripts"] {
         for (path, _) in sources(&root.join(dir)) {
             let text = std::fs::read_to_string(&path).expect("read source");
             for (n, line) in text.lines().enumerate() {
@@ -375,7 +508,7 @@ fn no_comment_cites_an_issue_number() {
     let issue = Regex::new(r"(?i)\bissues?\s+#?\d+\b|(?:^|[\s(])#\d+\b").expect("regex");
     let mut files = Vec::new();
     let mut stack: Vec<PathBuf> = [
-        "src", "tests", "bench", "scripts", "deploy", "alerts", "docs", ".ci",
+        "src", "crates", "tests", "bench", "scripts", "deploy", "alerts", "docs", ".ci",
     ]
     .iter()
     .map(|d| root.join(d))

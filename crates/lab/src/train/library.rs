@@ -1,0 +1,523 @@
+//! Fitting and judging the risk model on the scenario library (`gpu-sentinel train
+//! --scenarios NODES`), holding out whole variants.
+//!
+//! A model judged on the shapes it was fitted on says little about failures shaped
+//! otherwise. So every figure published comes from a fold that never saw the variant it is
+//! judged on: for each variant axis (GPU model, precursor curve, workload, rate class, noise
+//! model of the error counts) and
+//! each value of it, the model is fitted on the GPUs without that value and judged on the
+//! GPUs with it (leave one variant out). The per-family and per-confounder tables judge
+//! every GPU exactly once, holding out whole noise models and curve families: a failure by
+//! a model fitted without its noise model and without its precursor curve (one fold per
+//! pair), a healthy GPU by a model fitted without its noise model.
+//!
+//! Features are what the engine computes, read back from its findings under a probe model
+//! that weighs every feature 1 (each non-zero feature is then a contribution with its
+//! value), so training never recomputes them beside the engine. Judging runs the engine
+//! again with the fold's model, exactly as the agent would, and follows each GPU's score
+//! with a [`Tracker`]: a failure counts as warned `L` ahead only when the warning was held
+//! from then to the failure.
+//!
+//! Every fit, the folds' and the final one, is held to the operators' anchors
+//! ([`super::anchors`]): their histories are run once under the probe model beside the
+//! library, and the search may not choose weights that break them. The final model is
+//! checked against them once more before it is returned.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+
+use anyhow::Context;
+
+use crate::engine::risk::{FEATURES, RiskModel};
+use crate::engine::{Engine, EngineConfig, Findings};
+use crate::scenario::{GpuLabel, Library, NodeScenario, Polling, TruthKind};
+use crate::source::simulate::Failure;
+
+use super::anchors::{self, AnchorRows, Constraint};
+use super::ensemble;
+use super::evaluate::{Columns, Figures, Outcome, Table, Tracker, Truth};
+use super::fit::Fitted;
+use super::parallel::in_parallel;
+use super::search::{Rows, SearchOptions, Track};
+
+const N: usize = FEATURES.len();
+
+/// The hand-set weights every search starts from (and its bias, which the search keeps).
+pub(crate) const HAND_SET: &str = include_str!("../../../../models/hand-set-risk.toml");
+
+/// The hand-set model: fixed, so a fit does not depend on which model was shipped last
+/// (never the shipped one in its place: a file that does not parse is an error).
+pub fn hand_set() -> anyhow::Result<RiskModel> {
+    RiskModel::parse(HAND_SET).context("models/hand-set-risk.toml, the weights a fit starts from")
+}
+
+/// The variant axes held out, one fold per value: a noise-model fold leaves out every GPU,
+/// failing or healthy, whose counts arrive by that model.
+pub const AXES: [&str; 5] = ["sku", "curve", "workload", "rate_class", "noise"];
+
+/// What to fit on and how.
+#[derive(Debug, Clone)]
+pub struct LibraryOptions {
+    pub seed: u64,
+    pub nodes: usize,
+    pub days: f64,
+    /// Seconds between collections of a node: each node at its own interval from
+    /// `shortest_interval` to `interval` (see [`crate::scenario::Polling`]).
+    pub interval: f64,
+    pub shortest_interval: f64,
+    /// Seconds between the training rows kept per GPU.
+    pub row_every: f64,
+    /// Score at which a warning is raised.
+    pub threshold: f64,
+    /// False warnings the search allows per 1,000 healthy training GPU-days.
+    pub false_per_1000_days: f64,
+}
+
+/// One GPU of the library.
+#[derive(Debug, Clone)]
+struct GpuRef {
+    node: usize,
+    index: u32,
+    label: GpuLabel,
+}
+
+/// A GPU's features at one moment.
+#[derive(Debug, Clone)]
+struct Row {
+    gpu: usize,
+    t: f64,
+    x: [f64; N],
+}
+
+/// What the library gave: every GPU and its rows.
+struct Observed {
+    gpus: Vec<GpuRef>,
+    rows: Vec<Row>,
+}
+
+/// Everything a library run found.
+#[derive(Debug, Clone)]
+pub struct LibraryReport {
+    /// Fitted on every GPU: the model to ship.
+    pub model: RiskModel,
+    pub gpus: usize,
+    pub failing: usize,
+    pub rows: usize,
+    /// From the noise × curve folds (failures) and the noise folds (healthy GPUs): by
+    /// failure family, and healthy GPUs by each confounder
+    /// they show (a GPU with two counts in both rows) ...
+    pub by_family: Table,
+    /// The same failures by how long before the failure their precursor starts: a
+    /// precursor of under two days leaves little to warn on a day ahead.
+    pub by_span: Table,
+    pub by_confounder: Table,
+    /// ... and every healthy GPU once.
+    pub healthy: Figures,
+    /// One row per held-out variant value (`curve=exponential`, …).
+    pub by_variant: Table,
+    /// The model in use (the shipped one, models/default-risk.toml), judged on every GPU:
+    /// by family, and every healthy GPU once.
+    pub shipped_by_family: Table,
+    pub shipped_healthy: Figures,
+    /// Anchor GPUs every fit was held to.
+    pub anchors: usize,
+}
+
+/// Runs the library: observes, fits and judges every fold, fits the final model.
+pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<LibraryReport> {
+    let observed = observe(library, options);
+    let anchors = anchors::observe();
+    let failing = observed
+        .gpus
+        .iter()
+        .filter(|g| g.label.kind == TruthKind::Failing)
+        .count();
+    let mut report = LibraryReport {
+        model: RiskModel::shipped(),
+        gpus: observed.gpus.len(),
+        failing,
+        rows: observed.rows.len(),
+        by_family: Table::default(),
+        by_confounder: Table::default(),
+        healthy: Figures::default(),
+        by_variant: Table::default(),
+        by_span: Table::default(),
+        shipped_by_family: Table::default(),
+        shipped_healthy: Figures::default(),
+        anchors: anchors.len(),
+    };
+    let every: Vec<usize> = (0..observed.gpus.len()).collect();
+    for (g, outcome) in judge(library, options, &RiskModel::shipped(), &observed, &every) {
+        match &outcome {
+            Outcome::Failed { .. } => {
+                let family = observed.gpus[g].label.family.as_deref();
+                report
+                    .shipped_by_family
+                    .add(family.unwrap_or("unnamed"), &outcome);
+            }
+            Outcome::Healthy { .. } => report.shipped_healthy.add(&outcome),
+        }
+    }
+    // The noise folds' models, for a noise × curve fold whose training GPUs hold no failure
+    // (a small library): it is judged without the noise model at least.
+    let mut without_noise: BTreeMap<String, RiskModel> = BTreeMap::new();
+    for axis in AXES {
+        for value in values_of(&observed, axis) {
+            let held = |g: &GpuRef| g.label.variants.axis(axis).as_deref() == Some(&value);
+            let fitted = fit_on(&observed, &anchors, options, |g| !held(g))?;
+            let model = fitted.to_model(&format!("fold without {axis}={value}"));
+            if axis == "noise" {
+                without_noise.insert(value.clone(), model.clone());
+            }
+            let test: Vec<usize> = (0..observed.gpus.len())
+                .filter(|&g| held(&observed.gpus[g]))
+                .collect();
+            for (g, outcome) in judge(library, options, &model, &observed, &test) {
+                report.by_variant.add(&format!("{axis}={value}"), &outcome);
+                // The noise folds judge the headline's healthy GPUs (and failures without a
+                // curve, the bus drops): a model that saw no GPU whose counts arrive so.
+                let curve = observed.gpus[g].label.variants.curve.is_some();
+                if axis == "noise" && !(curve && matches!(outcome, Outcome::Failed { .. })) {
+                    report.add_headline(&observed.gpus[g].label, &outcome);
+                }
+            }
+        }
+    }
+    // The headline's failures: each judged once, by a model fitted without its noise model
+    // and without its precursor curve (neither the way its counts arrive nor the shape of
+    // its climb was seen in training).
+    for noise in values_of(&observed, "noise") {
+        for curve in values_of(&observed, "curve") {
+            let is = |g: &GpuRef, axis: &str, value: &str| {
+                g.label.variants.axis(axis).as_deref() == Some(value)
+            };
+            let test: Vec<usize> = (0..observed.gpus.len())
+                .filter(|&g| {
+                    let gpu = &observed.gpus[g];
+                    gpu.label.kind == TruthKind::Failing
+                        && is(gpu, "noise", &noise)
+                        && is(gpu, "curve", &curve)
+                })
+                .collect();
+            let train = |g: &GpuRef| !is(g, "noise", &noise) && !is(g, "curve", &curve);
+            let fits = observed
+                .gpus
+                .iter()
+                .any(|g| train(g) && g.label.kind == TruthKind::Failing && g.label.predictable);
+            let model = match without_noise.get(&noise) {
+                _ if test.is_empty() => continue,
+                Some(model) if !fits => model.clone(),
+                _ => fit_on(&observed, &anchors, options, train)?
+                    .to_model(&format!("fold without noise={noise}, curve={curve}")),
+            };
+            for (g, outcome) in judge(library, options, &model, &observed, &test) {
+                report.add_headline(&observed.gpus[g].label, &outcome);
+            }
+        }
+    }
+    let fitted = fit_on(&observed, &anchors, options, |_| true)?;
+    report.model = fitted.to_model(&format!(
+        "fitted by `gpu-sentinel train --scenarios {} --seed {} --days {}` on {} GPUs \
+             ({failing} failing)",
+        options.nodes,
+        options.seed,
+        options.days,
+        observed.gpus.len()
+    ));
+    Ok(report)
+}
+
+/// The values an axis takes in the library, sorted, each once.
+fn values_of(observed: &Observed, axis: &str) -> Vec<String> {
+    let mut values: Vec<String> = observed
+        .gpus
+        .iter()
+        .filter_map(|g| g.label.variants.axis(axis))
+        .collect();
+    values.sort();
+    values.dedup();
+    values
+}
+
+impl LibraryReport {
+    /// Counts a GPU's outcome in the headline tables (by family, by span, healthy).
+    fn add_headline(&mut self, label: &GpuLabel, outcome: &Outcome) {
+        match outcome {
+            Outcome::Failed { .. } => {
+                let family = label.family.as_deref().unwrap_or("unnamed");
+                self.by_family.add(family, outcome);
+                if let Some(span) = span_class(label) {
+                    self.by_span.add(span, outcome);
+                }
+            }
+            Outcome::Healthy { .. } => {
+                for confounder in confounders(label) {
+                    self.by_confounder.add(&confounder, outcome);
+                }
+                self.healthy.add(outcome);
+            }
+        }
+    }
+
+    /// The evaluation tables, as Markdown with their headings.
+    pub fn tables(&self) -> String {
+        format!(
+            "{} GPUs ({} failing), {} training rows; every figure from folds that never saw \
+             the GPU's variant, every fit held to {} operators' anchor GPUs.\n\n\
+             By failure family (each failure judged by a model fitted without its noise \
+             model and without its precursor curve):\n\n{}\n\
+             The same failures by how long before the failure the precursor starts:\n\n{}\n\
+             Healthy GPUs by what they show, a GPU under each thing it shows (each judged by \
+             a model fitted without its noise model):\n\n{}\n\
+             By held-out variant (one fold per value):\n\n{}\n\
+             The shipped model (models/default-risk.toml) on every GPU, by failure \
+             family:\n\n{}\n\
+             and on every healthy GPU:\n\n{}",
+            self.gpus,
+            self.failing,
+            self.rows,
+            self.anchors,
+            self.by_family
+                .markdown("family", Columns::Failures, Some(&self.by_family.total())),
+            self.by_span
+                .markdown("precursor span", Columns::Failures, None),
+            self.by_confounder
+                .markdown("shows", Columns::Healthy, Some(&self.healthy)),
+            // A GPU is in one fold of each axis: a total over all folds would count it once
+            // per axis.
+            self.by_variant.markdown("held out", Columns::Both, None),
+            self.shipped_by_family.markdown(
+                "family",
+                Columns::Failures,
+                Some(&self.shipped_by_family.total())
+            ),
+            Table::default().markdown("healthy", Columns::Healthy, Some(&self.shipped_healthy)),
+        )
+    }
+}
+
+/// How long before its failure a GPU's precursor starts, as a row of the span table.
+fn span_class(label: &GpuLabel) -> Option<&'static str> {
+    let days = (label.failure_s? - label.precursor_start_s?) / 86_400.0;
+    Some(if days < 2.0 {
+        "under 2 days"
+    } else if days < 5.0 {
+        "2 to 5 days"
+    } else {
+        "5 days or more"
+    })
+}
+
+/// The confounders a healthy GPU shows (`none` for a plain healthy GPU).
+fn confounders(label: &GpuLabel) -> Vec<String> {
+    let names: Vec<String> = label
+        .confounders
+        .iter()
+        .filter_map(|c| serde_json::to_value(c).ok()?.as_str().map(str::to_string))
+        .collect();
+    if names.is_empty() {
+        vec!["none".into()]
+    } else {
+        names
+    }
+}
+
+/// Steps `node` through the library's days with `model`, handing each step's time
+/// (seconds from the start), findings and failures to `each`.
+fn step_node(
+    library: &Library,
+    options: &LibraryOptions,
+    node: &NodeScenario,
+    model: &RiskModel,
+    mut each: impl FnMut(f64, &Findings, &[Failure]),
+) {
+    let start = library.options.start;
+    let mut engine = Engine::new(EngineConfig {
+        risk_model: model.clone(),
+        risk_threshold: options.threshold,
+        ..EngineConfig::default()
+    });
+    let polling = Polling::between(options.shortest_interval, options.interval);
+    let _ = node.run(start, options.days, polling, |step| {
+        let t = (step.snapshot.at - start).num_milliseconds() as f64 / 1000.0;
+        let findings = engine.step(step.snapshot);
+        each(t, &findings, step.failures);
+        Ok::<(), Infallible>(())
+    });
+}
+
+/// Every GPU of the library and its rows of features, one engine pass.
+fn observe(library: &Library, options: &LibraryOptions) -> Observed {
+    let probe = super::probe::probe_model();
+    let per_node = in_parallel(&library.nodes, |node| {
+        let mut rows = Vec::new();
+        let mut last = vec![f64::NEG_INFINITY; node.labels.len()];
+        step_node(library, options, node, &probe, |t, findings, _| {
+            for f in findings.gpus.iter().filter(|f| f.up) {
+                let i = f.index as usize;
+                if i < last.len() && t - last[i] >= options.row_every {
+                    last[i] = t;
+                    rows.push((i, t, super::probe::features_of(&f.risk)));
+                }
+            }
+        });
+        rows
+    });
+    let mut observed = Observed {
+        gpus: Vec::new(),
+        rows: Vec::new(),
+    };
+    for (n, (node, rows)) in library.nodes.iter().zip(per_node).enumerate() {
+        let base = observed.gpus.len();
+        for (i, label) in node.labels.iter().enumerate() {
+            observed.gpus.push(GpuRef {
+                node: n,
+                index: i as u32,
+                label: label.clone(),
+            });
+        }
+        observed.rows.extend(rows.into_iter().map(|(i, t, x)| Row {
+            gpu: base + i,
+            t,
+            x,
+        }));
+    }
+    observed
+}
+
+/// Fits on the rows of the GPUs `train` keeps by bagged direct search ([`ensemble`]): the weights
+/// that warn the most of their failures a day ahead, held, within the false-warning budget
+/// on their healthy GPUs, from the hand-set weights and at their bias ([`hand_set`]), within
+/// the anchors.
+fn fit_on(
+    observed: &Observed,
+    anchors: &[AnchorRows],
+    options: &LibraryOptions,
+    train: impl Fn(&GpuRef) -> bool,
+) -> anyhow::Result<Fitted> {
+    let mut tracks: Vec<Option<Track>> = vec![None; observed.gpus.len()];
+    for (g, gpu) in observed.gpus.iter().enumerate() {
+        if !train(gpu) {
+            continue;
+        }
+        let failure = match (gpu.label.kind, gpu.label.failure_s) {
+            (TruthKind::Failing, Some(at)) if gpu.label.predictable => Some(at),
+            // A failure without precursors teaches nothing either way.
+            (TruthKind::Failing, _) => continue,
+            _ => None,
+        };
+        tracks[g] = Some(Track {
+            rows: Vec::new(),
+            failure,
+        });
+    }
+    let (mut times, mut features) = (Vec::new(), Vec::new());
+    for row in &observed.rows {
+        if let Some(track) = &mut tracks[row.gpu] {
+            track.rows.push(times.len());
+            times.push(row.t);
+            features.push(row.x);
+        }
+    }
+    let tracks: Vec<Track> = tracks.into_iter().flatten().collect();
+    let mut constraints = Vec::with_capacity(anchors.len());
+    for anchor in anchors {
+        let mut rows = Vec::new();
+        for r in anchor.needed() {
+            rows.push(times.len());
+            times.push(anchor.times[r]);
+            features.push(anchor.features[r]);
+        }
+        constraints.push(Constraint {
+            name: anchor.name.clone(),
+            rows,
+            checks: anchor.checks.clone(),
+        });
+    }
+    anyhow::ensure!(
+        tracks.iter().any(|t| t.failure.is_some()) && tracks.iter().any(|t| t.failure.is_none()),
+        "the training GPUs need both failures with precursors and healthy GPUs"
+    );
+    let shipped = Fitted::of_model(&hand_set()?);
+    let fitted = ensemble::bagged(
+        &Rows {
+            times: &times,
+            features: &features,
+        },
+        &tracks,
+        &constraints,
+        &shipped.weights,
+        &SearchOptions {
+            bias: shipped.bias,
+            threshold: options.threshold,
+            row_every: options.row_every,
+            false_per_1000_days: options.false_per_1000_days,
+        },
+        ensemble::BAGS,
+        options.seed,
+    );
+    // Checked on every row of the anchors, not only the rows the search kept.
+    let broken = anchors::broken(anchors, &fitted.weights, fitted.bias);
+    anyhow::ensure!(
+        broken.is_empty(),
+        "no weights the search reached meet every operators' anchor; broken: {}",
+        broken.join("; ")
+    );
+    Ok(fitted)
+}
+
+/// Runs the nodes holding a `test` GPU with `model` and says how each test GPU did.
+fn judge(
+    library: &Library,
+    options: &LibraryOptions,
+    model: &RiskModel,
+    observed: &Observed,
+    test: &[usize],
+) -> Vec<(usize, Outcome)> {
+    let mut by_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &g in test {
+        by_node.entry(observed.gpus[g].node).or_default().push(g);
+    }
+    let nodes: Vec<(usize, Vec<usize>)> = by_node.into_iter().collect();
+    let judged = in_parallel(&nodes, |(n, gpus)| {
+        let node = &library.nodes[*n];
+        let mut trackers: Vec<Tracker> = vec![Tracker::new(options.threshold); node.labels.len()];
+        let uuids: Vec<String> = {
+            let fleet = node.fleet(library.options.start);
+            (0..node.labels.len())
+                .map(|i| fleet.gpu(i).map(|g| g.uuid.clone()).unwrap_or_default())
+                .collect()
+        };
+        step_node(library, options, node, model, |t, findings, failures| {
+            // A failure ends its GPU's run before this step's score (a lost GPU's rule
+            // score is no warning).
+            for failure in failures {
+                if let Some(i) = uuids.iter().position(|u| *u == failure.uuid) {
+                    trackers[i].fail(t);
+                }
+            }
+            for f in findings.gpus.iter().filter(|f| f.up) {
+                if let Some(tracker) = trackers.get_mut(f.index as usize) {
+                    tracker.step(t, f.risk.score);
+                }
+            }
+        });
+        gpus.iter()
+            .map(|&g| {
+                let gpu = &observed.gpus[g];
+                let tracker = &trackers[gpu.index as usize];
+                (g, tracker.finish(&truth(&gpu.label)))
+            })
+            .collect::<Vec<_>>()
+    });
+    judged.into_iter().flatten().collect()
+}
+
+fn truth(label: &GpuLabel) -> Truth {
+    match (label.kind, label.failure_s) {
+        (TruthKind::Failing, Some(_)) => Truth::Fails {
+            predictable: label.predictable,
+        },
+        _ => Truth::Healthy,
+    }
+}
