@@ -207,7 +207,7 @@ report() {
   [ "${5:-}" = before ] && binary=$before_bin
   before=$(prom_cpu "$pid")
   # At debug, the client logs each query with its duration (crates/fleet/src/prom.rs).
-  RUST_LOG=gpu_sentinel::fleet=debug /usr/bin/time -f "%e %M" -o "$work/time" \
+  RUST_LOG=gpu_sentinel_fleet=debug /usr/bin/time -f "%e %M" -o "$work/time" \
     "$binary" report --prometheus "$base" --from "$from" --to "$to" --format "$format" \
     --config "$work/config.toml" --out "$work/$name.$format" 2>"$work/report.log" || {
     tail -20 "$work/report.log" >&2

@@ -124,7 +124,7 @@ fn verdict(args: &HealthArgs) -> Result<(u8, String), String> {
 }
 
 /// `/api/v1/health` under a base URL, unless the URL names it already.
-pub fn health_url(base: &str) -> String {
+pub(crate) fn health_url(base: &str) -> String {
     let base = base.trim().trim_end_matches('/');
     let base = if base.contains("://") {
         base.to_string()

@@ -105,7 +105,12 @@ mod tests {
         ] {
             assert!(is_http_client(target), "{target}");
         }
-        for target in ["gpu_sentinel::alert::deliver", "ureqx", "hyper", "log"] {
+        for target in [
+            "gpu_sentinel_agent::alert::deliver",
+            "ureqx",
+            "hyper",
+            "log",
+        ] {
             assert!(!is_http_client(target), "{target}");
         }
     }

@@ -20,10 +20,10 @@ mod sources;
 mod train;
 
 pub use health::{Exit, HealthArgs, HealthFormat};
-pub use record::RecordArgs;
-pub use replay::{ReplayArgs, ReplayFormat};
-pub use report::ReportArgs;
-pub use review::ReviewArgs;
+pub(crate) use record::RecordArgs;
+pub(crate) use replay::ReplayArgs;
+pub(crate) use report::ReportArgs;
+pub(crate) use review::ReviewArgs;
 pub use run::Parts;
 
 use anyhow::Context as _;
@@ -90,13 +90,13 @@ pub struct SourceArgs {
     pub simulate: bool,
     /// Number of simulated GPUs (overrides [simulation] gpus).
     #[arg(long, value_name = "N")]
-    pub sim_gpus: Option<u32>,
+    pub(crate) sim_gpus: Option<u32>,
     /// Simulated seconds per wall-clock second (overrides [simulation] speed).
     #[arg(long, value_name = "X")]
-    pub sim_speed: Option<f64>,
+    pub(crate) sim_speed: Option<f64>,
     /// Put the first N simulated GPUs in MIG mode (overrides [simulation] mig_gpus).
     #[arg(long, value_name = "N")]
-    pub sim_mig: Option<u32>,
+    pub(crate) sim_mig: Option<u32>,
     /// Path of libnvidia-ml.so.1 (overrides [collect] nvml_lib).
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
@@ -112,7 +112,7 @@ pub struct RunArgs {
     /// Web configuration file in exporter-toolkit's format: TLS, client certificates,
     /// basic-auth users (overrides [export] web_config).
     #[arg(long = "web.config.file", value_name = "FILE")]
-    pub web_config_file: Option<PathBuf>,
+    pub(crate) web_config_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -144,7 +144,7 @@ impl SourceArgs {
     /// The configuration `run` starts with: checked by [`preflight::check`] exactly as
     /// `check-config` checks it (every environment variable named must be set), with the
     /// command line applied.
-    pub fn config_for_run(&self) -> anyhow::Result<Config> {
+    pub(crate) fn config_for_run(&self) -> anyhow::Result<Config> {
         let config = match &self.config {
             Some(path) => preflight::check(&Config::read_text(path)?, &preflight::process_env)
                 .into_runnable(path)?,

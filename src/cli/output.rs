@@ -63,7 +63,7 @@ pub fn print(text: &str) -> anyhow::Result<()> {
 
 /// An error when standard output was closed at start (see [`note_closed_stdout`]),
 /// for a command about to write its output there.
-pub fn stdout_is_open() -> anyhow::Result<()> {
+pub(crate) fn stdout_is_open() -> anyhow::Result<()> {
     anyhow::ensure!(
         !STDOUT_CLOSED.load(Ordering::Relaxed),
         "cannot write to standard output: it is closed (started with >&-); nothing was written"

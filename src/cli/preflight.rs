@@ -24,10 +24,10 @@ use crate::config::{Config, ConfigError, Problem};
 
 /// Reads the variables `*_env` options name: `std::env::var` in the agent, a table in
 /// tests.
-pub type Env<'a> = dyn Fn(&str) -> Option<String> + 'a;
+pub(crate) type Env<'a> = dyn Fn(&str) -> Option<String> + 'a;
 
 /// The process environment, as `run` reads it. A value that is not UTF-8 counts as unset.
-pub fn process_env(name: &str) -> Option<String> {
+pub(crate) fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
@@ -46,7 +46,7 @@ pub struct Checked {
 impl Checked {
     /// The configuration `run` may start with, or every problem, unset variables
     /// included, as one error.
-    pub fn into_runnable(self, path: &Path) -> Result<Config, ConfigError> {
+    pub(crate) fn into_runnable(self, path: &Path) -> Result<Config, ConfigError> {
         match self.config {
             Some(config) if self.errors.is_empty() && self.unset_env.is_empty() => Ok(config),
             _ => {

@@ -55,7 +55,7 @@ pub struct RecordArgs {
         requires = "simulate",
         conflicts_with_all = ["duration", "sim_speed"]
     )]
-    pub simulated_duration: Option<Duration>,
+    pub(crate) simulated_duration: Option<Duration>,
     /// What to write: `jsonl` (snapshots, replayable) or `openmetrics` (what a Prometheus
     /// scraping the simulated fleet would have stored, with timestamps, for `promtool tsdb
     /// create-blocks-from openmetrics`; needs --simulate and --simulated-duration, and the

@@ -66,7 +66,7 @@ pub struct ReplayArgs {
     /// Write the engine's state at the end of the recording to this file (the format of
     /// the state directory's engine file): start an agent with the recording's history.
     #[arg(long, value_name = "PATH")]
-    pub save_state: Option<PathBuf>,
+    pub(crate) save_state: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -43,7 +43,7 @@ struct HostReport {
 }
 
 /// What `replay --prometheus` was asked.
-pub struct StoreArgs<'a> {
+pub(crate) struct StoreArgs<'a> {
     pub base: &'a str,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,

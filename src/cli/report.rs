@@ -60,7 +60,7 @@ pub struct ReportArgs {
     /// With --send: how long to wait for the receivers before leaving what they did not
     /// take in the outbox for the next run.
     #[arg(long, value_name = "D", default_value = "2m", value_parser = humantime::parse_duration)]
-    pub send_timeout: Duration,
+    pub(crate) send_timeout: Duration,
     /// Give up on one query after this long.
     #[arg(long, value_name = "D", default_value = "60s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -69,7 +69,7 @@ pub struct ReportArgs {
     /// report's systemd unit caps the process at 256 MB.
     #[arg(long, value_name = "MB", default_value_t = crate::fleet::prom::ANSWER_BYTES_IN_FLIGHT as u64 >> 20,
           value_parser = clap::value_parser!(u64).range(1..=65536))]
-    pub max_answer_mb: u64,
+    pub(crate) max_answer_mb: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -179,7 +179,7 @@ fn period(args: &ReportArgs) -> anyhow::Result<(DateTime<Utc>, DateTime<Utc>)> {
 
 /// Bearer token or basic-auth pair from the environment; never from a flag, which `ps`
 /// would show.
-pub fn auth_from_env() -> anyhow::Result<Auth> {
+pub(crate) fn auth_from_env() -> anyhow::Result<Auth> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let token = var("GPU_SENTINEL_PROMETHEUS_TOKEN");
     let user = var("GPU_SENTINEL_PROMETHEUS_USER");

@@ -54,7 +54,7 @@ pub fn review(args: &ReviewArgs) -> anyhow::Result<()> {
 }
 
 /// `/api/v1/gpus` under a base URL, unless the URL already names it.
-pub fn gpus_url(base: &str) -> String {
+pub(crate) fn gpus_url(base: &str) -> String {
     let base = base.trim().trim_end_matches('/');
     let base = if base.contains("://") {
         base.to_string()
@@ -231,7 +231,7 @@ pub fn render(doc: &GpusDocument<'_>, url: &str) -> String {
 }
 
 /// The fleet's ranking as text: the single-host table with the host in front.
-pub fn render_fleet(
+pub(crate) fn render_fleet(
     ranked: &[crate::fleet::review::FleetGpu],
     store: &str,
     at: chrono::DateTime<chrono::Utc>,

@@ -31,7 +31,7 @@ pub struct ScenariosArgs {
     pub interval: Duration,
     /// The shortest simulated time between collections (capped at --interval).
     #[arg(long, value_name = "D", default_value = "5s", value_parser = humantime::parse_duration)]
-    pub min_interval: Duration,
+    pub(crate) min_interval: Duration,
     /// `smi-csv` (nvidia-smi --format=csv, units after values), `smi-csv-nounits`
     /// (--format=csv,nounits) or `jsonl` (snapshots and failure labels, as `record` writes).
     #[arg(long, value_enum, default_value_t = ScenarioFormat::SmiCsv)]

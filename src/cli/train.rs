@@ -40,7 +40,7 @@ pub struct TrainArgs {
     /// With --scenarios: the shortest time between two collections of a node [default:
     /// half of --interval; shorter intervals cost time in proportion].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, requires = "scenarios")]
-    pub min_interval: Option<Duration>,
+    pub(crate) min_interval: Option<Duration>,
     /// With --scenarios: also write the evaluation tables (Markdown) to this file.
     #[arg(long, value_name = "FILE", requires = "scenarios")]
     pub tables: Option<PathBuf>,

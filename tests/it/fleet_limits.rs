@@ -358,7 +358,7 @@ fn dcgm_report_holds_a_scaled_prometheus_limit_and_splits_what_it_refuses() {
         &store.base,
         history,
         &["--max-samples", "1000000000"],
-        &[("RUST_LOG", "gpu_sentinel::fleet=debug")],
+        &[("RUST_LOG", "gpu_sentinel_fleet=debug")],
     );
     assert!(
         split["store"]["refused"].as_u64().is_some_and(|n| n > 0),
@@ -771,7 +771,7 @@ fn recorded_hours_are_read_from_the_rules_records_dcgm_exporter() {
     };
     assert_records_bounded(&store.base, history, dialect);
     let truth = dcgm_ground_truth(&history.text, INTERVAL);
-    let debug = [("RUST_LOG", "gpu_sentinel::fleet::prom=debug")];
+    let debug = [("RUST_LOG", "gpu_sentinel_fleet::prom=debug")];
     let (doc, stderr) = report(&store.base, history, &[], &debug);
     assert_recorded(&doc, &truth, &BTreeMap::new(), "Prometheus");
     let held = "sum_over_time(Hostname_gpu_namespace_state:DCGM_FI_DEV_FB_USED:held_seconds1h";

@@ -120,7 +120,7 @@ fn hidden_processes_fail_the_procfs_collector_and_are_no_ghosts() {
         &[
             ("FAKE_NVML_PROCESSES", "1:4242:4294967296:0"),
             // Recoveries are said at info.
-            ("RUST_LOG", "warn,gpu_sentinel::source=info"),
+            ("RUST_LOG", "warn,gpu_sentinel_agent::source=info"),
         ],
     );
     agent.metrics();

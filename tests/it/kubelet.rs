@@ -299,7 +299,7 @@ fn a_socket_removed_mid_run_fails_the_family_and_clears_the_pods() {
         "kubelet-vanishing",
         SCENARIO,
         &config(&socket, ""),
-        &[("RUST_LOG", "warn,gpu_sentinel::source=info")],
+        &[("RUST_LOG", "warn,gpu_sentinel_agent::source=info")],
     );
     agent.wait_until(Duration::from_secs(20), |a| {
         a.get("/metrics").text().contains("pod=\"p\"")

@@ -211,7 +211,7 @@ fn agent(name: &str, scenario: &str, config: &Path) -> Running {
         &[
             ("FAKE_NVML_SCENARIO", scenario.to_str().expect("UTF-8 path")),
             // The outbox's recovery is an info line; everything else stays quiet.
-            ("RUST_LOG", "warn,gpu_sentinel::alert::outbox=info"),
+            ("RUST_LOG", "warn,gpu_sentinel_agent::alert::outbox=info"),
         ],
     );
     Running {

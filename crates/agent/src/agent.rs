@@ -31,7 +31,6 @@ use crate::source::Source;
 
 pub use persistence::Persistence;
 use persistence::StateKeeper;
-pub use saver::EngineSaver;
 pub use state_lock::{LOCK_FILE, StateLock};
 
 /// Reads the source, and runs each collection through analysis, alerting, delivery,

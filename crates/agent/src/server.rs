@@ -36,7 +36,7 @@ mod connections;
 mod protect;
 
 pub use connections::connection_cap;
-pub use protect::{OPEN_PATHS, Protection};
+pub(crate) use protect::Protection;
 
 use connections::{AcceptErrors, Connections, Slot};
 
@@ -62,7 +62,7 @@ pub struct Transport {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// HTTP/2 (over TLS, by ALPN) as well as HTTP/1.1.
     pub http2: bool,
-    pub protection: Protection,
+    pub(crate) protection: Protection,
 }
 
 impl Transport {

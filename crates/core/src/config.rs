@@ -24,18 +24,17 @@ use serde::{Deserialize, Deserializer};
 
 pub use alerting::{
     AdviceConfig, AlertingConfig, DEFAULT_GROUP_BY, DEFAULT_GROUP_INTERVAL, DEFAULT_GROUP_WAIT,
-    DEFAULT_REPEAT_INTERVAL, ReceiverConfig, ReceiverKind, RouteConfig, RuleConfig, UnknownKind,
+    DEFAULT_REPEAT_INTERVAL, ReceiverConfig, ReceiverKind, RouteConfig, RuleConfig,
 };
 pub use analysis::{
-    CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, HealthConfig, IdleConfig, OWNER_KINDS,
-    RiskConfig,
+    CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, HealthConfig, IdleConfig, RiskConfig,
 };
 pub use locate::Problem;
 pub use matcher::{Matcher, MatcherError};
 pub use parsed::Parsed;
 pub use server::ServerConfig;
 pub use simulation::{MAX_SIM_SPEED, MIG_MODELS, SIMULATED_FAULTS, SimulationConfig};
-pub use teams::{Glob, GlobError, Holder, TeamConfig, UNASSIGNED, team_of};
+pub use teams::{Holder, TeamConfig, UNASSIGNED, team_of};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
@@ -121,7 +120,7 @@ impl Default for CollectConfig {
 }
 
 /// Where the kubelet serves its PodResources API.
-pub const DEFAULT_KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+pub(crate) const DEFAULT_KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 impl CollectConfig {
     /// The kernel-log path to follow, or `None` when disabled.

@@ -30,7 +30,7 @@ use std::sync::{LazyLock, RwLock};
 use regex::Regex;
 
 /// What replaces a secret.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Shortest value registered as a known secret: replacing every `1` or `ab` in the logs
 /// would make them unreadable, and such a value protects nothing.
@@ -41,7 +41,7 @@ const MIN_TOKEN_CHARS: usize = 16;
 
 /// Replaces secrets in text; see the module documentation for what counts as one.
 #[derive(Clone, Default)]
-pub struct Redactor {
+pub(crate) struct Redactor {
     /// Known secrets, longest first, so a secret containing another is replaced whole.
     secrets: Vec<String>,
 }
@@ -64,7 +64,7 @@ impl Redactor {
 
     /// Registers a secret (a signing key, a bearer token, an API key), and its
     /// percent-encoded and percent-decoded forms, as they may appear in a URL.
-    pub fn add_secret(&mut self, secret: &str) {
+    pub(crate) fn add_secret(&mut self, secret: &str) {
         let secret = secret.trim();
         for form in [
             secret.to_string(),
@@ -85,7 +85,7 @@ impl Redactor {
     /// Registers the secret parts of a configured URL (those the shapes remove), so they
     /// are found wherever else they show up. Text that is not a `scheme://` URL is
     /// registered whole: it may be nothing but a token.
-    pub fn add_url(&mut self, url: &str) {
+    pub(crate) fn add_url(&mut self, url: &str) {
         let url = url.trim();
         let Some(parts) = UrlParts::split(url) else {
             self.add_secret(url);

@@ -16,7 +16,7 @@ use super::prom::{Client, Sample};
 use super::report_mig::{self, DCGM_ACTIVITY, weight};
 
 /// The metric every gpu-sentinel figure needs.
-pub const OWNER_METRIC: &str = "gpu_owner_seconds_total";
+pub(crate) const OWNER_METRIC: &str = "gpu_owner_seconds_total";
 
 /// The names [`Dialect::detect`] asks the store's index about.
 const DETECTED: &str = "{__name__=~\"gpu_utilization_ratio|gpu_owner_seconds_total|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED\"}";
@@ -37,7 +37,7 @@ impl Dialect {
     /// instead of reading a week of samples. A name listed here may still have no sample in
     /// the period (the index is per block); the figures that read it say so
     /// ([`Dialect::no_samples`]).
-    pub fn detect(
+    pub(crate) fn detect(
         client: &Client,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
@@ -68,7 +68,7 @@ impl Dialect {
     }
 
     /// The error for a family the store lists but holds no sample of in the period.
-    pub fn no_samples(
+    pub(crate) fn no_samples(
         metric: &str,
         client: &Client,
         from: DateTime<Utc>,
@@ -112,7 +112,7 @@ impl Dialect {
     /// Each GPU's mean utilization (0–1) over the `range` before the evaluation time, from
     /// the raw samples of the hosts `hosts` matches (empty: all): a range selector reads each
     /// sample once, where a subquery would evaluate an expression at every one of its steps.
-    pub fn utilization_over(self, hosts: &str, range: &str) -> String {
+    pub(crate) fn utilization_over(self, hosts: &str, range: &str) -> String {
         let family = select(self.utilization_metric(), &[hosts]);
         match self {
             Dialect::Native => format!("avg_over_time({family}[{range}])"),
@@ -121,7 +121,7 @@ impl Dialect {
     }
 
     /// Each GPU's mean power draw, watts, over the `range` before the evaluation time.
-    pub fn power_over(self, hosts: &str, range: &str) -> String {
+    pub(crate) fn power_over(self, hosts: &str, range: &str) -> String {
         let family = match self {
             Dialect::Native => "gpu_power_watts",
             Dialect::Dcgm { .. } => "DCGM_FI_DEV_POWER_USAGE",
@@ -142,7 +142,7 @@ impl Dialect {
     }
 
     /// The family of the utilization samples, for messages.
-    pub fn utilization_metric(self) -> &'static str {
+    pub(crate) fn utilization_metric(self) -> &'static str {
         match self {
             Dialect::Native => "gpu_utilization_ratio",
             Dialect::Dcgm { .. } => "DCGM_FI_DEV_GPU_UTIL",
@@ -160,7 +160,7 @@ impl Dialect {
     }
 
     /// The families a held-time query reads, each with the times it reads it.
-    pub fn held_reads(self) -> Vec<(String, f64)> {
+    pub(crate) fn held_reads(self) -> Vec<(String, f64)> {
         match self {
             Dialect::Native => vec![(OWNER_METRIC.to_string(), 1.0)],
             // Framebuffer use twice (above the floor, or with a pod), utilization once, and
@@ -174,7 +174,7 @@ impl Dialect {
     }
 
     /// The families a MIG GPU's load is read from ([`report_mig`]).
-    pub fn mig_families(self) -> Vec<&'static str> {
+    pub(crate) fn mig_families(self) -> Vec<&'static str> {
         match self {
             Dialect::Native => report_mig::NATIVE_FAMILIES.to_vec(),
             Dialect::Dcgm { .. } => vec![DCGM_ACTIVITY],
@@ -183,7 +183,7 @@ impl Dialect {
 
     /// Each MIG GPU's load, in GPUs, over `range` before the evaluation time on the hosts
     /// `hosts` matches: one row per host and GPU, none for a GPU not in MIG mode.
-    pub fn mig_load(self, hosts: &str, range: &str) -> String {
+    pub(crate) fn mig_load(self, hosts: &str, range: &str) -> String {
         match self {
             Dialect::Native => report_mig::native_load(hosts, range),
             Dialect::Dcgm { .. } => report_mig::dcgm_load(hosts, range),
@@ -193,7 +193,7 @@ impl Dialect {
     /// The GPU-seconds held on the hosts `hosts` matches in the `window` before the
     /// evaluation time (dcgm-exporter's counted at every `step` of a subquery: a finer
     /// resolution than the scrape interval would count points that find no sample).
-    pub fn held_seconds(self, hosts: &str, window: &str, step: Duration) -> String {
+    pub(crate) fn held_seconds(self, hosts: &str, window: &str, step: Duration) -> String {
         match self {
             Dialect::Native => format!(
                 "sum(increase({}[{window}]))",
@@ -269,7 +269,7 @@ impl Dialect {
     }
 
     /// A usage row in the report's labels (see the module's documentation).
-    pub fn normalise(self, mut row: Sample, state: Option<&'static str>) -> Sample {
+    pub(crate) fn normalise(self, mut row: Sample, state: Option<&'static str>) -> Sample {
         if let Dialect::Dcgm { .. } = self {
             weight(&mut row);
             let host = row.labels.remove("Hostname").unwrap_or_default();

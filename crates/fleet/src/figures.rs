@@ -35,10 +35,10 @@ pub struct Scale {
 pub struct Capacity {
     /// GPU-hours held in each of the six 30-day months ending at the period's end, oldest
     /// first (0 for a month before the store's history).
-    pub monthly_gpu_hours: Vec<f64>,
+    pub(crate) monthly_gpu_hours: Vec<f64>,
     /// The demand of the same months: summed utilization (work in whole GPUs), averaged
     /// over the hours with data.
-    pub monthly_demand_gpus: Vec<f64>,
+    pub(crate) monthly_demand_gpus: Vec<f64>,
     /// Mean month-over-month growth of the demand (0.1 = 10% a month), over the months with
     /// data; 0 with fewer than two.
     pub growth: f64,
@@ -47,7 +47,7 @@ pub struct Capacity {
     /// GPUs that carry the forecast with the `[capacity] buffer`.
     pub recommended_gpus: usize,
     /// Recommended GPUs beyond those seen in the period.
-    pub gpus_to_buy: usize,
+    pub(crate) gpus_to_buy: usize,
 }
 
 /// Owning versus renting at the measured utilization.
@@ -56,15 +56,15 @@ pub struct Tco {
     /// Mean utilization the comparison is made at.
     pub utilization: f64,
     /// An owned GPU's hourly cost (depreciation plus mean power) per hour it exists.
-    pub owned_per_gpu_hour: f64,
+    pub(crate) owned_per_gpu_hour: f64,
     /// The same per hour of *work* (divided by utilization): what one useful GPU-hour costs.
-    pub owned_per_used_gpu_hour: f64,
+    pub(crate) owned_per_used_gpu_hour: f64,
     /// `[cost] cloud_hourly_price`, paid only for the hours used.
-    pub cloud_per_used_gpu_hour: f64,
+    pub(crate) cloud_per_used_gpu_hour: f64,
     /// `own`, `rent`, or `unknown` when a price is missing.
     pub cheaper: String,
     /// What the cheaper choice saves per month at this fleet's busy GPU-hours.
-    pub monthly_saving: f64,
+    pub(crate) monthly_saving: f64,
 }
 
 /// Hosts whose GPUs stayed under the idle-utilization line in the night window, and what
@@ -72,15 +72,15 @@ pub struct Tco {
 #[derive(Debug, Clone, Serialize)]
 pub struct Energy {
     /// UTC hours of the night window, `[start, end)`.
-    pub night_window: (u32, u32),
+    pub(crate) night_window: (u32, u32),
     pub night_idle_hosts: Vec<String>,
     /// Energy the GPUs of those hosts drew in the night window over the period.
     pub kwh: f64,
     pub cost: f64,
     /// The same for Saturdays and Sundays (UTC).
-    pub weekend_idle_hosts: Vec<String>,
-    pub weekend_kwh: f64,
-    pub weekend_cost: f64,
+    pub(crate) weekend_idle_hosts: Vec<String>,
+    pub(crate) weekend_kwh: f64,
+    pub(crate) weekend_cost: f64,
     pub note: String,
 }
 
@@ -379,7 +379,12 @@ pub(super) fn capacity(
 
 /// The plan from monthly figures: growth is the mean ratio of consecutive months that both
 /// have data (a month with none is before the store's history, not a month of no work).
-pub fn plan_capacity(held: Vec<f64>, demand: Vec<f64>, gpus: usize, buffer: f64) -> Capacity {
+pub(crate) fn plan_capacity(
+    held: Vec<f64>,
+    demand: Vec<f64>,
+    gpus: usize,
+    buffer: f64,
+) -> Capacity {
     let ratios: Vec<f64> = demand
         .windows(2)
         .filter(|w| w[0] > 0.0 && w[1] > 0.0)
@@ -421,7 +426,7 @@ pub(super) fn tco(hourly: &Hourly, spec: &ReportSpec, window: i64) -> Tco {
 
 /// Owning costs every hour; renting costs the hours used. So owning wins above the
 /// utilization where `owned ÷ utilization` drops under the cloud price.
-pub fn compare_tco(
+pub(crate) fn compare_tco(
     cost: &CostConfig,
     utilization: f64,
     power_watts: Option<f64>,

@@ -24,7 +24,7 @@ use super::prom::{Series, joined};
 use super::reading::Reading;
 
 /// Slices of the node heatmap per period: enough to see days and nights in a week.
-pub const NODE_SLICES: usize = 84;
+pub(crate) const NODE_SLICES: usize = 84;
 
 /// Each host's mean GPU utilization in consecutive slices of the period.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -191,7 +191,7 @@ impl Hourly {
     /// The rows of the two answers, matched by host and GPU; where a GPU has several
     /// series (a replaced card under the same index, dcgm-exporter's series per pod), each
     /// slice is the mean of theirs.
-    pub fn from_series(
+    pub(crate) fn from_series(
         first: DateTime<Utc>,
         slice: TimeDelta,
         slices: usize,
@@ -252,7 +252,7 @@ impl Hourly {
     }
 
     /// Each GPU's mean utilization over its slices with data.
-    pub fn gpu_means(&self) -> Vec<Option<f64>> {
+    pub(crate) fn gpu_means(&self) -> Vec<Option<f64>> {
         self.gpus.iter().map(|g| mean(&g.utilization)).collect()
     }
 
@@ -268,7 +268,7 @@ impl Hourly {
 
     /// The mean power of the GPU-hours whose mean utilization was under `threshold`: each
     /// GPU's mean over its idle hours, then the mean over the GPUs that had any.
-    pub fn idle_power(&self, threshold: f64) -> Option<f64> {
+    pub(crate) fn idle_power(&self, threshold: f64) -> Option<f64> {
         let per_gpu: Vec<Option<f64>> = self
             .gpus
             .iter()
@@ -297,7 +297,7 @@ impl Hourly {
 
     /// The fleet's demand in the slices that end after `since`: the sum of the slices'
     /// summed utilization (whole GPUs of work), and how many slices had data.
-    pub fn demand_since(&self, since: DateTime<Utc>) -> (f64, usize) {
+    pub(crate) fn demand_since(&self, since: DateTime<Utc>) -> (f64, usize) {
         (0..self.slices)
             .filter(|i| self.start_of(*i) + self.slice > since)
             .filter_map(|i| {
@@ -359,7 +359,7 @@ impl Hourly {
     /// Hosts whose mean utilization in the slices `when` selects (by their start) stays
     /// under `line`, and the energy their GPUs drew in those slices, kWh. A host's
     /// utilization in a slice is the mean of its GPUs'.
-    pub fn idle_hosts(
+    pub(crate) fn idle_hosts(
         &self,
         when: impl Fn(DateTime<Utc>) -> bool,
         line: f64,

@@ -30,10 +30,12 @@ use serde::de::DeserializeOwned;
 
 use crate::redact;
 use answer::{Answer, Budgeted, Data, Dropped, Shape, excerpt};
+pub use auth::Auth;
 use permits::Permits;
 pub use refusal::{Limit, Misunderstood, Refused, misunderstood, refusal};
 
 mod answer;
+mod auth;
 mod permits;
 mod refusal;
 mod stream;
@@ -47,29 +49,6 @@ pub struct Endpoint {
     pub base: String,
     pub auth: Auth,
     pub timeout: Duration,
-}
-
-/// Credentials, read from the environment by the command line (never from a flag, which
-/// would show in `ps`).
-#[derive(Clone, Default)]
-pub enum Auth {
-    #[default]
-    None,
-    Bearer(String),
-    Basic {
-        user: String,
-        password: String,
-    },
-}
-
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Auth::None => "None",
-            Auth::Bearer(_) => "Bearer(<redacted>)",
-            Auth::Basic { .. } => "Basic(<redacted>)",
-        })
-    }
 }
 
 /// One series of an instant query's answer: its labels and value.
@@ -97,7 +76,7 @@ pub struct Series {
 const ATTEMPTS: u32 = 3;
 
 /// Queries one client keeps in flight at most, however many threads share it.
-pub const CONCURRENT: usize = 4;
+pub(crate) const CONCURRENT: usize = 4;
 
 /// Bytes of the answers in flight, all queries together, at most. The report's systemd
 /// unit caps the process at 256 MB; parsed answers (16 bytes a point) take less than their
@@ -158,7 +137,7 @@ impl Client {
     }
 
     /// Bytes of the answers in flight at most.
-    pub fn answer_budget(&self) -> usize {
+    pub(crate) fn answer_budget(&self) -> usize {
         self.answer_budget
     }
 
@@ -215,7 +194,7 @@ impl Client {
     /// A range query whose series are handed to `each` as they are read, one at a time: the
     /// client never holds the whole answer. Values that are not finite are dropped (and
     /// named in a warning) as in [`Client::range`].
-    pub fn range_each(
+    pub(crate) fn range_each(
         &self,
         query: &str,
         start: DateTime<Utc>,
@@ -267,7 +246,11 @@ impl Client {
 
     /// An instant query answering a range vector (`family[1h]`: the raw samples of each
     /// series in the hour before `at`, with their own timestamps).
-    pub fn instant_matrix(&self, query: &str, at: DateTime<Utc>) -> anyhow::Result<Vec<Series>> {
+    pub(crate) fn instant_matrix(
+        &self,
+        query: &str,
+        at: DateTime<Utc>,
+    ) -> anyhow::Result<Vec<Series>> {
         let time = seconds(at);
         let data: Data = self.call("query", query, &[("time", time.as_str())])?;
         match data {
@@ -573,15 +556,9 @@ impl Client {
 
 impl Client {
     fn authorize<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        match &self.endpoint.auth {
-            Auth::None => request,
-            Auth::Bearer(token) => request.header("Authorization", &format!("Bearer {token}")),
-            Auth::Basic { user, password } => {
-                use base64::Engine as _;
-                let pair =
-                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-                request.header("Authorization", &format!("Basic {pair}"))
-            }
+        match self.endpoint.auth.header() {
+            Some(value) => request.header("Authorization", &value),
+            None => request,
         }
     }
 }

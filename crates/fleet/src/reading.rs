@@ -28,7 +28,8 @@ pub const HISTORY: TimeDelta = TimeDelta::days(180);
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The families of the risk review (gpu-sentinel's metrics only).
-pub const RISK_FAMILIES: [&str; 2] = ["gpu_failure_risk_score", "gpu_failure_risk_contribution"];
+pub(crate) const RISK_FAMILIES: [&str; 2] =
+    ["gpu_failure_risk_score", "gpu_failure_risk_contribution"];
 
 /// What the report read, for its readers (`store` in the JSON).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -67,10 +68,10 @@ pub struct Reading<'c> {
     pub step: Duration,
     pub names: Names,
     /// Evaluations of the hourly rules (empty: none in the store).
-    pub coverage: Coverage,
+    pub(crate) coverage: Coverage,
     /// Whether the held records may be added up: dcgm-exporter's must have been counted
     /// with this report's memory floor and idle threshold.
-    pub held_recorded: bool,
+    pub(crate) held_recorded: bool,
     pub idle_threshold: f64,
     pub max_samples: u64,
 }
@@ -199,7 +200,7 @@ impl<'c> Reading<'c> {
     }
 
     /// The records' sampling: an hour, at the rules' phase.
-    pub fn recorded_shape(&self) -> Shape {
+    pub(crate) fn recorded_shape(&self) -> Shape {
         let phase = self.coverage.evaluations.first().map_or(0, |e| {
             e.timestamp_millis()
                 .rem_euclid(EVERY.as_millis() as i64)
@@ -212,7 +213,7 @@ impl<'c> Reading<'c> {
     }
 
     /// The raw samples of the records (the same sampling).
-    pub fn recorded_raw_shape(&self) -> Shape {
+    pub(crate) fn recorded_raw_shape(&self) -> Shape {
         match self.recorded_shape() {
             Shape::Recorded { every, phase } => Shape::Raw { every, phase },
             other => other,
@@ -220,7 +221,7 @@ impl<'c> Reading<'c> {
     }
 
     /// What the report read in `(from, to]`, for its `store` key.
-    pub fn store_use(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> StoreUse {
+    pub(crate) fn store_use(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> StoreUse {
         let recorded_hours = self.coverage.hours(from, to);
         let period_hours = ((to - from).num_seconds() as f64 / 3600.0).round().max(0.0) as usize;
         let raw_hours = period_hours.saturating_sub(recorded_hours);
@@ -242,7 +243,7 @@ impl<'c> Reading<'c> {
 
     /// A planner for `(start, end]`: a census of that span's series (a month before the
     /// period may hold fewer hosts, or none).
-    pub fn planner_for(
+    pub(crate) fn planner_for(
         &self,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
@@ -338,7 +339,7 @@ impl<'c> Reading<'c> {
     }
 
     /// The fleet's GPU-hours held in `(from, to]`, read with `planner`.
-    pub fn held_hours(
+    pub(crate) fn held_hours(
         &self,
         planner: &Planner<'_>,
         from: DateTime<Utc>,

@@ -62,7 +62,12 @@ impl Names {
     /// The held records this report may add up: dcgm-exporter's are counted with the
     /// rules' memory floor and idle threshold (labels on each record), which must be the
     /// report's.
-    pub fn held_selector(&self, dialect: Dialect, idle_threshold: f64, hosts: &str) -> String {
+    pub(crate) fn held_selector(
+        &self,
+        dialect: Dialect,
+        idle_threshold: f64,
+        hosts: &str,
+    ) -> String {
         match dialect {
             Dialect::Native => select(self.held, &[hosts]),
             Dialect::Dcgm { memory_floor_mib } => {
@@ -98,8 +103,8 @@ pub fn threshold_label(threshold: f64) -> String {
 
 /// The evaluations of the hourly rules, in time order.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Coverage {
-    pub evaluations: Vec<DateTime<Utc>>,
+pub(crate) struct Coverage {
+    pub(crate) evaluations: Vec<DateTime<Utc>>,
 }
 
 /// A run of evaluations an hour apart: the records cover `(first − 1h, last]`.

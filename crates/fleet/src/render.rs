@@ -13,7 +13,7 @@ use crate::html::{Text, shade};
 
 /// Chat services cut long messages (Slack's section text at 3,000 characters, DingTalk's and
 /// WeCom's Markdown at 4,096 bytes): the Markdown stays under this.
-pub const MARKDOWN_LIMIT: usize = 3_800;
+pub(crate) const MARKDOWN_LIMIT: usize = 3_800;
 
 /// The report as Markdown: one table of teams, then the fleet in a few lines.
 pub fn markdown(report: &Report) -> String {

@@ -24,10 +24,10 @@ use super::dialect::Dialect;
 pub use super::figures::{Capacity, Energy, NIGHT, RiskEntry, Scale, Tco};
 use super::figures::{capacity, earlier_months, energy, risk, scale, tco};
 use super::hourly::Hourly;
-pub use super::hourly::{HeatCell, NodeHeatmap, NodeRow};
+pub(crate) use super::hourly::{HeatCell, NodeHeatmap};
 use super::prom::{Client, Sample, joined};
 use super::reading::Reading;
-pub use super::reading::StoreUse;
+pub(crate) use super::reading::StoreUse;
 pub use super::spec::ReportSpec;
 use crate::config::{Holder, UNASSIGNED, team_of};
 use crate::engine::cost::hourly_cost;
@@ -54,7 +54,7 @@ pub struct Usage {
     pub busy_gpu_hours: f64,
     pub idle_gpu_hours: f64,
     /// busy ÷ held; 0 when nothing was held.
-    pub efficiency: f64,
+    pub(crate) efficiency: f64,
     /// Idle GPU-hours × the hourly cost of a GPU (depreciation or rent, plus the measured
     /// power of idle GPUs at the electricity price).
     pub waste_cost: f64,
@@ -101,7 +101,7 @@ pub struct FleetReport {
 /// Idle holdings listed per team.
 const TOP_IDLE: usize = 5;
 
-pub use super::dialect::OWNER_METRIC;
+pub(crate) use super::dialect::OWNER_METRIC;
 
 /// Builds the report by querying `client`.
 pub fn build(client: &Client, spec: &ReportSpec) -> anyhow::Result<Report> {

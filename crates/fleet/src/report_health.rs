@@ -28,7 +28,7 @@ use super::prom::Series;
 use crate::engine::health::{Action, State};
 
 /// The families the verdicts are read from.
-pub const HEALTH_FAMILIES: [&str; 2] = ["gpu_health_state", "gpu_node_health_state"];
+pub(crate) const HEALTH_FAMILIES: [&str; 2] = ["gpu_health_state", "gpu_node_health_state"];
 
 /// How far back the current verdicts are looked for: the risk review's hour.
 const LAST: Duration = Duration::from_secs(3600);
@@ -68,7 +68,7 @@ impl GpuVerdict {
         }
     }
 
-    pub fn is_unhealthy(&self) -> bool {
+    pub(crate) fn is_unhealthy(&self) -> bool {
         self.state == "unhealthy"
     }
 }
@@ -115,7 +115,11 @@ impl Verdicts {
     /// The verdicts from the raw samples of the last hour: `nodes` of
     /// `gpu_node_health_state`, `components` of `gpu_health_state`. A component is current
     /// when its last sample is within `tolerance` of its host's last.
-    pub fn from_series(nodes: &[Series], components: &[Series], tolerance: Duration) -> Self {
+    pub(crate) fn from_series(
+        nodes: &[Series],
+        components: &[Series],
+        tolerance: Duration,
+    ) -> Self {
         let mut last_scrape: HashMap<&str, DateTime<Utc>> = HashMap::new();
         for s in nodes {
             let host = label(&s.labels, "instance");

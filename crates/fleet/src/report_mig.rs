@@ -24,7 +24,7 @@ use super::plan::shard::select;
 pub const NATIVE_FAMILIES: [&str; 2] = ["gpu_mig_sm_active_ratio", "gpu_mig_share_ratio"];
 
 /// dcgm-exporter's per-instance activity (a fraction, 0–1).
-pub const DCGM_ACTIVITY: &str = "DCGM_FI_PROF_SM_ACTIVE";
+pub(crate) const DCGM_ACTIVITY: &str = "DCGM_FI_PROF_SM_ACTIVE";
 
 /// Slices of a GPU by model (`modelName` matched as a regular expression), and the slice
 /// counts its GPU instance profiles have; the last row is every other MIG-capable GPU.
@@ -35,7 +35,7 @@ const SLICES: [(&str, &str, u32, &[u32]); 2] = [
 
 /// The GPU instance slices a profile names: `3` for `3g.40gb` and for a compute
 /// instance's `1c.3g.40gb`; None for a name without one.
-pub fn profile_slices(profile: &str) -> Option<u32> {
+pub(crate) fn profile_slices(profile: &str) -> Option<u32> {
     profile
         .split('.')
         .find_map(|part| part.strip_suffix('g').and_then(|n| n.parse::<u32>().ok()))
@@ -44,7 +44,7 @@ pub fn profile_slices(profile: &str) -> Option<u32> {
 
 /// An instance's share of its GPU from its profile and the GPU's model name; None when the
 /// profile names no slices.
-pub fn profile_fraction(profile: &str, model: &str) -> Option<f64> {
+pub(crate) fn profile_fraction(profile: &str, model: &str) -> Option<f64> {
     let slices = profile_slices(profile)?;
     let total = if model.contains("A30") { 4 } else { 7 };
     Some((f64::from(slices) / f64::from(total)).min(1.0))
@@ -53,7 +53,7 @@ pub fn profile_fraction(profile: &str, model: &str) -> Option<f64> {
 /// Each MIG GPU's load in gpu-sentinel's metrics, in GPUs, over `range` before the
 /// evaluation time on the hosts `hosts` matches: one row per `instance` and `gpu`, none for
 /// a GPU not in MIG mode.
-pub fn native_load(hosts: &str, range: &str) -> String {
+pub(crate) fn native_load(hosts: &str, range: &str) -> String {
     format!(
         "sum by (instance, gpu) (avg_over_time({}[{range}]) * avg_over_time({}[{range}]))",
         select("gpu_mig_sm_active_ratio", &[hosts]),
@@ -62,7 +62,7 @@ pub fn native_load(hosts: &str, range: &str) -> String {
 }
 
 /// The same in dcgm-exporter's series: one row per `Hostname` and `gpu`.
-pub fn dcgm_load(hosts: &str, range: &str) -> String {
+pub(crate) fn dcgm_load(hosts: &str, range: &str) -> String {
     // One term per model class and slice count: each instance's series is in exactly
     // one, so `or` joins them without dropping any.
     let terms: Vec<String> = SLICES

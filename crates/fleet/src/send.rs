@@ -28,7 +28,7 @@ use crate::alert::{Alert, AlertState, LabelSet, Notification};
 use crate::config::Config;
 
 /// The reports' outbox, in the state directory.
-pub const OUTBOX_FILE: &str = "report-outbox.redb";
+pub(crate) const OUTBOX_FILE: &str = "report-outbox.redb";
 
 /// What sending did.
 #[derive(Debug, Default)]

@@ -44,7 +44,7 @@ pub struct Written {
 }
 
 /// The simulated hosts' names: `sim-node-01`, `sim-node-02`, …
-pub fn host_name(index: usize) -> String {
+pub(crate) fn host_name(index: usize) -> String {
     format!("sim-node-{:02}", index + 1)
 }
 

@@ -36,7 +36,7 @@ use crate::config::AdviceConfig;
 use crate::sync::lock;
 
 /// A group whose request failed is not asked about again before this.
-pub const RETRY_FAILED_AFTER: Duration = Duration::from_secs(300);
+pub(crate) const RETRY_FAILED_AFTER: Duration = Duration::from_secs(300);
 /// Requests waiting for the worker, at most.
 const QUEUE: usize = 32;
 /// Groups whose advice is remembered, at most (the oldest answered go first).
@@ -89,7 +89,7 @@ pub enum AdviceStatus {
 }
 
 /// Every outcome counted, in the order the exposition lists them.
-pub const OUTCOMES: [&str; 12] = [
+pub(crate) const OUTCOMES: [&str; 12] = [
     "ok",
     "incomplete",
     "unauthorized",

@@ -31,7 +31,7 @@ pub struct Persistence {
 /// Saves the agent's state on its cadence; does nothing for runs without persistence
 /// (simulated runs).
 #[derive(Debug)]
-pub struct StateKeeper {
+pub(crate) struct StateKeeper {
     /// Writes the engine's state; None without persistence, and after [`StateKeeper::finish`].
     saver: Option<EngineSaver>,
     /// Where alerting's state is saved, and how its saves went; None without persistence.
@@ -44,7 +44,7 @@ impl StateKeeper {
     /// Resumes `engine` and `alerting` from `persistence` when given (an unusable file is
     /// moved aside and that part starts fresh) and saves there from now on; without it,
     /// nothing is loaded or saved.
-    pub fn resume(
+    pub(crate) fn resume(
         persistence: Option<&Persistence>,
         engine: &mut Engine,
         alerting: &mut Alerting,
@@ -83,7 +83,7 @@ impl StateKeeper {
 
     /// Hands a copy of the engine's state to the saver when the cadence has come. A saver
     /// still busy with the previous copy is asked again at the next collection.
-    pub fn save_when_due(&mut self, engine: &Engine) {
+    pub(crate) fn save_when_due(&mut self, engine: &Engine) {
         if self.last_save.elapsed() < self.save_every {
             return;
         }
@@ -97,7 +97,7 @@ impl StateKeeper {
     /// Saves alerting's state when its last step changed it, before that step's
     /// notifications are handed to delivery. Written on the collection thread: it is small
     /// and changes rarely.
-    pub fn save_alerts_when_changed(&mut self, alerting: &mut Alerting) {
+    pub(crate) fn save_alerts_when_changed(&mut self, alerting: &mut Alerting) {
         if alerting.take_changed() {
             self.save_alerts(alerting);
         }
@@ -119,7 +119,7 @@ impl StateKeeper {
     }
 
     /// Failed saves per state file, for `gpu_sentinel_state_save_errors_total`.
-    pub fn note_failures(&self, export_state: &mut ExportState) {
+    pub(crate) fn note_failures(&self, export_state: &mut ExportState) {
         if let Some(saver) = &self.saver {
             export_state.set_state_save_errors(store::FILE_NAME, saver.failures());
         }

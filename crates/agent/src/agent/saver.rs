@@ -24,7 +24,7 @@ const WHAT: &str = "engine state";
 /// The engine state's writer: a thread fed one state at a time, or the caller's own
 /// thread when no thread could be started.
 #[derive(Debug)]
-pub struct EngineSaver {
+pub(crate) struct EngineSaver {
     path: PathBuf,
     writer: Writer,
     /// Failed saves since start, whichever thread wrote.

@@ -132,7 +132,7 @@ impl Alerting {
     /// a notification went out) since the last call; clears the flag. Transitions and
     /// notifications are rare: saving on them keeps a restart from re-firing or repeating,
     /// without writing every tick.
-    pub fn take_changed(&mut self) -> bool {
+    pub(crate) fn take_changed(&mut self) -> bool {
         std::mem::take(&mut self.changed)
     }
 

@@ -86,7 +86,7 @@ impl AlertBook {
     /// gone), and `GpuAllocatedIdle` while a `GpuGhostProcess` of the same GPU fires (the
     /// ghost explains the idle allocation). Muted alerts keep their lifecycle; they are only
     /// not notified, so a GPU that comes back does not re-fire what was already known.
-    pub fn inhibited(&self) -> BTreeSet<u64> {
+    pub(crate) fn inhibited(&self) -> BTreeSet<u64> {
         let firing_on = |name: &str| -> Vec<&str> {
             self.alerts
                 .values()
@@ -109,8 +109,9 @@ impl AlertBook {
             .collect()
     }
 
+    #[cfg(test)]
     /// Alerts in a state, ordered by fingerprint.
-    pub fn in_state(&self, state: AlertState) -> impl Iterator<Item = &Alert> {
+    pub(crate) fn in_state(&self, state: AlertState) -> impl Iterator<Item = &Alert> {
         self.alerts.values().filter(move |a| a.state == state)
     }
 }

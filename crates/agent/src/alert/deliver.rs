@@ -37,7 +37,7 @@
 //! the next start.
 
 mod merge;
-pub mod supervise;
+pub(crate) mod supervise;
 mod worker;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -152,7 +152,7 @@ pub struct DeliveryStats {
     /// has none).
     pub durable: bool,
     /// Attempts to open or write the outbox's store that failed.
-    pub store_errors: u64,
+    pub(crate) store_errors: u64,
     /// Summary messages sent for rate-limited receivers.
     pub summaries: u64,
     /// Receivers with a send in progress, and for how long.
@@ -376,7 +376,11 @@ impl Delivery {
 
     /// Like [`Delivery::submit`], not sent before `due_at` (a notification waiting for
     /// advice): stored at once, so a crash while it waits loses nothing.
-    pub fn submit_due_at(&self, notification: &Notification, due_at: DateTime<Utc>) -> Enqueued {
+    pub(crate) fn submit_due_at(
+        &self,
+        notification: &Notification,
+        due_at: DateTime<Utc>,
+    ) -> Enqueued {
         let outbox = &self.shared.outbox;
         // A failing store keeps it in memory (and says so, once) until it can be written.
         let done = outbox.accept(notification, Utc::now(), due_at);

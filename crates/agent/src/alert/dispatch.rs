@@ -22,7 +22,7 @@ use super::{Alert, AlertState, LabelSet, Notification};
 
 /// How a receiver is fed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReceiverInfo {
+pub(crate) struct ReceiverInfo {
     /// Groups, or (Alertmanager) the whole alert list, re-sent: its kind's
     /// [`crate::alert::notify::kind::KindFacts::consumes`].
     pub consumes: Consumes,
@@ -59,7 +59,7 @@ struct Pushed {
 
 /// Turns the alert book into notifications, tick by tick.
 #[derive(Debug, Clone)]
-pub struct Dispatcher {
+pub(crate) struct Dispatcher {
     /// The routing tree, compiled once and shared with the advice digest.
     pub route: Arc<Route>,
     pub receivers: BTreeMap<String, ReceiverInfo>,

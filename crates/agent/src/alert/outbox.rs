@@ -72,7 +72,7 @@ use store::{Opener, Store, guarded};
 
 /// Id of an outbox entry; increasing in enqueue order (within a group, a higher id is
 /// always the newer notification).
-pub type EntryId = u64;
+pub(crate) type EntryId = u64;
 
 /// File name of the store inside the state directory.
 pub const FILE_NAME: &str = "outbox.redb";
@@ -240,12 +240,12 @@ impl Outbox {
         self.path.as_deref()
     }
 
-    pub fn max_entries(&self) -> usize {
+    pub(crate) fn max_entries(&self) -> usize {
         self.max_entries
     }
 
     /// Attempts to open or write the store that failed, since the outbox was made.
-    pub fn store_errors(&self) -> u64 {
+    pub(crate) fn store_errors(&self) -> u64 {
         self.store_errors.load(Ordering::Relaxed)
     }
 
@@ -261,18 +261,9 @@ impl Outbox {
         self.insert(notification, now, now, false)
     }
 
-    /// Like [`Outbox::enqueue`], but not due before `due_at`: durable at once, sent later
-    /// unless a newer notification of its group supersedes it first.
-    pub fn enqueue_due_at(
-        &self,
-        notification: &Notification,
-        now: DateTime<Utc>,
-        due_at: DateTime<Utc>,
-    ) -> Result<Enqueued, OutboxError> {
-        self.insert(notification, now, due_at, false)
-    }
-
-    /// Like [`Outbox::enqueue_due_at`], but a store that fails does not refuse the
+    /// Like [`Outbox::enqueue`], but not due before `due_at` (durable at once, sent later
+    /// unless a newer notification of its group supersedes it first), and a store that
+    /// fails does not refuse the
     /// notification: it is kept in memory (`durable: false`), delivered, and written with
     /// everything else missing once the store works again. What the agent uses: a full
     /// disk must not stop alerts.
@@ -423,7 +414,7 @@ impl Outbox {
     /// ended (the delivery stage calls this every few hundred milliseconds; it does nothing
     /// while the store works). Returns the receivers of entries evicted on the way (a store
     /// opened late may bring more entries than the bound leaves room for), for counting.
-    pub fn retry_store(&self) -> Vec<String> {
+    pub(crate) fn retry_store(&self) -> Vec<String> {
         let mut guard = self.lock();
         // Counted and logged inside.
         let _ = self.sync(&mut guard, false);
@@ -492,7 +483,7 @@ impl Outbox {
     /// many. A retry time from before the wait a service may ask for was bounded (a
     /// `Retry-After` in 2099), or from a clock that was wrong, must not hold an entry for
     /// years.
-    pub fn bring_forward(
+    pub(crate) fn bring_forward(
         &self,
         receiver: &str,
         latest: DateTime<Utc>,
@@ -515,26 +506,6 @@ impl Outbox {
             self.sync(state, false)?;
         }
         Ok(changed.len())
-    }
-
-    /// Removes the pending entries of one receiver and group; returns how many.
-    pub fn supersede(&self, receiver: &str, group_key: &str) -> Result<usize, OutboxError> {
-        let mut guard = self.lock();
-        let state = &mut *guard;
-        let ids = superseded_ids(&state.entries, receiver, group_key);
-        for id in &ids {
-            state.entries.remove(id);
-        }
-        if let Some(disk) = &mut state.disk {
-            for id in &ids {
-                disk.gone(*id);
-            }
-            disk.notified(receiver, group_key);
-        }
-        if !ids.is_empty() {
-            self.sync(state, false)?;
-        }
-        Ok(ids.len())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

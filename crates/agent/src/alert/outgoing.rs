@@ -193,7 +193,7 @@ impl Outgoing {
     }
 
     /// When [`Outgoing::poll`] next has something to do: soon, while advice is awaited.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         (!self.awaiting.is_empty()).then(|| Instant::now() + Duration::from_millis(250))
     }
 
@@ -237,7 +237,7 @@ impl Outgoing {
         }
     }
 
-    pub fn delivery_stats(&self) -> Option<DeliveryStats> {
+    pub(crate) fn delivery_stats(&self) -> Option<DeliveryStats> {
         self.delivery.as_ref().map(Delivery::stats)
     }
 
@@ -246,7 +246,7 @@ impl Outgoing {
         self.delivery.as_ref().map(Delivery::health)
     }
 
-    pub fn advice_stats(&self) -> Option<AdviceStats> {
+    pub(crate) fn advice_stats(&self) -> Option<AdviceStats> {
         self.advisor.as_ref().map(Advisor::stats)
     }
 

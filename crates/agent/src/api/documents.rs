@@ -173,7 +173,7 @@ impl<'a> HealthDocument<'a> {
 pub struct JobFit {
     pub gpus: usize,
     pub memory_bytes: u64,
-    pub exclusive: bool,
+    pub(crate) exclusive: bool,
     pub fits: bool,
     /// The GPUs best fit would use.
     pub placement: Vec<u32>,

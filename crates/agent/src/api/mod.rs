@@ -26,7 +26,7 @@ use serde::Serialize;
 
 /// Pretty JSON of plain data (serialising it cannot fail; an error body beats a dead
 /// collector should that ever change).
-pub fn to_json<T: Serialize>(value: &T) -> Bytes {
+pub(crate) fn to_json<T: Serialize>(value: &T) -> Bytes {
     match serde_json::to_vec_pretty(value) {
         Ok(body) => Bytes::from(body),
         Err(e) => Bytes::from(format!("{{\"error\":\"{e}\"}}")),

@@ -27,13 +27,13 @@ pub struct Published {
     pub findings: Findings,
     pub metrics: Exposition,
     /// `/api/v1/alerts` body.
-    pub alerts_json: Bytes,
+    pub(crate) alerts_json: Bytes,
     /// `/api/v1/gpus` body.
-    pub gpus_json: Bytes,
+    pub(crate) gpus_json: Bytes,
     /// `/api/v1/recommendations` body (without a job to fit).
-    pub recommendations_json: Bytes,
+    pub(crate) recommendations_json: Bytes,
     /// `/api/v1/health` body.
-    pub health_json: Bytes,
+    pub(crate) health_json: Bytes,
     /// The board at `/` (HTML), rendered from the same documents as the three above.
     pub board: Bytes,
     /// Monotonic time of publication, for the age shown by `/healthz`.

@@ -18,13 +18,13 @@ use crate::engine::window::Ring;
 use crate::html::shade;
 
 /// Hours a strip covers.
-pub const STRIP_HOURS: i64 = 12;
+pub(crate) const STRIP_HOURS: i64 = 12;
 
 /// One GPU's utilization over the last [`STRIP_HOURS`], oldest cell first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeatStrip {
     /// Seconds one cell stands for.
-    pub cell_seconds: i64,
+    pub(crate) cell_seconds: i64,
     /// Mean utilization per cell; None where the window holds no sample.
     pub cells: Vec<Option<f64>>,
 }
@@ -72,11 +72,6 @@ impl HeatStrip {
             cell_seconds: width,
             cells,
         }
-    }
-
-    /// The strip as inline SVG (its [`Render`]), appended to `out`.
-    pub fn write_svg(&self, out: &mut String) {
-        self.render_to(out);
     }
 }
 
@@ -150,7 +145,7 @@ mod tests {
         assert_eq!(strip.cells.iter().flatten().count(), 2);
 
         let mut svg = String::new();
-        strip.write_svg(&mut svg);
+        maud::Render::render_to(&strip, &mut svg);
         assert_eq!(svg.matches("<rect").count(), 48);
         // Samples 5 s apart stand for nothing beyond their bucket: the gap stays.
         assert_eq!(svg.matches("class=\"un\"").count(), 46);

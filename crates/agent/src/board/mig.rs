@@ -28,7 +28,7 @@ fn state(f: Option<&InstanceFindings>) -> &'static str {
 
 /// Appends the MIG part of `gpu`'s tile ([`instances`]) to `out` (what its tests read).
 #[cfg(test)]
-pub fn write_instances(out: &mut String, gpu: &GpuView<'_>) {
+pub(crate) fn write_instances(out: &mut String, gpu: &GpuView<'_>) {
     maud::Render::render_to(&instances(gpu), out);
 }
 

@@ -40,7 +40,7 @@ use crate::api::Documents;
 use crate::config::TeamConfig;
 
 pub use heat::{HeatStrip, HeatStrips, strips};
-pub use page::CONTENT_SECURITY_POLICY;
+pub(crate) use page::CONTENT_SECURITY_POLICY;
 pub use today::{Today, TodayView};
 
 /// What the board shows besides the documents: fixed for the agent's life.
@@ -72,7 +72,7 @@ pub fn render(board: &Board<'_>) -> Bytes {
 }
 
 /// The page `/` answers before the first collection: it says so and reloads itself.
-pub fn waiting_page(options: &BoardOptions) -> Bytes {
+pub(crate) fn waiting_page(options: &BoardOptions) -> Bytes {
     Bytes::from(page::waiting(options))
 }
 

@@ -91,7 +91,7 @@ footer{margin-top:14px;color:var(--muted);font-size:12px}a{color:var(--cool)}\
 
 /// `/`'s Content-Security-Policy: the page's own style sheet and script (by hash) and
 /// fetches of this origin; nothing else may load, no font, image, frame or other host.
-pub static CONTENT_SECURITY_POLICY: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static CONTENT_SECURITY_POLICY: LazyLock<String> = LazyLock::new(|| {
     let hash = |text: &str| base64::engine::general_purpose::STANDARD.encode(Sha256::digest(text));
     format!(
         "default-src 'none'; style-src 'sha256-{}'; script-src 'sha256-{}'; \

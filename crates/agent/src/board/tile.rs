@@ -12,7 +12,7 @@ use crate::html::{Text, shade};
 use crate::model::{Liveness, ProcessSample};
 
 /// Reasons shown with a GPU's risk.
-pub const REASONS_SHOWN: usize = 3;
+pub(crate) const REASONS_SHOWN: usize = 3;
 /// Holders listed on a tile; the rest are counted.
 const HOLDERS_SHOWN: usize = 4;
 
@@ -47,9 +47,9 @@ pub fn states(gpu: &GpuView<'_>, risk_threshold: f64) -> Vec<&'static str> {
 }
 
 /// What the tile needs besides the GPU.
-pub struct TileContext<'a> {
+pub(crate) struct TileContext<'a> {
     pub risk_threshold: f64,
-    pub strip: Option<&'a HeatStrip>,
+    pub(crate) strip: Option<&'a HeatStrip>,
     pub teams: &'a [TeamConfig],
     pub hostname: &'a str,
     /// The GPU's health verdict.
@@ -103,7 +103,7 @@ pub fn tile(gpu: &GpuView<'_>, cx: &TileContext<'_>) -> Markup {
 }
 
 /// A bar of `ratio` (0–1) on a track, stretched to the width it is given.
-pub fn bar(ratio: f64) -> Markup {
+pub(crate) fn bar(ratio: f64) -> Markup {
     html! {
         svg.bar viewBox="0 0 100 1" preserveAspectRatio="none" {
             rect.track width="100" height="1" {}

@@ -40,7 +40,7 @@ pub struct HolderToday {
 pub struct TodayView {
     /// Start of the counting: midnight UTC, or later when the agent started later.
     pub since: Option<DateTime<Utc>>,
-    pub busy_cost: f64,
+    pub(crate) busy_cost: f64,
     /// Cost of idle GPU time: the waste.
     pub idle_cost: f64,
     /// Cost per hour at the last sample's power, all GPUs.

@@ -21,7 +21,7 @@ pub fn duration(seconds: f64) -> String {
 }
 
 /// Bytes in GiB with one decimal.
-pub fn gib(bytes: u64) -> String {
+pub(crate) fn gib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / GIB)
 }
 

@@ -61,7 +61,7 @@ pub struct Advice {
     /// Share of them averaging below the idle threshold.
     pub idle_share: f64,
     /// Summed mean utilization: the work, in whole GPUs.
-    pub demand_gpus: f64,
+    pub(crate) demand_gpus: f64,
     /// GPUs the demand needs with the buffer.
     pub recommended_gpus: usize,
     /// Why, in one sentence.
@@ -157,7 +157,7 @@ pub struct Slot {
 
 /// A MIG instance nothing holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FreeInstance {
+pub(crate) struct FreeInstance {
     pub gpu: u32,
     pub gpu_instance: u32,
     pub compute_instance: u32,
@@ -172,15 +172,15 @@ pub struct FreeInstance {
 pub struct Placement {
     /// GPUs answering with nothing allocated.
     pub free_gpus: usize,
-    pub largest_free_memory_bytes: u64,
+    pub(crate) largest_free_memory_bytes: u64,
     /// Share of free memory that sits on partly used GPUs (0 = none stranded).
-    pub fragmentation_ratio: f64,
+    pub(crate) fragmentation_ratio: f64,
     pub slots: Vec<Slot>,
     /// Free MIG capacity in GPUs: the shares of the MIG instances nothing holds.
-    pub free_mig_gpus: f64,
+    pub(crate) free_mig_gpus: f64,
     /// The MIG instances nothing holds.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub mig_free: Vec<FreeInstance>,
+    pub(crate) mig_free: Vec<FreeInstance>,
 }
 
 impl Placement {

@@ -23,10 +23,10 @@ const MAX_OWNERS: usize = 256;
 /// many seconds. Every owner since start would be two series each, for good, on a host of
 /// short jobs; an owner's counter that stops keeps its samples in the store, and resumes
 /// from its total if the owner comes back.
-pub const OWNER_SERIES_SECONDS: i64 = 3600;
+pub(crate) const OWNER_SERIES_SECONDS: i64 = 3600;
 
 /// Most owners of a GPU with series at once, the most recently seen first.
-pub const MAX_EXPOSED_OWNERS: usize = 4;
+pub(crate) const MAX_EXPOSED_OWNERS: usize = 4;
 
 /// Accumulated cost and owner time of one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -43,7 +43,7 @@ pub struct OwnerTime {
     pub busy_seconds: f64,
     pub idle_seconds: f64,
     /// Unix seconds when this owner last held the GPU.
-    pub last_seen: i64,
+    pub(crate) last_seen: i64,
     /// The owner's team when last seen (`[[teams]]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
@@ -128,7 +128,7 @@ pub fn owner(process: &ProcessSample, kind: &str) -> String {
 
 /// Who a scheduler's allocation is charged to, per `[cost] owner`; a Slurm job without a
 /// user is charged to the job.
-pub fn allocation_owner(allocation: &Allocation, kind: &str) -> String {
+pub(crate) fn allocation_owner(allocation: &Allocation, kind: &str) -> String {
     let job = allocation.hpc_job.as_ref().map(|j| format!("job {j}"));
     let user = allocation.user.clone().or(job);
     owner_of(&allocation.namespace, &allocation.pod, &user, kind)
@@ -178,7 +178,7 @@ pub fn owners_of(holders: Holders<'_>, kind: &str) -> BTreeMap<String, Option<St
 
 /// Charges `seconds` GPU-seconds, split evenly, to `owners` as busy or idle time, and keeps
 /// the owners remembered bounded.
-pub fn charge_owners(
+pub(crate) fn charge_owners(
     state: &mut CostState,
     now: i64,
     owners: BTreeMap<String, Option<String>>,

@@ -12,7 +12,7 @@ use crate::model::GpuSample;
 
 /// The last value seen of each counter the engine differentiates.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Counters {
+pub(crate) struct Counters {
     #[serde(default)]
     corrected: Ecc,
     #[serde(default)]
@@ -111,7 +111,7 @@ impl Counters {
 
 impl Counters {
     /// The link whose errors grew most while watched; None while none grew.
-    pub fn failing_link(&self) -> Option<FailingLink> {
+    pub(crate) fn failing_link(&self) -> Option<FailingLink> {
         self.links
             .iter()
             .filter(|g| g.grown > 0)

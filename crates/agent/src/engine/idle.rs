@@ -94,7 +94,7 @@ pub struct IdleFindings {
     /// Memory held while every sample of the window was idle.
     pub allocated_idle: bool,
     /// Consecutive idle time while memory was held, seconds.
-    pub allocated_idle_seconds: f64,
+    pub(crate) allocated_idle_seconds: f64,
     /// Nothing held and idle: free capacity.
     pub unused: bool,
     /// Who a scheduler gave the GPU to (pods, Slurm jobs), whether they run anything or not
@@ -105,7 +105,7 @@ pub struct IdleFindings {
     pub long_running: Vec<ProcessFinding>,
     /// Live processes on a GPU no scheduler gave out, on a host whose scheduler reported
     /// its allocations (see [`outside_scheduler`]).
-    pub outside_scheduler: Vec<ProcessFinding>,
+    pub(crate) outside_scheduler: Vec<ProcessFinding>,
 }
 
 const MIB: u64 = 1 << 20;
@@ -116,7 +116,7 @@ const MIB: u64 = 1 << 20;
 /// the scheduler (`docker run --gpus`, a pod seeing all GPUs through
 /// `NVIDIA_VISIBLE_DEVICES`, a login-node shell), takes GPU time the scheduler thinks is
 /// free, and is charged to no one. Dead processes are ghosts, reported as such.
-pub fn outside_scheduler(
+pub(crate) fn outside_scheduler(
     processes: &[&ProcessSample],
     allocations: &[&Allocation],
     scheduled: bool,

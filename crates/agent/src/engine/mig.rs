@@ -78,7 +78,7 @@ pub struct InstanceFindings {
     pub idle_seconds: f64,
     pub allocated: bool,
     pub allocated_idle: bool,
-    pub allocated_idle_seconds: f64,
+    pub(crate) allocated_idle_seconds: f64,
     /// Nothing holds it and it is idle: free capacity.
     pub unused: bool,
     /// Who a scheduler gave it to.
@@ -86,8 +86,8 @@ pub struct InstanceFindings {
     /// Who its time is charged to (`[cost] owner`).
     pub owners: Vec<String>,
     /// Cost of its busy and idle time so far, and per hour at the GPU's power now.
-    pub cost_busy: f64,
-    pub cost_idle: f64,
+    pub(crate) cost_busy: f64,
+    pub(crate) cost_idle: f64,
     pub hourly: f64,
 }
 
@@ -190,7 +190,7 @@ impl MigState {
     }
 
     /// The instances as last seen within a day, not present now.
-    pub fn last_known(&self, now: i64, out: &mut Vec<InstanceFindings>) {
+    pub(crate) fn last_known(&self, now: i64, out: &mut Vec<InstanceFindings>) {
         out.clear();
         // The newest listing of the GPU: the instances seen at its last sample.
         let latest = self.instances.values().map(|s| s.last_seen).max();

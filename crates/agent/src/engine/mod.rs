@@ -15,12 +15,12 @@ mod assess;
 pub mod capacity;
 pub mod cost;
 mod counters;
-pub use counters::FailingLink;
+pub(crate) use counters::FailingLink;
 pub mod health;
 pub mod idle;
 pub mod mig;
 mod readings;
-pub use readings::Readings;
+pub(crate) use readings::Readings;
 pub mod risk;
 mod slots;
 pub mod store;
@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{CapacityConfig, CostConfig, DEFAULT_RISK_THRESHOLD, HealthConfig, IdleConfig};
 use crate::model::{Allocation, ClockEvents, GpuSample, ProcessSample, Snapshot};
 use counters::Counters;
-pub use slots::GpuStates;
+pub(crate) use slots::GpuStates;
 use slots::Scratch;
 use window::{Deltas, Point, Windows};
 
@@ -104,7 +104,7 @@ pub struct GpuState {
     pub name: String,
     pub pci_bus_id: String,
     /// Unix seconds of the last sample of this GPU, up or not.
-    pub last_seen: i64,
+    pub(crate) last_seen: i64,
     /// Unix seconds of the last sample in which the GPU answered.
     pub last_up: Option<i64>,
     pub windows: Windows,
@@ -112,7 +112,7 @@ pub struct GpuState {
     pub idle: idle::IdleState,
     pub cost: cost::CostState,
     /// Hardware-fault XIDs with their unix time, newest last.
-    pub recent_xids: VecDeque<(i64, u32)>,
+    pub(crate) recent_xids: VecDeque<(i64, u32)>,
     /// The GPU answered at some point and then stopped answering or vanished.
     pub lost: bool,
     /// The risk features' running state and held evidence; absent from state saved
@@ -322,7 +322,7 @@ impl Engine {
     }
 
     /// An engine that resumes from persisted state.
-    pub fn with_state(config: EngineConfig, mut state: EngineState) -> Engine {
+    pub(crate) fn with_state(config: EngineConfig, mut state: EngineState) -> Engine {
         state.version = STATE_VERSION;
         Engine {
             config,

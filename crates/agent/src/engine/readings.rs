@@ -13,7 +13,7 @@ pub struct Readings {
     pub power_watts: Option<f64>,
     pub utilization: Option<f64>,
     /// Used over total memory, 0–1.
-    pub memory_used_ratio: Option<f64>,
+    pub(crate) memory_used_ratio: Option<f64>,
 }
 
 impl Readings {

@@ -142,13 +142,13 @@ pub(super) struct Scratch {
     /// Whether each finding's GPU is scored at this step ([`risk::Cadence`]).
     pub due: Vec<bool>,
     /// The node's signals by field, for its median ([`risk::Peers::of`]).
-    pub peers: risk::PeerScratch,
+    pub(crate) peers: risk::PeerScratch,
 }
 
 impl Scratch {
     /// Marks the slots of `self.slots` seen, of `known` slots; true when a slot is listed
     /// twice.
-    pub fn mark_seen(&mut self, known: usize) -> bool {
+    pub(crate) fn mark_seen(&mut self, known: usize) -> bool {
         self.seen.clear();
         self.seen.resize(known, false);
         let mut repeated = false;
@@ -162,7 +162,12 @@ impl Scratch {
 
     /// Looks the snapshot's GPUs up again once slots moved ([`GpuStates::retain`]), and
     /// marks them seen; true when a slot is listed twice.
-    pub fn look_up_again(&mut self, states: &mut GpuStates, snapshot: &Snapshot, now: i64) -> bool {
+    pub(crate) fn look_up_again(
+        &mut self,
+        states: &mut GpuStates,
+        snapshot: &Snapshot,
+        now: i64,
+    ) -> bool {
         self.slots.clear();
         for (position, sample) in snapshot.gpus.iter().enumerate() {
             let slot = states.slot_of(position, &sample.uuid, || GpuState::new(sample, now));
@@ -173,7 +178,7 @@ impl Scratch {
 
     /// Fills `self.missing` with the slots not seen, in UUID order (the order findings list
     /// them in).
-    pub fn find_missing(&mut self, states: &GpuStates) {
+    pub(crate) fn find_missing(&mut self, states: &GpuStates) {
         self.missing.clear();
         let seen = &self.seen;
         self.missing

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub struct Stat {
     pub n: u32,
     pub sum: f64,
-    pub sumsq: f64,
+    pub(crate) sumsq: f64,
     pub min: f64,
     pub max: f64,
 }
@@ -50,7 +50,7 @@ impl Stat {
         self.sumsq += value * value;
     }
 
-    pub fn add_opt(&mut self, value: Option<f64>) {
+    pub(crate) fn add_opt(&mut self, value: Option<f64>) {
         if let Some(v) = value {
             self.add(v);
         }
@@ -75,8 +75,9 @@ impl Stat {
         (self.n > 0).then(|| self.sum / f64::from(self.n))
     }
 
+    #[cfg(test)]
     /// Population standard deviation.
-    pub fn std_dev(&self) -> Option<f64> {
+    pub(crate) fn std_dev(&self) -> Option<f64> {
         let mean = self.mean()?;
         Some(
             (self.sumsq / f64::from(self.n) - mean * mean)
@@ -92,12 +93,12 @@ impl Stat {
 
 /// What one sample adds to the counters, already turned into non-negative deltas.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Deltas {
-    pub ecc_corrected: f64,
-    pub ecc_uncorrected: f64,
-    pub pcie_replays: f64,
-    pub nvlink_errors: f64,
-    pub xid_hardware: f64,
+pub(crate) struct Deltas {
+    pub(crate) ecc_corrected: f64,
+    pub(crate) ecc_uncorrected: f64,
+    pub(crate) pcie_replays: f64,
+    pub(crate) nvlink_errors: f64,
+    pub(crate) xid_hardware: f64,
     pub failed_calls: f64,
 }
 
@@ -121,14 +122,14 @@ pub struct Point {
     pub seconds: f64,
     pub utilization: Option<f64>,
     pub temperature: Option<f64>,
-    pub memory_temperature: Option<f64>,
+    pub(crate) memory_temperature: Option<f64>,
     pub power: Option<f64>,
     pub thermal_slowdown: bool,
     /// The external power brake is asserted (HW power-brake slowdown): unlike the software
     /// power cap, a sign of trouble in power delivery rather than of a busy GPU.
-    pub power_brake: bool,
+    pub(crate) power_brake: bool,
     pub collect_seconds: Option<f64>,
-    pub deltas: Deltas,
+    pub(crate) deltas: Deltas,
 }
 
 /// The aggregate of every sample in a span of time.
@@ -142,14 +143,14 @@ pub struct Bucket {
     pub utilization: Stat,
     pub temperature: Stat,
     /// Memory minus GPU temperature, where both are known.
-    pub memory_gap: Stat,
+    pub(crate) memory_gap: Stat,
     pub power: Stat,
     pub collect_seconds: Stat,
-    pub thermal_slowdown_seconds: f64,
+    pub(crate) thermal_slowdown_seconds: f64,
     /// Seconds under the external power brake; absent from state saved before it existed.
     #[serde(default)]
-    pub power_brake_seconds: f64,
-    pub deltas: Deltas,
+    pub(crate) power_brake_seconds: f64,
+    pub(crate) deltas: Deltas,
 }
 
 impl Bucket {
@@ -186,8 +187,9 @@ impl Bucket {
         self.deltas.add(&other.deltas);
     }
 
+    #[cfg(test)]
     /// Events per day at this bucket's rate, from the seconds it covers.
-    pub fn per_day(&self, count: f64) -> f64 {
+    pub(crate) fn per_day(&self, count: f64) -> f64 {
         if self.seconds <= 0.0 {
             0.0
         } else {
@@ -218,11 +220,11 @@ pub struct Sums {
     pub utilization: Mean,
     pub temperature: Mean,
     /// Memory minus GPU temperature, where both are known.
-    pub memory_gap: Mean,
+    pub(crate) memory_gap: Mean,
     pub collect_seconds: Mean,
-    pub thermal_slowdown_seconds: f64,
-    pub power_brake_seconds: f64,
-    pub deltas: Deltas,
+    pub(crate) thermal_slowdown_seconds: f64,
+    pub(crate) power_brake_seconds: f64,
+    pub(crate) deltas: Deltas,
 }
 
 /// A [`Stat`]'s count and sum: its mean.
@@ -402,7 +404,7 @@ impl Ring {
     }
 
     /// [`Ring::sums`] written over `out`.
-    pub fn sums_into(&mut self, now: i64, span: i64, out: &mut Sums) {
+    pub(crate) fn sums_into(&mut self, now: i64, span: i64, out: &mut Sums) {
         let first = self.first_after(now - span);
         let Some(newest) = self.buckets.back().filter(|_| first < self.buckets.len()) else {
             *out = Sums::default();
@@ -455,7 +457,7 @@ impl Ring {
         out
     }
 
-    pub fn buckets(&self) -> impl Iterator<Item = &Bucket> {
+    pub(crate) fn buckets(&self) -> impl Iterator<Item = &Bucket> {
         self.buckets.iter()
     }
 }
@@ -480,7 +482,7 @@ pub struct Windows {
 
 pub const HOUR: i64 = 3600;
 pub const DAY: i64 = 86_400;
-pub const WEEK: i64 = 7 * DAY;
+pub(crate) const WEEK: i64 = 7 * DAY;
 
 impl Default for Windows {
     fn default() -> Self {
@@ -499,8 +501,9 @@ impl Windows {
         self.week.add(p);
     }
 
+    #[cfg(test)]
     /// The last hour, from 1-minute buckets.
-    pub fn last_hour(&self, now: i64) -> Bucket {
+    pub(crate) fn last_hour(&self, now: i64) -> Bucket {
         self.hour.summary(now, HOUR)
     }
 
@@ -509,8 +512,9 @@ impl Windows {
         self.day.summary(now, DAY)
     }
 
+    #[cfg(test)]
     /// The last week, from 2-hour buckets.
-    pub fn last_week(&self, now: i64) -> Bucket {
+    pub(crate) fn last_week(&self, now: i64) -> Bucket {
         self.week.summary(now, WEEK)
     }
 
@@ -522,7 +526,7 @@ impl Windows {
     }
 
     /// [`Windows::summaries`] written over `out` (a step keeps one per GPU, round to round).
-    pub fn summaries_into(&mut self, now: i64, out: &mut Summaries) {
+    pub(crate) fn summaries_into(&mut self, now: i64, out: &mut Summaries) {
         self.hour.sums_into(now, HOUR, &mut out.hour);
         self.day.sums_into(now, DAY, &mut out.day);
         self.week.sums_into(now, WEEK, &mut out.week);
@@ -530,7 +534,7 @@ impl Windows {
     }
 
     /// [`Windows::summaries_into`]'s last hour alone.
-    pub fn hour_into(&mut self, now: i64, out: &mut Sums) {
+    pub(crate) fn hour_into(&mut self, now: i64, out: &mut Sums) {
         self.hour.sums_into(now, HOUR, out);
     }
 
@@ -546,7 +550,7 @@ impl Windows {
     }
 
     /// [`Windows::last`]'s sums and counts, remembered as [`Windows::summaries`]' are.
-    pub fn last_sums(&mut self, now: i64, span: i64) -> Sums {
+    pub(crate) fn last_sums(&mut self, now: i64, span: i64) -> Sums {
         if span <= self.hour.span() {
             self.hour.sums(now, span)
         } else if span <= self.day.span() {
@@ -558,7 +562,7 @@ impl Windows {
 
     /// The week before the last day (the baseline a GPU's recent behaviour is compared
     /// to), written over `out`.
-    pub fn baseline_into(&mut self, now: i64, out: &mut Sums) {
+    pub(crate) fn baseline_into(&mut self, now: i64, out: &mut Sums) {
         let week = &mut self.week;
         let from = week.buckets.partition_point(|b| b.start <= now - WEEK);
         let to = week

@@ -15,7 +15,7 @@ pub const DCGM_COMPAT_PER_GPU: u32 = 110;
 
 /// Risk contributions exposed per GPU: the largest positive ones, what an operator reads
 /// as the reasons (`/api/v1/gpus` has every term).
-pub const RISK_REASONS_EXPOSED: usize = 3;
+pub(crate) const RISK_REASONS_EXPOSED: usize = 3;
 
 /// How many series a family has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,7 @@ const fn per_host_varying(family: &'static str, what: &'static str, why: &'stati
 }
 
 /// Every native family's budget, in catalogue order.
-pub const BUDGETS: &[Budget] = &[
+pub(crate) const BUDGETS: &[Budget] = &[
     per_gpu(
         "gpu_info",
         1,

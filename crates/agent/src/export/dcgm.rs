@@ -325,7 +325,7 @@ pub(super) const FIELDS: &[Field] = &[
 
 /// Fields of dcgm-exporter's default counter set (and of its commented-out defaults) that
 /// are not rendered, with the reason. Listed in the metrics reference.
-pub const NOT_COVERED: &[(&str, &str)] = &[
+pub(crate) const NOT_COVERED: &[(&str, &str)] = &[
     (
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
         "NVLink throughput counters are not collected yet (NVML field \
@@ -456,7 +456,7 @@ impl Field {
 }
 
 /// The dcgm fields for the metrics reference, labels beyond the common ones only.
-pub fn reference_defs() -> Vec<MetricDef> {
+pub(crate) fn reference_defs() -> Vec<MetricDef> {
     FIELDS
         .iter()
         .map(|f| MetricDef {

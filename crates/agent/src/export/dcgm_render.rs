@@ -25,7 +25,7 @@ const MIB: u64 = 1 << 20;
 type InstanceReading = fn(&MigInstance) -> Option<f64>;
 
 /// The fields a GPU in MIG mode reports per GPU instance, in place of the GPU's.
-pub const PER_INSTANCE: [(&str, InstanceReading); 7] = [
+pub(crate) const PER_INSTANCE: [(&str, InstanceReading); 7] = [
     ("DCGM_FI_DEV_FB_FREE", |i| mib(i.memory.free_bytes)),
     ("DCGM_FI_DEV_FB_USED", |i| mib(i.memory.used_bytes)),
     ("DCGM_FI_DEV_FB_RESERVED", |i| mib(i.memory.reserved_bytes)),

@@ -44,7 +44,7 @@ impl Families {
 
     /// Fixes the output order of these families up front (a catalogue), whatever order
     /// renderers then fill them in.
-    pub fn declare(&mut self, defs: &[MetricDef]) {
+    pub(crate) fn declare(&mut self, defs: &[MetricDef]) {
         for def in defs {
             self.family(def);
         }
@@ -83,7 +83,7 @@ impl Families {
     }
 
     /// Number of samples across all families.
-    pub fn sample_count(&self) -> usize {
+    pub(crate) fn sample_count(&self) -> usize {
         self.families.iter().map(Family::len).sum()
     }
 
@@ -109,7 +109,7 @@ impl Families {
 impl Family {
     /// Replaces the help text, for families whose help carries configuration (the
     /// currency of `gpu_cost_total`).
-    pub fn set_help(&mut self, help: String) {
+    pub(crate) fn set_help(&mut self, help: String) {
         self.proto.set_help(help);
     }
 
@@ -155,7 +155,7 @@ impl Family {
     }
 
     /// Adds a sample when there is a value; `None` renders nothing, never 0.
-    pub fn push_some(&mut self, label_values: &[&str], value: Option<f64>) {
+    pub(crate) fn push_some(&mut self, label_values: &[&str], value: Option<f64>) {
         if let Some(value) = value {
             self.push(label_values, value);
         }
@@ -175,7 +175,7 @@ impl Family {
 /// `max_chars` characters. Rust strings are valid UTF-8 and the cut falls between
 /// characters, so the result is valid UTF-8 too; quotes and backslashes stay and are
 /// escaped by the encoder.
-pub fn sanitize_label_value(value: &str, max_chars: usize) -> String {
+pub(crate) fn sanitize_label_value(value: &str, max_chars: usize) -> String {
     value
         .chars()
         .filter(|c| *c == '\n' || !c.is_control())

@@ -29,7 +29,7 @@ const PROCESS: &[&str] = &[
     "compute_instance",
 ];
 
-pub const GPU_INFO: MetricDef = gauge(
+pub(crate) const GPU_INFO: MetricDef = gauge(
     "gpu_info",
     &[
         "gpu",
@@ -43,47 +43,47 @@ pub const GPU_INFO: MetricDef = gauge(
     ],
     "GPU identity; always 1. Join on gpu and uuid to attach names to other series.",
 );
-pub const GPU_UP: MetricDef = gauge(
+pub(crate) const GPU_UP: MetricDef = gauge(
     "gpu_up",
     GPU,
     "1 when the GPU answered this collection, 0 when it is lost or unreachable.",
 );
-pub const UTILIZATION: MetricDef = gauge(
+pub(crate) const UTILIZATION: MetricDef = gauge(
     "gpu_utilization_ratio",
     GPU,
     "Fraction of the sample period in which a kernel ran on the GPU (0-1).",
 );
-pub const MEMORY_COPY_UTILIZATION: MetricDef = gauge(
+pub(crate) const MEMORY_COPY_UTILIZATION: MetricDef = gauge(
     "gpu_memory_copy_utilization_ratio",
     GPU,
     "Fraction of the sample period in which device memory was read or written (0-1).",
 );
-pub const ENCODER_UTILIZATION: MetricDef = gauge(
+pub(crate) const ENCODER_UTILIZATION: MetricDef = gauge(
     "gpu_encoder_utilization_ratio",
     GPU,
     "Video encoder utilization (0-1).",
 );
-pub const DECODER_UTILIZATION: MetricDef = gauge(
+pub(crate) const DECODER_UTILIZATION: MetricDef = gauge(
     "gpu_decoder_utilization_ratio",
     GPU,
     "Video decoder utilization (0-1).",
 );
-pub const MEMORY_TOTAL: MetricDef = gauge(
+pub(crate) const MEMORY_TOTAL: MetricDef = gauge(
     "gpu_memory_total_bytes",
     GPU,
     "Frame-buffer memory installed, in bytes.",
 );
-pub const MEMORY_USED: MetricDef = gauge(
+pub(crate) const MEMORY_USED: MetricDef = gauge(
     "gpu_memory_used_bytes",
     GPU,
     "Frame-buffer memory allocated by processes, in bytes.",
 );
-pub const MEMORY_FREE: MetricDef = gauge(
+pub(crate) const MEMORY_FREE: MetricDef = gauge(
     "gpu_memory_free_bytes",
     GPU,
     "Frame-buffer memory free for allocation, in bytes.",
 );
-pub const MEMORY_RESERVED: MetricDef = gauge(
+pub(crate) const MEMORY_RESERVED: MetricDef = gauge(
     "gpu_memory_reserved_bytes",
     GPU,
     "Frame-buffer memory reserved by the driver and firmware, in bytes.",
@@ -93,149 +93,149 @@ pub const TEMPERATURE: MetricDef = gauge(
     GPU,
     "GPU die temperature, in degrees Celsius.",
 );
-pub const MEMORY_TEMPERATURE: MetricDef = gauge(
+pub(crate) const MEMORY_TEMPERATURE: MetricDef = gauge(
     "gpu_memory_temperature_celsius",
     GPU,
     "HBM memory temperature (NVML field 82), in degrees Celsius.",
 );
 pub const POWER: MetricDef = gauge("gpu_power_watts", GPU, "Power draw, in watts.");
-pub const POWER_LIMIT: MetricDef = gauge(
+pub(crate) const POWER_LIMIT: MetricDef = gauge(
     "gpu_power_limit_watts",
     GPU,
     "Power management limit, in watts.",
 );
-pub const ENERGY: MetricDef = counter(
+pub(crate) const ENERGY: MetricDef = counter(
     "gpu_energy_joules_total",
     GPU,
     "Energy consumed since the driver was loaded, in joules.",
 );
-pub const CLOCK: MetricDef = gauge(
+pub(crate) const CLOCK: MetricDef = gauge(
     "gpu_clock_hertz",
     &["gpu", "uuid", "clock"],
     "Current clock frequency, in hertz; clock is sm, memory or video (graphics runs with sm).",
 );
-pub const CLOCK_MAX: MetricDef = gauge(
+pub(crate) const CLOCK_MAX: MetricDef = gauge(
     "gpu_clock_max_hertz",
     &["gpu", "uuid", "clock"],
     "Maximum clock frequency, in hertz; clock is sm or memory (graphics runs with sm).",
 );
-pub const FAN_SPEED: MetricDef = gauge(
+pub(crate) const FAN_SPEED: MetricDef = gauge(
     "gpu_fan_speed_ratio",
     GPU,
     "Fan speed as a fraction of its maximum (0-1).",
 );
-pub const PERFORMANCE_STATE: MetricDef = gauge(
+pub(crate) const PERFORMANCE_STATE: MetricDef = gauge(
     "gpu_performance_state",
     GPU,
     "Performance state (P-state): 0 is full performance, 15 the lowest.",
 );
-pub const CLOCK_EVENT: MetricDef = gauge(
+pub(crate) const CLOCK_EVENT: MetricDef = gauge(
     "gpu_clock_event_active",
     &["gpu", "uuid", "reason"],
     "1 while the clock-event (throttle) reason holds clocks down, else 0; reason is applications_clocks_setting, sw_power_cap, hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown or hw_power_brake_slowdown.",
 );
-pub const ECC_ERRORS: MetricDef = counter(
+pub(crate) const ECC_ERRORS: MetricDef = counter(
     "gpu_ecc_errors_total",
     &["gpu", "uuid", "error", "scope"],
     "ECC errors; error is corrected or uncorrected, scope volatile (since driver load) \
      or aggregate (lifetime).",
 );
-pub const RETIRED_PAGES: MetricDef = gauge(
+pub(crate) const RETIRED_PAGES: MetricDef = gauge(
     "gpu_retired_pages",
     &["gpu", "uuid", "cause"],
     "Memory pages retired (pre-Ampere); cause is sbe (multiple single-bit) or dbe (double-bit).",
 );
-pub const RETIRED_PAGES_PENDING: MetricDef = gauge(
+pub(crate) const RETIRED_PAGES_PENDING: MetricDef = gauge(
     "gpu_retired_pages_pending",
     GPU,
     "1 when a page retirement waits for the next driver reload, else 0.",
 );
-pub const REMAPPED_ROWS: MetricDef = counter(
+pub(crate) const REMAPPED_ROWS: MetricDef = counter(
     "gpu_remapped_rows_total",
     &["gpu", "uuid", "error"],
     "Memory rows remapped (Ampere and newer); error is correctable or uncorrectable.",
 );
-pub const REMAPPED_ROWS_PENDING: MetricDef = gauge(
+pub(crate) const REMAPPED_ROWS_PENDING: MetricDef = gauge(
     "gpu_remapped_rows_pending",
     GPU,
     "1 when a row remap waits for a GPU reset, else 0.",
 );
-pub const REMAPPED_ROWS_FAILURE: MetricDef = gauge(
+pub(crate) const REMAPPED_ROWS_FAILURE: MetricDef = gauge(
     "gpu_remapped_rows_failure",
     GPU,
     "1 when a row remap failed (NVIDIA's RMA signal), else 0.",
 );
-pub const PCIE_REPLAYS: MetricDef = counter(
+pub(crate) const PCIE_REPLAYS: MetricDef = counter(
     "gpu_pcie_replays_total",
     GPU,
     "PCIe replays (link-level retransmissions) since the driver was loaded.",
 );
-pub const PCIE_LINK_GENERATION: MetricDef = gauge(
+pub(crate) const PCIE_LINK_GENERATION: MetricDef = gauge(
     "gpu_pcie_link_generation",
     GPU,
     "Current PCIe link generation.",
 );
-pub const PCIE_LINK_WIDTH: MetricDef = gauge(
+pub(crate) const PCIE_LINK_WIDTH: MetricDef = gauge(
     "gpu_pcie_link_width",
     GPU,
     "Current PCIe link width, in lanes.",
 );
-pub const PCIE_LINK_GENERATION_MAX: MetricDef = gauge(
+pub(crate) const PCIE_LINK_GENERATION_MAX: MetricDef = gauge(
     "gpu_pcie_link_generation_max",
     GPU,
     "Highest PCIe link generation the GPU and its slot support; below it under load, the link has trained down.",
 );
-pub const PCIE_LINK_WIDTH_MAX: MetricDef = gauge(
+pub(crate) const PCIE_LINK_WIDTH_MAX: MetricDef = gauge(
     "gpu_pcie_link_width_max",
     GPU,
     "Widest PCIe link the GPU and its slot support, in lanes.",
 );
-pub const PCIE_THROUGHPUT: MetricDef = gauge(
+pub(crate) const PCIE_THROUGHPUT: MetricDef = gauge(
     "gpu_pcie_throughput_bytes_per_second",
     &["gpu", "uuid", "direction"],
     "PCIe throughput, in bytes per second; direction is tx or rx.",
 );
-pub const NVLINK_ERRORS: MetricDef = counter(
+pub(crate) const NVLINK_ERRORS: MetricDef = counter(
     "gpu_nvlink_errors_total",
     &["gpu", "uuid", "link", "error"],
     "NVLink errors; error is replay, recovery, crc_flit or crc_data. Summed over the GPU's links (no link label) unless [export] nvlink_per_link = true.",
 );
-pub const XID_ERRORS: MetricDef = counter(
+pub(crate) const XID_ERRORS: MetricDef = counter(
     "gpu_xid_errors_total",
     &["gpu", "uuid", "xid", "class"],
     "XID errors seen since gpu-sentinel started; class from the XID catalog: application, memory, nvlink, hardware, firmware, driver or unknown.",
 );
-pub const SM_ACTIVE: MetricDef = gauge(
+pub(crate) const SM_ACTIVE: MetricDef = gauge(
     "gpu_sm_active_ratio",
     GPU,
     "Fraction of cycles an SM had a warp assigned, averaged over SMs (GPM, Hopper and newer).",
 );
-pub const SM_OCCUPANCY: MetricDef = gauge(
+pub(crate) const SM_OCCUPANCY: MetricDef = gauge(
     "gpu_sm_occupancy_ratio",
     GPU,
     "Resident warps as a fraction of the SM maximum (GPM, Hopper and newer).",
 );
-pub const TENSOR_ACTIVE: MetricDef = gauge(
+pub(crate) const TENSOR_ACTIVE: MetricDef = gauge(
     "gpu_tensor_active_ratio",
     GPU,
     "Fraction of cycles a tensor pipe was active (GPM, Hopper and newer).",
 );
-pub const DRAM_ACTIVE: MetricDef = gauge(
+pub(crate) const DRAM_ACTIVE: MetricDef = gauge(
     "gpu_dram_active_ratio",
     GPU,
     "Fraction of cycles the memory interface was sending or receiving (GPM, Hopper and newer).",
 );
-pub const PROCESS_MEMORY: MetricDef = gauge(
+pub(crate) const PROCESS_MEMORY: MetricDef = gauge(
     "gpu_process_memory_bytes",
     PROCESS,
     "GPU memory held by a process, in bytes (the largest holders, up to max_process_series).",
 );
-pub const PROCESS_UTILIZATION: MetricDef = gauge(
+pub(crate) const PROCESS_UTILIZATION: MetricDef = gauge(
     "gpu_process_utilization_ratio",
     PROCESS,
     "Share of SM time a process used since the previous collection (0-1).",
 );
-pub const ALLOCATION_INFO: MetricDef = gauge(
+pub(crate) const ALLOCATION_INFO: MetricDef = gauge(
     "gpu_allocation_info",
     &[
         "gpu",
@@ -251,157 +251,157 @@ pub const ALLOCATION_INFO: MetricDef = gauge(
     ],
     "A holder a scheduler gave the GPU to (a pod's container from the kubelet, a Slurm job), whether it runs a process or not, and on a GPU in MIG mode the MIG instance it holds; always 1.",
 );
-pub const BUILD_INFO: MetricDef = gauge(
+pub(crate) const BUILD_INFO: MetricDef = gauge(
     "gpu_sentinel_build_info",
     &["version", "revision"],
     "gpu-sentinel build; always 1.",
 );
-pub const SOURCE_UP: MetricDef = gauge(
+pub(crate) const SOURCE_UP: MetricDef = gauge(
     "gpu_sentinel_source_up",
     &[],
     "1 when the telemetry source (NVML, simulator, recording) is available, else 0.",
 );
-pub const COLLECT_DURATION: MetricDef = gauge(
+pub(crate) const COLLECT_DURATION: MetricDef = gauge(
     "gpu_sentinel_collect_duration_seconds",
     &["stage"],
     "Wall time of the last collection stage, in seconds; stage is collect or render.",
 );
-pub const LAST_COLLECT_TIMESTAMP: MetricDef = gauge(
+pub(crate) const LAST_COLLECT_TIMESTAMP: MetricDef = gauge(
     "gpu_sentinel_last_collect_timestamp_seconds",
     &[],
     "When the rendered collection ran, in seconds since the Unix epoch.",
 );
-pub const COLLECT_ERRORS: MetricDef = counter(
+pub(crate) const COLLECT_ERRORS: MetricDef = counter(
     "gpu_sentinel_collect_errors_total",
     &["call"],
     "Failed calls since start, by NVML function or source operation.",
 );
-pub const VALUES_REJECTED: MetricDef = counter(
+pub(crate) const VALUES_REJECTED: MetricDef = counter(
     "gpu_sentinel_values_rejected_total",
     &["field"],
     "Values the source reported that no GPU can have (a negative temperature, a ratio above 1, used memory above total), cleared before use, by snapshot field, since start.",
 );
 
-pub const STATE_SAVE_ERRORS: MetricDef = counter(
+pub(crate) const STATE_SAVE_ERRORS: MetricDef = counter(
     "gpu_sentinel_state_save_errors_total",
     &["file"],
     "Failed saves of a state file (engine.json, alerts.json) since start; the log tells only the first of a kind.",
 );
-pub const COLLECTOR_SUCCESS: MetricDef = gauge(
+pub(crate) const COLLECTOR_SUCCESS: MetricDef = gauge(
     "gpu_sentinel_collector_success",
     &["collector"],
     "1 when every call of the collector family succeeded this collection, else 0.",
 );
-pub const COLLECTOR_DURATION: MetricDef = gauge(
+pub(crate) const COLLECTOR_DURATION: MetricDef = gauge(
     "gpu_sentinel_collector_duration_seconds",
     &["collector"],
     "Wall time of the collector family this collection, across all GPUs, in seconds.",
 );
-pub const PROCESS_SERIES_DROPPED: MetricDef = gauge(
+pub(crate) const PROCESS_SERIES_DROPPED: MetricDef = gauge(
     "gpu_sentinel_process_series_dropped",
     &[],
     "Processes left out of gpu_process_* this collection by the max_process_series cap.",
 );
-pub const TLS_CERT_EXPIRY: MetricDef = gauge(
+pub(crate) const TLS_CERT_EXPIRY: MetricDef = gauge(
     "gpu_sentinel_tls_cert_expiry_timestamp_seconds",
     &[],
     "When the server's TLS certificate expires (its notAfter), in seconds since the Unix epoch; absent without TLS. Alert on it minus time().",
 );
 
-pub const RISK_SCORE: MetricDef = gauge(
+pub(crate) const RISK_SCORE: MetricDef = gauge(
     "gpu_failure_risk_score",
     GPU,
     "Failure-risk score 0-1 (logistic model over the GPU's windows; at least 0.95 while a known-bad rule holds).",
 );
-pub const RISK_CONTRIBUTION: MetricDef = gauge(
+pub(crate) const RISK_CONTRIBUTION: MetricDef = gauge(
     "gpu_failure_risk_contribution",
     &["gpu", "uuid", "feature"],
     "Log-odds a feature adds to the failure-risk score (weight x value); the score's reasons.",
 );
-pub const RISK_RULE: MetricDef = gauge(
+pub(crate) const RISK_RULE: MetricDef = gauge(
     "gpu_failure_risk_rule",
     &["gpu", "uuid", "rule"],
     "1 while a known-bad rule holds (fell_off_bus, row_remap_failure, uncorrectable_memory_error).",
 );
-pub const IDLE_SECONDS: MetricDef = gauge(
+pub(crate) const IDLE_SECONDS: MetricDef = gauge(
     "gpu_idle_seconds",
     GPU,
     "Consecutive time the GPU's utilization stayed under the idle threshold, in seconds.",
 );
-pub const ALLOCATED_IDLE: MetricDef = gauge(
+pub(crate) const ALLOCATED_IDLE: MetricDef = gauge(
     "gpu_allocated_idle",
     GPU,
     "1 when memory is held and every sample of the idle window stayed under the threshold.",
 );
-pub const ALLOCATED: MetricDef = gauge(
+pub(crate) const ALLOCATED: MetricDef = gauge(
     "gpu_allocated",
     GPU,
     "1 when the GPU is allocated: a scheduler gave it to a pod or job, or a process holds memory on it.",
 );
-pub const GHOST_PROCESSES: MetricDef = gauge(
+pub(crate) const GHOST_PROCESSES: MetricDef = gauge(
     "gpu_ghost_processes",
     GPU,
     "Processes holding memory with 0% SM for the idle window whose PID is gone, a zombie or orphaned.",
 );
-pub const OUTSIDE_SCHEDULER_PROCESSES: MetricDef = gauge(
+pub(crate) const OUTSIDE_SCHEDULER_PROCESSES: MetricDef = gauge(
     "gpu_outside_scheduler_processes",
     GPU,
     "Live processes on a GPU no scheduler allocated, on a host whose scheduler (the kubelet, Slurm job mapping) reported its allocations.",
 );
-pub const LONG_RUNNING_PROCESSES: MetricDef = gauge(
+pub(crate) const LONG_RUNNING_PROCESSES: MetricDef = gauge(
     "gpu_long_running_processes",
     GPU,
     "Processes running longer than [idle] long_running.",
 );
-pub const COST: MetricDef = counter(
+pub(crate) const COST: MetricDef = counter(
     "gpu_cost_total",
     &["gpu", "uuid", "state"],
     "Cost of the GPU's time since gpu-sentinel started keeping state, by state (busy, idle).",
 );
-pub const OWNER_SECONDS: MetricDef = counter(
+pub(crate) const OWNER_SECONDS: MetricDef = counter(
     "gpu_owner_seconds_total",
     &["gpu", "uuid", "owner", "team", "state"],
     "GPU-seconds charged to an owner (namespace, user or pod per [cost] owner) and its team, by state (busy, idle); a pod allocated the GPU is charged even while it runs nothing.",
 );
-pub const SCALE_RECOMMENDATION: MetricDef = gauge(
+pub(crate) const SCALE_RECOMMENDATION: MetricDef = gauge(
     "gpu_scale_recommendation",
     &["scope", "direction"],
     "1 on the advised scaling direction (out, in, hold) for the scope (node).",
 );
-pub const SCALE_RECOMMENDED_GPUS: MetricDef = gauge(
+pub(crate) const SCALE_RECOMMENDED_GPUS: MetricDef = gauge(
     "gpu_scale_recommended_gpus",
     &["scope"],
     "GPUs the measured demand needs with the configured buffer.",
 );
-pub const NODE_FREE_GPUS: MetricDef = gauge(
+pub(crate) const NODE_FREE_GPUS: MetricDef = gauge(
     "gpu_node_free_gpus",
     &[],
     "GPUs answering with nothing allocated on them.",
 );
-pub const NODE_LARGEST_FREE_MEMORY: MetricDef = gauge(
+pub(crate) const NODE_LARGEST_FREE_MEMORY: MetricDef = gauge(
     "gpu_node_largest_free_memory_bytes",
     &[],
     "Largest free memory on one GPU, in bytes.",
 );
-pub const NODE_FRAGMENTATION: MetricDef = gauge(
+pub(crate) const NODE_FRAGMENTATION: MetricDef = gauge(
     "gpu_node_fragmentation_ratio",
     &[],
     "Share of free GPU memory stranded on partly used GPUs (0-1).",
 );
 
 /// Families of the analysis engine, in exposition order after [`NATIVE`].
-pub const HEALTH_STATE: MetricDef = gauge(
+pub(crate) const HEALTH_STATE: MetricDef = gauge(
     "gpu_health_state",
     &["gpu", "uuid", "component", "action"],
     "Health verdict of one component of the GPU (memory, thermal, power, pcie, nvlink, xid, driver, risk) that is not healthy: 1 degraded, 2 unhealthy, with the repair it asks for (`action`: restart_job, reset_gpu, inspect_hardware, drain_and_reboot, none); a healthy component has no series. The reason: /api/v1/health.",
 );
-pub const NODE_HEALTH_STATE: MetricDef = gauge(
+pub(crate) const NODE_HEALTH_STATE: MetricDef = gauge(
     "gpu_node_health_state",
     &[],
     "Health verdict of the node, its worst GPU or own component (driver versions, kernel log, PCI bus): 0 healthy, 1 degraded, 2 unhealthy.",
 );
 
-pub const ANALYSIS: &[MetricDef] = &[
+pub(crate) const ANALYSIS: &[MetricDef] = &[
     RISK_SCORE,
     RISK_CONTRIBUTION,
     RISK_RULE,
@@ -422,65 +422,65 @@ pub const ANALYSIS: &[MetricDef] = &[
     NODE_HEALTH_STATE,
 ];
 
-pub const ALERTS: MetricDef = gauge(
+pub(crate) const ALERTS: MetricDef = gauge(
     "gpu_sentinel_alerts",
     &["alertname", "state"],
     "Alerts of each rule by state (pending, firing).",
 );
 
-pub const NOTIFICATIONS: MetricDef = counter(
+pub(crate) const NOTIFICATIONS: MetricDef = counter(
     "gpu_sentinel_notifications_total",
     &["receiver", "outcome"],
     "Notifications by receiver and outcome: sent, retried, dropped (a receiver refused it), superseded (a newer one of its group replaced it), evicted (the outbox was full).",
 );
-pub const OUTBOX_PENDING: MetricDef = gauge(
+pub(crate) const OUTBOX_PENDING: MetricDef = gauge(
     "gpu_sentinel_outbox_pending",
     &[],
     "Notifications in the outbox waiting for delivery.",
 );
-pub const OUTBOX_DURABLE: MetricDef = gauge(
+pub(crate) const OUTBOX_DURABLE: MetricDef = gauge(
     "gpu_sentinel_outbox_durable",
     &[],
     "1 when everything the outbox holds is in its store on disk; 0 while something is in memory only (the store failed, e.g. a full disk, and is retried), or when there is no store.",
 );
-pub const OUTBOX_STORE_ERRORS: MetricDef = counter(
+pub(crate) const OUTBOX_STORE_ERRORS: MetricDef = counter(
     "gpu_sentinel_outbox_store_errors_total",
     &[],
     "Attempts to open or write the outbox's store that failed; what they carried stays in memory and is written at a later attempt (backing off from 1 s to 10 s).",
 );
-pub const RATE_LIMIT_SUMMARIES: MetricDef = counter(
+pub(crate) const RATE_LIMIT_SUMMARIES: MetricDef = counter(
     "gpu_sentinel_rate_limit_summaries_total",
     &[],
     "Summary messages sent in place of several notifications to rate-limited receivers.",
 );
-pub const DELIVERY_IN_FLIGHT: MetricDef = gauge(
+pub(crate) const DELIVERY_IN_FLIGHT: MetricDef = gauge(
     "gpu_sentinel_delivery_in_flight_seconds",
     &["receiver"],
     "How long the send in progress to a receiver has run, in seconds; absent when idle.",
 );
-pub const DELIVERY_RETRY_AFTER_CAPPED: MetricDef = counter(
+pub(crate) const DELIVERY_RETRY_AFTER_CAPPED: MetricDef = counter(
     "gpu_sentinel_delivery_retry_after_capped_total",
     &["receiver"],
     "Waits a receiver asked for (Retry-After, a chat service's rate-limit code) longer than its max_backoff, cut to it.",
 );
-pub const DELIVERY_WORKER_RESTARTS: MetricDef = counter(
+pub(crate) const DELIVERY_WORKER_RESTARTS: MetricDef = counter(
     "gpu_sentinel_delivery_worker_restarts_total",
     &["receiver"],
     "Times a receiver's delivery worker panicked and was started again (it is reported on /healthz while down).",
 );
-pub const ADVICE_CACHED: MetricDef = gauge(
+pub(crate) const ADVICE_CACHED: MetricDef = gauge(
     "gpu_sentinel_advice_cached",
     &[],
     "Alert groups whose LLM advice is held in the cache.",
 );
-pub const ADVICE_REQUESTS: MetricDef = counter(
+pub(crate) const ADVICE_REQUESTS: MetricDef = counter(
     "gpu_sentinel_advice_requests_total",
     &["outcome"],
     "Requests to the LLM advice API by outcome (ok, incomplete, timeout, rate_limited, ...).",
 );
 
 /// Families of the alerting stage, after [`ANALYSIS`].
-pub const ALERTING: &[MetricDef] = &[
+pub(crate) const ALERTING: &[MetricDef] = &[
     ALERTS,
     NOTIFICATIONS,
     OUTBOX_PENDING,

@@ -34,49 +34,49 @@ const MIG_STATE: &[&str] = &[
     "state",
 ];
 
-pub const MIG_MEMORY_TOTAL: MetricDef = gauge(
+pub(crate) const MIG_MEMORY_TOTAL: MetricDef = gauge(
     "gpu_mig_memory_total_bytes",
     MIG,
     "Frame-buffer memory of the MIG instance's GPU instance (its compute instances share it), in bytes.",
 );
-pub const MIG_MEMORY_USED: MetricDef = gauge(
+pub(crate) const MIG_MEMORY_USED: MetricDef = gauge(
     "gpu_mig_memory_used_bytes",
     MIG,
     "Frame-buffer memory in use in the MIG instance's GPU instance, in bytes.",
 );
-pub const MIG_SHARE: MetricDef = gauge(
+pub(crate) const MIG_SHARE: MetricDef = gauge(
     "gpu_mig_share_ratio",
     MIG,
     "The MIG instance's share of its GPU: its compute slices over the GPU's (a 1g of an H100 is 1/7); its idle time and cost are charged at it.",
 );
-pub const MIG_SM_ACTIVE: MetricDef = gauge(
+pub(crate) const MIG_SM_ACTIVE: MetricDef = gauge(
     "gpu_mig_sm_active_ratio",
     MIG,
     "Fraction of cycles an SM of the MIG instance's GPU instance had a warp assigned (GPM, Hopper and newer).",
 );
-pub const MIG_SM_OCCUPANCY: MetricDef = gauge(
+pub(crate) const MIG_SM_OCCUPANCY: MetricDef = gauge(
     "gpu_mig_sm_occupancy_ratio",
     MIG,
     "Resident warps of the MIG instance's GPU instance as a fraction of the SM maximum (GPM).",
 );
-pub const MIG_TENSOR_ACTIVE: MetricDef = gauge(
+pub(crate) const MIG_TENSOR_ACTIVE: MetricDef = gauge(
     "gpu_mig_tensor_active_ratio",
     MIG,
     "Fraction of cycles a tensor pipe of the MIG instance's GPU instance was active (GPM).",
 );
-pub const MIG_DRAM_ACTIVE: MetricDef = gauge(
+pub(crate) const MIG_DRAM_ACTIVE: MetricDef = gauge(
     "gpu_mig_dram_active_ratio",
     MIG,
     "Fraction of cycles the MIG instance's GPU instance's memory interface was busy (GPM).",
 );
-pub const MIG_PROCESSES: MetricDef = gauge(
+pub(crate) const MIG_PROCESSES: MetricDef = gauge(
     "gpu_mig_processes",
     MIG,
     "Compute processes running in the MIG instance (0 for one nothing runs in).",
 );
 
 /// The per-instance families of the snapshot, in exposition order.
-pub const MIG_NATIVE: &[MetricDef] = &[
+pub(crate) const MIG_NATIVE: &[MetricDef] = &[
     MIG_MEMORY_TOTAL,
     MIG_MEMORY_USED,
     MIG_SHARE,
@@ -87,34 +87,34 @@ pub const MIG_NATIVE: &[MetricDef] = &[
     MIG_PROCESSES,
 ];
 
-pub const MIG_ALLOCATED: MetricDef = gauge(
+pub(crate) const MIG_ALLOCATED: MetricDef = gauge(
     "gpu_mig_allocated",
     MIG,
     "1 when the MIG instance is allocated: a scheduler gave it to a pod or job, a process holds memory in it, or its GPU instance's memory in use is above [idle] memory_floor_mib while nothing holds any compute instance of that GPU instance (a compute instance beside a held one is not held by its memory).",
 );
-pub const MIG_ALLOCATED_IDLE: MetricDef = gauge(
+pub(crate) const MIG_ALLOCATED_IDLE: MetricDef = gauge(
     "gpu_mig_allocated_idle",
     MIG,
     "1 when the MIG instance is allocated and every sample of the idle window stayed under the idle threshold (by its GPU instance's SM activity).",
 );
-pub const MIG_IDLE_SECONDS: MetricDef = gauge(
+pub(crate) const MIG_IDLE_SECONDS: MetricDef = gauge(
     "gpu_mig_idle_seconds",
     MIG,
     "Consecutive time the MIG instance's SM activity stayed under the idle threshold, in seconds.",
 );
-pub const MIG_COST: MetricDef = counter(
+pub(crate) const MIG_COST: MetricDef = counter(
     "gpu_mig_cost_total",
     MIG_STATE,
     "Cost of the MIG instance's share of its GPU since gpu-sentinel started keeping state, by state (busy, idle).",
 );
-pub const NODE_FREE_MIG_GPUS: MetricDef = gauge(
+pub(crate) const NODE_FREE_MIG_GPUS: MetricDef = gauge(
     "gpu_node_free_mig_gpus",
     &[],
     "Free MIG capacity, in GPUs: the shares of the MIG instances nothing holds (a free 1g of an H100 counts 1/7).",
 );
 
 /// The per-instance families of the engine's findings, and the node's free MIG capacity.
-pub const MIG_ANALYSIS: &[MetricDef] = &[
+pub(crate) const MIG_ANALYSIS: &[MetricDef] = &[
     MIG_ALLOCATED,
     MIG_ALLOCATED_IDLE,
     MIG_IDLE_SECONDS,

@@ -23,7 +23,7 @@ pub mod budget;
 pub mod dcgm;
 mod dcgm_render;
 pub mod families;
-pub mod metric_def;
+pub(crate) mod metric_def;
 pub mod metrics;
 pub mod mig;
 pub mod reference;
@@ -36,7 +36,7 @@ use bytes::Bytes;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 
-pub use dcgm::HostnameLabel;
+pub(crate) use dcgm::HostnameLabel;
 pub use families::{Families, Family};
 pub use reference::reference_markdown;
 pub use state::ExportState;
@@ -68,12 +68,12 @@ static TLS_CERT_NOT_AFTER: std::sync::atomic::AtomicI64 =
     std::sync::atomic::AtomicI64::new(i64::MIN);
 
 /// Sets what `gpu_sentinel_tls_cert_expiry_timestamp_seconds` shows (None: no series).
-pub fn set_tls_cert_not_after(at: Option<i64>) {
+pub(crate) fn set_tls_cert_not_after(at: Option<i64>) {
     TLS_CERT_NOT_AFTER.store(at.unwrap_or(i64::MIN), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The served certificate's `notAfter`, None without TLS.
-pub fn tls_cert_not_after() -> Option<i64> {
+pub(crate) fn tls_cert_not_after() -> Option<i64> {
     match TLS_CERT_NOT_AFTER.load(std::sync::atomic::Ordering::Relaxed) {
         i64::MIN => None,
         at => Some(at),
@@ -81,7 +81,7 @@ pub fn tls_cert_not_after() -> Option<i64> {
 }
 
 /// Content type of [`Exposition::text`].
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// What shapes an exposition besides the data.
 #[derive(Debug, Clone, PartialEq)]
@@ -231,7 +231,7 @@ pub fn families(
 
 impl Exposition {
     /// Encodes the families and compresses the text once.
-    pub fn from_families(families: &Families) -> Exposition {
+    pub(crate) fn from_families(families: &Families) -> Exposition {
         let text = families.encode();
         let gzip = gzip(text.as_bytes());
         Exposition {

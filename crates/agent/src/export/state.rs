@@ -31,7 +31,7 @@ pub struct ExportState {
 /// The labels of one `gpu_xid_errors_total` series. Orders by GPU index (unmatched GPUs,
 /// `None`, first), then UUID, then XID number.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct XidKey {
+pub(crate) struct XidKey {
     pub gpu: Option<u32>,
     pub uuid: String,
     pub xid: u32,
@@ -64,12 +64,12 @@ impl ExportState {
     }
 
     /// Cumulative XID counts, in exposition order.
-    pub fn xid_totals(&self) -> impl Iterator<Item = (&XidKey, u64)> {
+    pub(crate) fn xid_totals(&self) -> impl Iterator<Item = (&XidKey, u64)> {
         self.xid_totals.iter().map(|(key, count)| (key, *count))
     }
 
     /// The last XID seen on the GPU with this UUID since start.
-    pub fn last_xid(&self, uuid: &str) -> Option<u32> {
+    pub(crate) fn last_xid(&self, uuid: &str) -> Option<u32> {
         self.last_xid.get(uuid).copied()
     }
 
@@ -77,14 +77,14 @@ impl ExportState {
     /// alerting; `render`: the exposition and the API documents), shown by the next
     /// exposition as `gpu_sentinel_collect_duration_seconds{stage}`. The caller measures
     /// it, so rendering stays free of clock reads and golden files stay exact.
-    pub fn set_stage_seconds(&mut self, stage: &'static str, seconds: f64) {
+    pub(crate) fn set_stage_seconds(&mut self, stage: &'static str, seconds: f64) {
         self.stage_seconds.insert(stage, seconds);
     }
 
     /// Adds the values the range checks cleared in one collection
     /// ([`Snapshot::sanitize`]) to `gpu_sentinel_values_rejected_total`. Returns the fields
     /// cleared for the first time since start, for the caller to log once each.
-    pub fn count_rejected(&mut self, rejected: &RejectedValues) -> Vec<&'static str> {
+    pub(crate) fn count_rejected(&mut self, rejected: &RejectedValues) -> Vec<&'static str> {
         let mut first = Vec::new();
         for (field, count) in rejected.iter() {
             let total = self.rejected.entry(field.name()).or_insert(0);
@@ -97,24 +97,24 @@ impl ExportState {
     }
 
     /// Values cleared by the range checks since start, by field name.
-    pub fn rejected_values(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    pub(crate) fn rejected_values(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         self.rejected.iter().map(|(f, n)| (*f, *n))
     }
 
     /// Records how many saves of a state file (`engine.json`, `alerts.json`) failed since
     /// start, shown as `gpu_sentinel_state_save_errors_total{file}`. Files never recorded
     /// (a run that persists nothing) have no series.
-    pub fn set_state_save_errors(&mut self, file: &'static str, failures: u64) {
+    pub(crate) fn set_state_save_errors(&mut self, file: &'static str, failures: u64) {
         self.state_save_errors.insert(file, failures);
     }
 
     /// Recorded state-file save failures, by file name.
-    pub fn state_save_errors(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    pub(crate) fn state_save_errors(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         self.state_save_errors.iter().map(|(f, n)| (*f, *n))
     }
 
     /// Recorded stage times, by stage.
-    pub fn stage_seconds(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
+    pub(crate) fn stage_seconds(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
         self.stage_seconds.iter().map(|(s, v)| (*s, *v))
     }
 }

@@ -60,7 +60,7 @@ const SCOPE_PREFIXES: [&str; 5] = [
 ];
 
 /// The container id in one cgroup path, if it names a container.
-pub fn container_id(path: &str) -> Option<String> {
+pub(crate) fn container_id(path: &str) -> Option<String> {
     path.rsplit('/').find_map(|segment| {
         let name = segment.strip_suffix(".scope").unwrap_or(segment);
         let name = SCOPE_PREFIXES
@@ -73,7 +73,7 @@ pub fn container_id(path: &str) -> Option<String> {
 }
 
 /// The Kubernetes pod UID in one cgroup path, if it is under `kubepods`.
-pub fn pod_uid(path: &str) -> Option<String> {
+pub(crate) fn pod_uid(path: &str) -> Option<String> {
     if !path.contains("kubepods") {
         return None;
     }
@@ -94,7 +94,7 @@ pub fn pod_uid(path: &str) -> Option<String> {
 /// `/system.slice/slurmstepd.scope/job_<id>/step_<step>/…` (the scope may carry the node
 /// name: `<node>_slurmstepd.scope`). A `job_<id>` segment elsewhere (a user's own cgroup)
 /// names no Slurm job.
-pub fn slurm_job(path: &str) -> Option<String> {
+pub(crate) fn slurm_job(path: &str) -> Option<String> {
     let mut segments = path.split('/');
     let under_slurm = segments
         .by_ref()

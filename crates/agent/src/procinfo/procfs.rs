@@ -137,7 +137,7 @@ impl ProcFs {
     }
 
     /// The name of `uid` in the passwd file (re-read when it changes), else the number.
-    pub fn user_name(&self, uid: u32) -> String {
+    pub(crate) fn user_name(&self, uid: u32) -> String {
         let stamp = std::fs::metadata(&self.passwd)
             .map(|m| (m.modified().ok(), m.len()))
             .ok();

@@ -11,13 +11,13 @@ use crate::model::{
 };
 
 /// Minutes between samples.
-pub const STEP_MIN: i64 = 5;
+pub(crate) const STEP_MIN: i64 = 5;
 /// GPUs of the node.
 pub const GPUS: u32 = 8;
 pub const DAY_MIN: i64 = 24 * 60;
 /// The first minute of the eighth day: most anchors change their GPU from here, after a
 /// week of baseline.
-pub const LAST_DAY: i64 = 7 * DAY_MIN;
+pub(crate) const LAST_DAY: i64 = 7 * DAY_MIN;
 
 /// A change to GPU `g`'s sample at minute `m` (it may add XIDs for the GPU).
 pub type NodeChange = dyn Fn(i64, u32, &mut GpuSample, &mut Vec<u32>) + Send + Sync;

@@ -27,7 +27,7 @@ use crate::source::simulate::{
 };
 
 /// GPUs per node (an HGX baseboard).
-pub const GPUS_PER_NODE: usize = 8;
+pub(crate) const GPUS_PER_NODE: usize = 8;
 /// Share of GPU slots that fail, and that are confounders (the rest healthy).
 const FAILING_SHARE: f64 = 0.4;
 const CONFOUNDER_SHARE: f64 = 0.35;

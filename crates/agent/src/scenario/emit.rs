@@ -135,7 +135,7 @@ pub fn write_library(
 }
 
 /// Writes one node's run to `out`; returns the rows (CSV) or snapshots (JSONL) written.
-pub fn write_node(
+pub(crate) fn write_node(
     library: &Library,
     node: &NodeScenario,
     mut out: impl Write,

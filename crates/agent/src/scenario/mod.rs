@@ -81,7 +81,7 @@ pub struct NodeScenario {
     pub cooling: Option<(f64, f64)>,
     /// Where the node's collection interval lies between the shortest and the longest of a
     /// [`Polling`], 0 to 1 on a log scale.
-    pub interval_share: f64,
+    pub(crate) interval_share: f64,
     /// Spans of simulated seconds without a collection (the collector down, the node
     /// unreachable): no rows from `.0` to `.1`. None comes near a failure.
     pub gaps: Vec<(f64, f64)>,
@@ -180,7 +180,7 @@ pub enum Confounder {
 
 impl Confounder {
     /// The confounders a single GPU is drawn with (node-wide ones are drawn per node).
-    pub const PER_GPU: [Confounder; 8] = [
+    pub(crate) const PER_GPU: [Confounder; 8] = [
         Confounder::EccBurst,
         Confounder::GpuReset,
         Confounder::OldAggregateErrors,
@@ -203,7 +203,7 @@ pub struct Variants {
     /// `low`, `medium` or `high`: the precursor's rate against the family's base rate.
     pub rate_class: Option<String>,
     /// How a PCIe fault shows: `replays`, `train_down` or `both`.
-    pub link_mode: Option<String>,
+    pub(crate) link_mode: Option<String>,
     /// How the GPU's error counts arrive (failing and healthy GPUs alike): `poisson`,
     /// `overdispersed` or `diurnal`.
     #[serde(default = "poisson")]
@@ -232,7 +232,7 @@ impl Variants {
 }
 
 /// The workload names of the library.
-pub fn workload_name(kind: WorkloadKind) -> &'static str {
+pub(crate) fn workload_name(kind: WorkloadKind) -> &'static str {
     match kind {
         WorkloadKind::Training => "training",
         WorkloadKind::Inference => "inference",
@@ -276,8 +276,8 @@ pub struct GpuTruth {
     pub uuid: String,
     #[serde(flatten)]
     pub label: GpuLabel,
-    pub precursor_start: Option<DateTime<Utc>>,
-    pub failure_at: Option<DateTime<Utc>>,
+    pub(crate) precursor_start: Option<DateTime<Utc>>,
+    pub(crate) failure_at: Option<DateTime<Utc>>,
 }
 
 /// `start` plus `seconds`, saturating.
@@ -365,7 +365,7 @@ impl NodeScenario {
     }
 
     /// Whether a collection at `t` falls in one of the node's gaps.
-    pub fn in_gap(&self, t: f64) -> bool {
+    pub(crate) fn in_gap(&self, t: f64) -> bool {
         self.gaps.iter().any(|&(a, b)| t > a && t < b)
     }
 

@@ -257,11 +257,6 @@ const COLUMNS: &[Column] = &[
     }),
 ];
 
-/// The `--query-gpu` list the writer writes, comma-separated (as `nvidia-smi` is given it).
-pub fn query_fields() -> String {
-    COLUMNS.iter().map(|c| c.name).collect::<Vec<_>>().join(",")
-}
-
 /// Writes rounds of GPU rows.
 pub struct SmiCsvWriter<W: Write> {
     out: W,

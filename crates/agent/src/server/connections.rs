@@ -25,7 +25,7 @@ use crate::sync::lock;
 
 /// The open connections, oldest first.
 #[derive(Debug)]
-pub struct Connections {
+pub(crate) struct Connections {
     max: usize,
     open: Mutex<Open>,
     /// Signalled when a connection ends.
@@ -41,7 +41,7 @@ struct Open {
 
 /// One connection's state, shared by its task and the registry.
 #[derive(Debug, Default)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// Requests being answered.
     busy: AtomicUsize,
     /// Signalled when the connection should close to make room.
@@ -59,7 +59,7 @@ impl Connections {
     }
 
     /// Whether one more connection can be taken: below the cap, or one can be closed.
-    pub fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         let open = lock(&self.open);
         open.slots.len() < self.max || open.slots.values().any(|s| s.is_idle())
     }
@@ -76,7 +76,7 @@ impl Connections {
     }
 
     /// Registers a connection just accepted, closing the oldest idle one first when full.
-    pub fn admit(self: &Arc<Connections>) -> Ticket {
+    pub(crate) fn admit(self: &Arc<Connections>) -> Ticket {
         let mut open = lock(&self.open);
         if open.slots.len() >= self.max {
             evict_oldest_idle(&mut open);
@@ -93,7 +93,7 @@ impl Connections {
     }
 
     /// Closes the oldest idle connection (when file descriptors ran out); false if none.
-    pub fn evict_idle(&self) -> bool {
+    pub(crate) fn evict_idle(&self) -> bool {
         evict_oldest_idle(&mut lock(&self.open))
     }
 
@@ -128,7 +128,7 @@ impl Slot {
 
 /// A registered connection; it leaves the registry when dropped.
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     id: u64,
     slot: Arc<Slot>,
     connections: Arc<Connections>,
@@ -245,7 +245,7 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Failed accepts, logged at most once a [`LOG_EVERY`] with how many were not.
 #[derive(Debug, Default)]
-pub struct AcceptErrors {
+pub(crate) struct AcceptErrors {
     logged: Option<Instant>,
     unlogged: u64,
     /// The current pause after a failure, doubled while failures go on.

@@ -21,11 +21,11 @@ use hyper::{Request, Response, StatusCode};
 use crate::webconfig::{BasicAuth, RateLimiter, Verdict, WebConfig};
 
 /// The paths answered to anyone.
-pub const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+pub(crate) const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
 /// The checks and headers of one web configuration (none without one).
 #[derive(Debug, Default)]
-pub struct Protection {
+pub(crate) struct Protection {
     auth: Option<BasicAuth>,
     limiter: Option<RateLimiter>,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -108,7 +108,7 @@ impl Protection {
     }
 
     /// Adds the configured headers to a response.
-    pub fn decorate<B>(&self, resp: &mut Response<B>) {
+    pub(crate) fn decorate<B>(&self, resp: &mut Response<B>) {
         for (name, value) in &self.headers {
             resp.headers_mut().insert(name.clone(), value.clone());
         }

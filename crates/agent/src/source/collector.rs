@@ -38,7 +38,7 @@ pub enum Collected {
 
 /// The collectors of a host, run in order, each with its current outage.
 #[derive(Default)]
-pub struct Collectors {
+pub(crate) struct Collectors {
     entries: Vec<Entry>,
 }
 
@@ -58,6 +58,7 @@ impl Collectors {
         });
     }
 
+    #[cfg(test)]
     /// The collectors' names, in the order they run.
     pub fn names(&self) -> Vec<&'static str> {
         self.entries.iter().map(|e| e.collector.name()).collect()

@@ -21,7 +21,7 @@ use crate::model::{Allocation, GpuSample, Snapshot};
 use crate::procinfo::ProcFs;
 
 /// The collector family's name in `gpu_sentinel_collector_success`.
-pub const FAMILY: &str = "hpc_jobs";
+pub(crate) const FAMILY: &str = "hpc_jobs";
 
 /// Largest mapping file read; a job list is a few lines.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -29,7 +29,7 @@ const MAX_FILE_BYTES: u64 = 64 * 1024;
 const MAX_JOBS_PER_FILE: usize = 64;
 
 /// Reads the configured job files each collection.
-pub struct HpcJobFiles {
+pub(crate) struct HpcJobFiles {
     mapping_dir: Option<PathBuf>,
     gpustat_dir: Option<PathBuf>,
     /// Names the uids of gpustat files (numbers without it).
@@ -153,7 +153,10 @@ fn files(dir: &Path) -> std::io::Result<Vec<(String, String)>> {
 }
 
 /// The GPU a mapping file names (`3`, or `3.1` for instance 1 of GPU 3, then `true`).
-pub fn mapping_file_gpu<'g>(name: &str, gpus: &'g [GpuSample]) -> Option<(&'g GpuSample, bool)> {
+pub(crate) fn mapping_file_gpu<'g>(
+    name: &str,
+    gpus: &'g [GpuSample],
+) -> Option<(&'g GpuSample, bool)> {
     let (index, instance) = match name.split_once('.') {
         Some((index, instance)) => (index, Some(instance)),
         None => (name, None),
@@ -170,7 +173,7 @@ pub fn mapping_file_gpu<'g>(name: &str, gpus: &'g [GpuSample]) -> Option<(&'g Gp
 
 /// Job ids of a mapping file: one per line, blank lines skipped, anything that is not a
 /// job id (Slurm writes digits, `_` for array tasks, `+` for het jobs) ignored.
-pub fn mapping_jobs(text: &str) -> Vec<String> {
+pub(crate) fn mapping_jobs(text: &str) -> Vec<String> {
     text.lines()
         .map(str::trim)
         .filter(|l| job_id(l))
@@ -180,7 +183,7 @@ pub fn mapping_jobs(text: &str) -> Vec<String> {
 }
 
 /// `"<jobid> <uid>"`, the first line of a gpustat file.
-pub fn gpustat_line(text: &str) -> Option<(String, u32)> {
+pub(crate) fn gpustat_line(text: &str) -> Option<(String, u32)> {
     let mut fields = text.lines().next()?.split_whitespace();
     let job = fields.next().filter(|j| job_id(j))?;
     let uid = fields.next()?.parse().ok()?;

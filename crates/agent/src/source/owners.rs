@@ -12,7 +12,7 @@ use crate::model::Snapshot;
 use crate::procinfo::{self, ProcFs, ProcessTable};
 
 /// Resolves the owners of a snapshot's processes through a `/proc` tree.
-pub struct ProcessOwners {
+pub(crate) struct ProcessOwners {
     pub table: Arc<ProcFs>,
 }
 

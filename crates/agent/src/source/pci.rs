@@ -18,7 +18,7 @@ use crate::model::Snapshot;
 
 /// The `pci` collector: lists the NVIDIA GPUs on the bus into each snapshot, for the
 /// health verdicts' `pci` component.
-pub struct PciBus {
+pub(crate) struct PciBus {
     /// sysfs's PCI device folder (`[collect] pci_devices`).
     pub root: PathBuf,
 }
@@ -42,10 +42,10 @@ impl Collector for PciBus {
 }
 
 /// NVIDIA's PCI vendor id.
-pub const NVIDIA_VENDOR: u32 = 0x10de;
+pub(crate) const NVIDIA_VENDOR: u32 = 0x10de;
 
 /// A sysfs id file's value: `0x10de` with or without the prefix and trailing whitespace.
-pub fn parse_id(text: &str) -> Option<u32> {
+pub(crate) fn parse_id(text: &str) -> Option<u32> {
     let text = text.trim();
     let hex = text
         .strip_prefix("0x")
@@ -58,13 +58,13 @@ pub fn parse_id(text: &str) -> Option<u32> {
 }
 
 /// Whether a 24-bit PCI class code is a display controller a GPU presents (VGA or 3D).
-pub fn is_gpu_class(class: u32) -> bool {
+pub(crate) fn is_gpu_class(class: u32) -> bool {
     class >> 16 == 0x03 && matches!((class >> 8) & 0xff, 0x00 | 0x02)
 }
 
 /// The addresses of the NVIDIA GPUs under `root`, sorted. A device whose files cannot be
 /// read is skipped (it may be going away); only an unreadable `root` is an error.
-pub fn nvidia_gpus(root: &Path) -> io::Result<Vec<String>> {
+pub(crate) fn nvidia_gpus(root: &Path) -> io::Result<Vec<String>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(root)? {
         let Ok(entry) = entry else { continue };

@@ -26,19 +26,19 @@ use super::collector::{Collected, Collector};
 use crate::model::Snapshot;
 
 /// The collector family's name in `gpu_sentinel_collector_success`.
-pub const FAMILY: &str = "slurm_accounts";
+pub(crate) const FAMILY: &str = "slurm_accounts";
 
 /// New jobs looked up in one collection; the rest wait for the next.
-pub const LOOKUPS_PER_COLLECTION: usize = 4;
+pub(crate) const LOOKUPS_PER_COLLECTION: usize = 4;
 /// Time one `scontrol` call may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause after a failed lookup before the controller is asked again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(300);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(300);
 /// Largest answer read from `scontrol` (a one-line job record is a few KiB).
 const MAX_ANSWER_BYTES: u64 = 256 * 1024;
 
 /// Looks up and remembers the accounts of the host's jobs.
-pub struct SlurmAccounts {
+pub(crate) struct SlurmAccounts {
     program: PathBuf,
     /// Job id → its account (`None`: the controller knows the job but names no account).
     known: HashMap<String, Option<String>>,

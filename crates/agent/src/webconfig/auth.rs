@@ -44,19 +44,19 @@ use crate::sync::lock;
 
 /// Right credentials remembered per user: one password, plus one being rotated in, plus
 /// spares (bcrypt ignores what follows a password's 72nd byte, so several texts can match).
-pub const GOOD_PER_USER: usize = 4;
+pub(crate) const GOOD_PER_USER: usize = 4;
 
 /// Wrong credentials remembered; past it an arbitrary one is forgotten for each new one.
 const BAD_CACHE_SIZE: usize = 1024;
 
 /// Verifications that may wait for a worker; more are answered 503 at once. A Prometheus
 /// server's first scrape waits behind at most this many hashes.
-pub const QUEUE_LIMIT: usize = 32;
+pub(crate) const QUEUE_LIMIT: usize = 32;
 
 /// Failed logins an address may make at once…
-pub const FAILURE_BURST: u32 = 10;
+pub(crate) const FAILURE_BURST: u32 = 10;
 /// …and then one per this long.
-pub const FAILURE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const FAILURE_EVERY: Duration = Duration::from_secs(1);
 
 /// What a request's credentials come to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,8 +240,9 @@ impl BasicAuth {
         mac.finalize().into_bytes().into()
     }
 
+    #[cfg(test)]
     /// How many credentials are remembered, right and wrong (for tests of the bounds).
-    pub fn cached_verdicts(&self) -> (usize, usize) {
+    pub(crate) fn cached_verdicts(&self) -> (usize, usize) {
         let good = lock(&self.good).values().map(Vec::len).sum();
         (good, lock(&self.bad).len())
     }

@@ -13,11 +13,11 @@
 use std::time::Duration;
 
 /// A certificate that ends within this long is warned of.
-pub const WARN_BEFORE: Duration = Duration::from_secs(14 * 86400);
+pub(crate) const WARN_BEFORE: Duration = Duration::from_secs(14 * 86400);
 
 /// The certificate a configuration serves first: its DER, and where it was read from.
 #[derive(Clone)]
-pub struct Leaf {
+pub(crate) struct Leaf {
     pub der: Vec<u8>,
     pub what: String,
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Deserializer};
 /// The whole file. Every section is optional; an empty file is valid and changes nothing.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct FileConfig {
+pub(crate) struct FileConfig {
     pub tls_server_config: TlsServerConfig,
     pub http_server_config: HttpServerConfig,
     pub rate_limit: RateLimitConfig,
@@ -26,24 +26,24 @@ pub struct FileConfig {
 /// `tls_server_config`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct TlsServerConfig {
+pub(crate) struct TlsServerConfig {
     /// Inline PEM certificate chain (instead of `cert_file`).
     pub cert: Option<String>,
     /// Inline PEM private key (instead of `key_file`).
     pub key: Option<Secret>,
     /// Inline PEM CA certificates for client certificates (instead of `client_ca_file`).
-    pub client_ca: Option<String>,
+    pub(crate) client_ca: Option<String>,
     pub cert_file: Option<String>,
     pub key_file: Option<String>,
     pub client_ca_file: Option<String>,
     pub client_auth_type: ClientAuth,
     /// Accepted by Go; not honoured here (refused by name when set).
-    pub client_allowed_sans: Option<Vec<String>>,
-    pub min_version: TlsVersion,
-    pub max_version: TlsVersion,
-    pub cipher_suites: Vec<CipherSuite>,
-    pub prefer_server_cipher_suites: bool,
-    pub curve_preferences: Vec<Curve>,
+    pub(crate) client_allowed_sans: Option<Vec<String>>,
+    pub(crate) min_version: TlsVersion,
+    pub(crate) max_version: TlsVersion,
+    pub(crate) cipher_suites: Vec<CipherSuite>,
+    pub(crate) prefer_server_cipher_suites: bool,
+    pub(crate) curve_preferences: Vec<Curve>,
 }
 
 impl Default for TlsServerConfig {
@@ -68,7 +68,7 @@ impl Default for TlsServerConfig {
 
 impl TlsServerConfig {
     /// exporter-toolkit's `IsEnabled`: any certificate, key or client-CA setting turns TLS on.
-    pub fn is_enabled(&self) -> bool {
+    pub(crate) fn is_enabled(&self) -> bool {
         let set = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
         set(&self.cert)
             || self.key.as_ref().is_some_and(|k| !k.0.is_empty())
@@ -83,7 +83,7 @@ impl TlsServerConfig {
 /// `http_server_config`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct HttpServerConfig {
+pub(crate) struct HttpServerConfig {
     /// HTTP/2 over TLS (ALPN `h2`); Go's default is on.
     pub http2: bool,
     /// Extra response headers, from exporter-toolkit's allowed set.
@@ -103,7 +103,7 @@ impl Default for HttpServerConfig {
 /// authenticated ([`super::rate`]); an interval of 0 turns it off.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RateLimitConfig {
+pub(crate) struct RateLimitConfig {
     pub interval: GoDuration,
     pub burst: u32,
 }
@@ -121,7 +121,7 @@ impl fmt::Debug for Secret {
 
 /// Go's `tls.ClientAuthType` names, as exporter-toolkit accepts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientAuth {
+pub(crate) enum ClientAuth {
     NoClientCert,
     RequestClientCert,
     RequireAnyClientCert,
@@ -150,7 +150,7 @@ impl ClientAuth {
 
 /// Go's `tls.VersionTLS1x` names as exporter-toolkit spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum TlsVersion {
+pub(crate) enum TlsVersion {
     Tls10,
     Tls11,
     Tls12,
@@ -184,11 +184,11 @@ impl TlsVersion {
 
 /// One of Go's `tls.CipherSuites()` names that rustls implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CipherSuite {
+pub(crate) struct CipherSuite {
     pub name: &'static str,
     /// A TLS 1.3 suite: Go does not let these be configured (all three are always on), so
     /// naming one changes nothing, as in Go.
-    pub tls13: bool,
+    pub(crate) tls13: bool,
 }
 
 /// Go's secure suites (`tls.CipherSuites()`) that rustls implements: every AEAD suite with
@@ -273,7 +273,7 @@ impl Curve {
 /// The response headers exporter-toolkit lets a web config set (its `extraHTTPHeaders`),
 /// with the values it allows where the set is closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum AllowedHeader {
+pub(crate) enum AllowedHeader {
     StrictTransportSecurity,
     XContentTypeOptions,
     XFrameOptions,
@@ -301,7 +301,7 @@ impl AllowedHeader {
     }
 
     /// The values Go accepts, empty when any value goes.
-    pub fn allowed_values(self) -> &'static [&'static str] {
+    pub(crate) fn allowed_values(self) -> &'static [&'static str] {
         match self {
             AllowedHeader::XContentTypeOptions => &["nosniff"],
             AllowedHeader::XFrameOptions => &["deny", "sameorigin"],
@@ -322,7 +322,7 @@ impl AllowedHeader {
     }
 
     /// Checks a value as Go does, and that it can be sent at all.
-    pub fn check_value(self, value: &str) -> Result<(), String> {
+    pub(crate) fn check_value(self, value: &str) -> Result<(), String> {
         let allowed = self.allowed_values();
         if !allowed.is_empty() && !allowed.contains(&value) {
             return Err(format!(
@@ -345,7 +345,7 @@ impl AllowedHeader {
 /// (which the format allows) more than a day — at start, where the dummy hash for unknown
 /// users is made, and at every login not yet verified. Above 14 the agent would be a
 /// denial of service against itself.
-pub const MAX_BCRYPT_COST: u32 = 14;
+pub(crate) const MAX_BCRYPT_COST: u32 = 14;
 
 /// About how long one bcrypt at `cost` takes a core, in words (from ~50 ms at cost 10).
 fn bcrypt_time(cost: u32) -> String {
@@ -415,7 +415,7 @@ impl BcryptHash {
 /// A Go `time.Duration`: `"1s"`, `"1m30s"`, `"250ms"`, `"1.5h"`, or an integer of nanoseconds
 /// (how yaml.v2 reads a bare number into one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GoDuration(pub std::time::Duration);
+pub(crate) struct GoDuration(pub std::time::Duration);
 
 impl GoDuration {
     pub fn parse(s: &str) -> Result<GoDuration, String> {

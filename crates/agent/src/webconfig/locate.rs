@@ -5,7 +5,7 @@
 
 /// The line of the deepest key of `path` that is written (a missing option points at its
 /// section), or None when not even the first is.
-pub fn line_of_key(text: &str, path: &[&str]) -> Option<usize> {
+pub(crate) fn line_of_key(text: &str, path: &[&str]) -> Option<usize> {
     let mut found: Option<usize> = None;
     // Indentation of the key matched last; None before the first.
     let mut parent_indent: Option<usize> = None;

@@ -32,8 +32,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use auth::{BasicAuth, Verdict};
-pub use file::{AllowedHeader, BcryptHash, ClientAuth, GoDuration, TlsVersion};
-pub use rate::RateLimiter;
+pub(crate) use file::BcryptHash;
+#[cfg(test)]
+pub(crate) use file::GoDuration;
+pub(crate) use rate::RateLimiter;
 
 use file::FileConfig;
 
@@ -47,7 +49,7 @@ pub struct WebConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// The certificate served at start (with TLS): [`expiry::Leaf::serve`] records and
     /// checks its expiry when serving begins.
-    pub leaf: Option<expiry::Leaf>,
+    pub(crate) leaf: Option<expiry::Leaf>,
     /// HTTP/2 over TLS (ALPN `h2`); plain HTTP is always HTTP/1.1, as in exporter-toolkit.
     pub http2: bool,
     /// Headers added to every response, in exporter-toolkit's allowed set.
@@ -89,7 +91,7 @@ impl WebConfigError {
 
 /// A problem before the file's name is attached.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Problem {
+pub struct Problem {
     pub line: Option<usize>,
     pub key: Option<String>,
     pub message: String,
@@ -140,7 +142,7 @@ impl WebConfig {
     }
 
     /// Checks configuration text whose relative file names are under `dir`.
-    pub(crate) fn parse(text: &str, dir: &Path) -> Result<WebConfig, Problem> {
+    pub fn parse(text: &str, dir: &Path) -> Result<WebConfig, Problem> {
         let file = parse_yaml(text)?;
         let tls_config = &file.tls_server_config;
         if tls_config

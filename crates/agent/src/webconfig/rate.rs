@@ -21,7 +21,7 @@ const MAX_ADDRESSES: usize = 4096;
 
 /// One token each `every`, at most `burst` held, for each client address.
 #[derive(Debug)]
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     every: Duration,
     burst: f64,
     /// Tokens held by each address, as of the instant.
@@ -51,7 +51,7 @@ impl RateLimiter {
 
     /// Gives `client` back a token taken by [`RateLimiter::allow`] (a login that turned out
     /// right costs nothing).
-    pub fn refund(&self, client: IpAddr) {
+    pub(crate) fn refund(&self, client: IpAddr) {
         let mut buckets = lock(&self.buckets);
         if let Some((tokens, _)) = buckets.get_mut(&block(client)) {
             *tokens = (*tokens + 1.0).min(self.burst);

@@ -28,7 +28,7 @@ type Refusal = (&'static str, String);
 
 /// Builds the rustls configuration of `t`, reading its files (relative to `dir`), with
 /// the certificate it serves first.
-pub fn server_config(
+pub(crate) fn server_config(
     t: &TlsServerConfig,
     dir: &Path,
     http2: bool,
@@ -404,7 +404,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Serves the certificate and key, re-read when their files change.
 #[derive(Debug)]
-pub struct RotatingCert {
+pub(crate) struct RotatingCert {
     cert: Pem,
     key: Pem,
     provider: Arc<CryptoProvider>,

@@ -103,7 +103,7 @@ impl Default for CostConfig {
 }
 
 /// Owner kinds `[cost] owner` accepts.
-pub const OWNER_KINDS: [&str; 4] = ["auto", "user", "namespace", "pod"];
+pub(crate) const OWNER_KINDS: [&str; 4] = ["auto", "user", "namespace", "pod"];
 
 /// `[capacity]`: scaling and placement advice.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -30,7 +30,7 @@ impl Problem {
     }
 
     /// A parse or type error from the TOML deserializer.
-    pub fn from_toml(text: &str, err: &toml::de::Error) -> Problem {
+    pub(crate) fn from_toml(text: &str, err: &toml::de::Error) -> Problem {
         let span = err.span();
         let key = span.as_ref().and_then(|s| key_at(text, s.start));
         Problem {

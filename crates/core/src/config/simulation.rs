@@ -73,7 +73,7 @@ pub const MIG_MODELS: [&str; 3] = ["A100", "H100", "H200"];
 
 impl SimulationConfig {
     /// Whether the simulated model has MIG profiles the simulator knows.
-    pub fn model_has_mig(&self) -> bool {
+    pub(crate) fn model_has_mig(&self) -> bool {
         MIG_MODELS.iter().any(|m| self.model.contains(m))
     }
 

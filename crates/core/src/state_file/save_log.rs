@@ -80,8 +80,9 @@ impl SaveLog {
         self.failures.load(Ordering::Relaxed)
     }
 
+    #[cfg(test)]
     /// The failure count, for a thread that renders it while this log lives elsewhere.
-    pub fn failure_counter(&self) -> Arc<AtomicU64> {
+    pub(crate) fn failure_counter(&self) -> Arc<AtomicU64> {
         self.failures.clone()
     }
 }

@@ -62,7 +62,7 @@ pub const METRICS: &[&str] = &[
 
 /// Fields another stands in for: the clock-event reasons' older name, the profiling
 /// utilization where the device one is collected (and the other way round).
-pub const ABSENT_OR_STOOD_IN: &[(&str, Option<&str>)] = &[
+pub(crate) const ABSENT_OR_STOOD_IN: &[(&str, Option<&str>)] = &[
     (
         "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
         Some("DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),

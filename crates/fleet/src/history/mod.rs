@@ -31,7 +31,7 @@ use crate::model::{GpuSample, HostInfo, ProcessSample, Snapshot, XidEvent, XidSo
 pub use survey::{Survey, survey};
 
 /// Prometheus refuses a range query of more than 11,000 points per series; stay under it.
-pub const MAX_POINTS: u64 = 10_000;
+pub(crate) const MAX_POINTS: u64 = 10_000;
 
 /// The longest span one range query covers: six hours. The answer arrives as JSON with a
 /// string per point, a few times the size of the points themselves; at a 1-minute step and
@@ -253,7 +253,7 @@ fn chunk_query(dialect: Dialect, host: &str, step: Duration) -> Query<'static> {
 
 /// One step of one host being rebuilt from the chunk's series.
 #[derive(Debug, Default)]
-pub struct StepBuild {
+pub(crate) struct StepBuild {
     host: HostInfo,
     gpus: Vec<GpuBuild>,
     processes: Vec<ProcessSample>,

@@ -57,7 +57,7 @@ pub const METRICS: &[&str] = &[
 
 /// Families whose absence means "none happened": the XID counter appears with the first
 /// XID, the process series with the first process.
-pub const ABSENT_OR_STOOD_IN: &[(&str, Option<&str>)] = &[
+pub(crate) const ABSENT_OR_STOOD_IN: &[(&str, Option<&str>)] = &[
     ("gpu_xid_errors_total", None),
     ("gpu_process_memory_bytes", None),
     ("gpu_process_utilization_ratio", None),

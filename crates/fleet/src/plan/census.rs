@@ -20,7 +20,7 @@ const MAX_SPLITS: u32 = 12;
 #[derive(Debug, Clone, Default)]
 pub struct Census {
     /// The label naming a GPU's host (`instance`, or dcgm-exporter's `Hostname`).
-    pub host_label: String,
+    pub(crate) host_label: String,
     /// Every host with a series of the families asked about, sorted.
     pub hosts: Vec<String>,
     /// Series per family: per host (as `hosts` orders them), and those without the label.
@@ -84,7 +84,7 @@ impl Census {
     /// whose index does not answer (a proxy that serves only the query endpoints) gets a
     /// warning and a census that knows nothing: its queries are split only when it refuses
     /// them.
-    pub fn take_matching(
+    pub(crate) fn take_matching(
         client: &Client,
         host_label: &str,
         families: &[&str],

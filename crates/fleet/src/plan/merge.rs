@@ -59,7 +59,7 @@ impl Ranges {
     }
 
     /// Joins one series (as a streamed answer hands them on).
-    pub fn add_one(&mut self, part: Series) {
+    pub(crate) fn add_one(&mut self, part: Series) {
         let hash = self.hasher.hash_one(&part.labels);
         let same = |i: &usize| self.series[*i].labels == part.labels;
         let found = match self.at.get(&hash) {

@@ -19,7 +19,7 @@
 pub mod census;
 pub mod merge;
 mod run;
-pub mod shard;
+pub(crate) mod shard;
 #[cfg(test)]
 mod tests;
 
@@ -40,21 +40,21 @@ use super::prom::Client;
 pub struct Limits {
     /// Samples one query may hold in memory at once (Prometheus `--query.max-samples`),
     /// with room for the estimate's error.
-    pub peak_samples: u64,
+    pub(crate) peak_samples: u64,
     /// Points a series: range query steps and subquery steps.
     pub steps: u64,
     /// Raw samples one query may read (VictoriaMetrics `-search.maxSamplesPerQuery`).
-    pub raw_samples: u64,
+    pub(crate) raw_samples: u64,
     /// Points one answer may carry (its JSON is about 25 bytes a point).
     pub output_points: u64,
     /// Series one query may select (VictoriaMetrics `-search.maxUniqueTimeseries`).
     pub series: u64,
     /// Bytes of query text (VictoriaMetrics `-search.maxQueryLen`, 16 KiB).
-    pub query_bytes: usize,
+    pub(crate) query_bytes: usize,
 }
 
 /// Prometheus's default `--query.max-samples`.
-pub const PROMETHEUS_MAX_SAMPLES: u64 = 50_000_000;
+pub(crate) const PROMETHEUS_MAX_SAMPLES: u64 = 50_000_000;
 
 impl Limits {
     /// The limits for a store that allows `max_samples` samples in memory a query.

@@ -7,7 +7,7 @@ use std::ops::Range;
 /// expression, then for the PromQL string. The group that holds the last host also takes
 /// series without the label (an empty alternative: a missing label reads as ""), so the
 /// groups together cover every series.
-pub fn host_matcher(label: &str, hosts: &[String], range: Range<usize>) -> String {
+pub(crate) fn host_matcher(label: &str, hosts: &[String], range: Range<usize>) -> String {
     let last = range.end >= hosts.len();
     let mut names: Vec<String> = hosts
         .get(range)

@@ -166,7 +166,7 @@ impl Warnings {
     }
 
     /// A warning about line `line` (1-based).
-    pub fn at_line(&mut self, line: u64, message: impl Display) {
+    pub(crate) fn at_line(&mut self, line: u64, message: impl Display) {
         self.emit(format_args!("{}:{line}: {message}", self.origin.clone()));
     }
 

@@ -35,7 +35,7 @@ enum Message {
 }
 
 /// Where a log's records come from: read here, or by a thread ahead.
-pub enum RecordSource<R: Read> {
+pub(crate) enum RecordSource<R: Read> {
     Here(Records<R>),
     Ahead(ReadAhead),
 }
@@ -50,7 +50,7 @@ impl<R: Read> RecordSource<R> {
     }
 
     /// Whether the log read so far ends inside a line.
-    pub fn ends_mid_line(&self) -> bool {
+    pub(crate) fn ends_mid_line(&self) -> bool {
         match self {
             RecordSource::Here(records) => records.ends_mid_line(),
             RecordSource::Ahead(ahead) => ahead.mid_line,
@@ -85,7 +85,7 @@ impl<R: Read + Send + 'static> RecordSource<R> {
 }
 
 /// The reading end of a read-ahead thread.
-pub struct ReadAhead {
+pub(crate) struct ReadAhead {
     full: Receiver<Message>,
     empty: Sender<Vec<Cells>>,
     /// The batch being handed out, up to `next`.

@@ -93,7 +93,7 @@ struct Track {
 
 /// Sums up findings step by step.
 #[derive(Debug)]
-pub struct ReportBuilder {
+pub(crate) struct ReportBuilder {
     threshold: f64,
     tracks: Vec<Track>,
     snapshots: u64,
@@ -117,7 +117,7 @@ impl ReportBuilder {
     }
 
     /// Where the alert rules record their alerts.
-    pub fn alerts_mut(&mut self) -> &mut Vec<ReportAlert> {
+    pub(crate) fn alerts_mut(&mut self) -> &mut Vec<ReportAlert> {
         &mut self.alerts
     }
 

@@ -168,7 +168,7 @@ impl Field {
     }
 
     /// The unit nvidia-smi writes for this field when nothing else says.
-    pub fn default_unit(self) -> Unit {
+    pub(crate) fn default_unit(self) -> Unit {
         use Field::*;
         match self {
             UtilGpu | UtilMemory | UtilEncoder | UtilDecoder | FanSpeed => Unit::Percent,
@@ -401,7 +401,7 @@ pub fn text(cell: &[u8]) -> Cell<&str> {
 /// Reads nvidia-smi's timestamps fast, remembering the last date (it changes once a day
 /// while rows come every few milliseconds).
 #[derive(Debug, Clone)]
-pub struct TimestampParser {
+pub(crate) struct TimestampParser {
     /// Local time of the log minus UTC.
     offset: FixedOffset,
     last_date: [u8; 10],

@@ -91,7 +91,7 @@ impl<R: Read> Records<R> {
     /// Whether bytes of the log are read and waiting: the next record then comes without
     /// reading the log again, which may wait (a pipe from a running nvidia-smi). False when
     /// unsure (the `csv` crate may hold more of its own).
-    pub fn buffered(&self) -> bool {
+    pub(crate) fn buffered(&self) -> bool {
         match &self.mode {
             Mode::Lines { input, .. } => !input.buffer().is_empty(),
             Mode::Csv { csv, .. } => !csv.get_ref().get_ref().1.buffer().is_empty(),
@@ -100,7 +100,7 @@ impl<R: Read> Records<R> {
     }
 
     /// Whether the log read so far ends inside a line (no newline after its last byte).
-    pub fn ends_mid_line(&self) -> bool {
+    pub(crate) fn ends_mid_line(&self) -> bool {
         let log = match &self.mode {
             Mode::Lines { input, .. } => input.get_ref(),
             Mode::Csv { csv, .. } => csv.get_ref().get_ref().1.get_ref(),

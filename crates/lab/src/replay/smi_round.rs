@@ -52,7 +52,7 @@ use crate::model::{GpuSample, Snapshot};
 /// Rows of one round may be stamped a little apart, in either direction; a row earlier
 /// than its round by more than this is out of order, and one later by more than this
 /// belongs to the next round.
-pub const ROUND_JITTER: Duration = Duration::from_secs(1);
+pub(crate) const ROUND_JITTER: Duration = Duration::from_secs(1);
 
 /// What to do with a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub struct Cut {
 /// Rounds being assembled. GPUs are named by their position in the reader's list of
 /// known GPUs, which never reorders.
 #[derive(Debug, Default)]
-pub struct Rounds {
+pub(crate) struct Rounds {
     /// The round being filled: its samples are `current.gpus[..filled]`. The samples after
     /// them are spares (of rounds handed out before) that rows are read into ([`Rounds::staged`]),
     /// so that a row is parsed where it stays and no sample, a large struct, is moved.
@@ -181,7 +181,7 @@ impl Rounds {
 
     /// The sample the next row is read into: the first spare after the round's samples.
     /// It joins the round with [`Rounds::join`]; otherwise the next row overwrites it.
-    pub fn staged(&mut self) -> &mut GpuSample {
+    pub(crate) fn staged(&mut self) -> &mut GpuSample {
         let gpus = &mut self.current.gpus;
         if gpus.len() <= self.filled {
             // Room for a round like the last one and the row that begins the next, exactly:
@@ -246,7 +246,7 @@ impl Rounds {
     }
 
     /// The time of the current round, or of the last one.
-    pub fn last_round_at(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn last_round_at(&self) -> Option<DateTime<Utc>> {
         self.last_round_at
     }
 
@@ -256,7 +256,7 @@ impl Rounds {
 
     /// Whether the current round, the last of the log, was cut short (see the module
     /// documentation for the rule).
-    pub fn cut_short(&self) -> Option<Cut> {
+    pub(crate) fn cut_short(&self) -> Option<Cut> {
         let last = *self.ids.last()?;
         let reached = self.previous.iter().position(|(gpu, _)| *gpu == last)?;
         let mut expected = 0;
@@ -318,7 +318,7 @@ impl Rounds {
     }
 
     /// Gives up the current round (its samples become spares); how many there were.
-    pub fn discard(&mut self) -> usize {
+    pub(crate) fn discard(&mut self) -> usize {
         self.clear_ids();
         self.timed_in_current = 0;
         std::mem::take(&mut self.filled)

@@ -96,7 +96,7 @@ impl Flags {
 pub struct Row {
     pub at: DateTime<Utc>,
     /// The row named its GPU (uuid, bus id or index cell not empty).
-    pub has_identity: bool,
+    pub(crate) has_identity: bool,
 }
 
 /// Clears a sample for reuse. Its identity strings are kept (and their capacity): the row

@@ -293,7 +293,7 @@ pub fn observe() -> Vec<AnchorRows> {
 /// `features`, in time order), in log-odds and contribution units; 0 when every check
 /// holds with [`SLACK`] to spare. `scores` are log-odds above `bias`, as the search keeps
 /// them.
-pub fn shortfall(
+pub(crate) fn shortfall(
     checks: &[Check],
     rows: &[usize],
     times: &[f64],

@@ -24,7 +24,7 @@ const N: usize = FEATURES.len();
 
 /// Searches per fit: enough that the median of a weight does not hang on one draw, few
 /// enough that a fold costs seconds.
-pub const BAGS: usize = 8;
+pub(crate) const BAGS: usize = 8;
 
 /// The per-feature median of the weights [`search_in_order`] finds on `bags` bootstrap
 /// draws of `tracks`, each draw and its order of moves from `seed`.

@@ -20,8 +20,8 @@ const DAY: f64 = 86_400.0;
 /// Seconds in an hour.
 const HOUR: f64 = 3_600.0;
 /// Lead at which a failure counts as warned a day ahead, and half a day ahead.
-pub const LEAD: f64 = 24.0 * HOUR;
-pub const SHORT_LEAD: f64 = 12.0 * HOUR;
+pub(crate) const LEAD: f64 = 24.0 * HOUR;
+pub(crate) const SHORT_LEAD: f64 = 12.0 * HOUR;
 
 /// What really happened to a GPU, as the scenario that made it says (when it failed is
 /// what [`Tracker::fail`] was told).
@@ -36,7 +36,7 @@ pub enum Truth {
 
 /// Follows one GPU's score, step by step.
 #[derive(Debug, Clone)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     threshold: f64,
     /// Start of the warning that is up now.
     warning_since: Option<f64>,
@@ -131,17 +131,17 @@ pub enum Outcome {
 pub struct Figures {
     /// Predictable failures the run reached.
     pub failures: u32,
-    pub warned_24h: u32,
-    pub warned_12h: u32,
+    pub(crate) warned_24h: u32,
+    pub(crate) warned_12h: u32,
     /// Leads of the warned failures, in hours, sorted.
-    pub leads_hours: Vec<f64>,
+    pub(crate) leads_hours: Vec<f64>,
     /// Failures without precursors the run reached (not counted in recall).
-    pub unpredictable: u32,
+    pub(crate) unpredictable: u32,
     /// Of those, how many a warning claimed (held at the failure): should be none.
-    pub unpredictable_claimed: u32,
-    pub healthy_gpus: u32,
-    pub healthy_days: f64,
-    pub false_warnings: u32,
+    pub(crate) unpredictable_claimed: u32,
+    pub(crate) healthy_gpus: u32,
+    pub(crate) healthy_days: f64,
+    pub(crate) false_warnings: u32,
 }
 
 impl Figures {
@@ -178,11 +178,11 @@ impl Figures {
     }
 
     /// Share of predictable failures warned at least 24 h ahead, held to the failure.
-    pub fn recall_24h(&self) -> Option<f64> {
+    pub(crate) fn recall_24h(&self) -> Option<f64> {
         (self.failures > 0).then(|| f64::from(self.warned_24h) / f64::from(self.failures))
     }
 
-    pub fn recall_12h(&self) -> Option<f64> {
+    pub(crate) fn recall_12h(&self) -> Option<f64> {
         (self.failures > 0).then(|| f64::from(self.warned_12h) / f64::from(self.failures))
     }
 
@@ -193,7 +193,7 @@ impl Figures {
     }
 
     /// The `q` quantile (0–1) of the leads, in hours (nearest rank).
-    pub fn lead_quantile(&self, q: f64) -> Option<f64> {
+    pub(crate) fn lead_quantile(&self, q: f64) -> Option<f64> {
         let n = self.leads_hours.len();
         if n == 0 {
             return None;

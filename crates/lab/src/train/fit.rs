@@ -41,7 +41,7 @@ impl Fitted {
     }
 
     /// The model in the shipped model's format, every weight's reason naming `source`.
-    pub fn to_model(&self, source: &str) -> RiskModel {
+    pub(crate) fn to_model(&self, source: &str) -> RiskModel {
         RiskModel {
             description: format!("Risk model {source}."),
             bias: self.bias,
@@ -62,7 +62,7 @@ impl Fitted {
     }
 
     /// A stored model as a [`Fitted`], for measuring it the same way.
-    pub fn of_model(model: &RiskModel) -> Fitted {
+    pub(crate) fn of_model(model: &RiskModel) -> Fitted {
         let mut weights = [0.0; N];
         for w in &model.weights {
             if let Some(i) = FEATURES.iter().position(|(name, _)| *name == w.feature) {
@@ -150,7 +150,7 @@ pub fn fit(x: &[[f64; N]], y: &[bool], alpha: f64) -> anyhow::Result<Fitted> {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Metrics {
     pub rows: usize,
-    pub positive_rows: usize,
+    pub(crate) positive_rows: usize,
     /// Area under the ROC curve over rows; None when one label is missing.
     pub auc: Option<f64>,
     /// Of the rows at or above the threshold, the share that preceded a failure.
@@ -158,18 +158,18 @@ pub struct Metrics {
     /// Of the rows that preceded a failure, the share at or above the threshold.
     pub recall: Option<f64>,
     pub gpus: usize,
-    pub failing_gpus: usize,
+    pub(crate) failing_gpus: usize,
     /// Failing GPUs with a warning within the horizon before their failure.
-    pub warned_gpus: usize,
+    pub(crate) warned_gpus: usize,
     /// GPU-days with a warning that no failure followed within the horizon.
-    pub false_alarm_days: usize,
+    pub(crate) false_alarm_days: usize,
     pub gpu_days: f64,
     /// Hours from the first warning within the horizon to the failure, per warned GPU.
     pub lead_hours: Vec<f64>,
 }
 
 impl Metrics {
-    pub fn false_alarms_per_gpu_day(&self) -> f64 {
+    pub(crate) fn false_alarms_per_gpu_day(&self) -> f64 {
         if self.gpu_days > 0.0 {
             self.false_alarm_days as f64 / self.gpu_days
         } else {

@@ -19,7 +19,7 @@ use crate::model::Snapshot;
 
 /// A failure label as a history line carries it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct FailureLabel {
+pub(crate) struct FailureLabel {
     pub uuid: String,
     pub at: DateTime<Utc>,
     #[serde(default)]
@@ -47,7 +47,7 @@ pub struct Row {
 pub struct GpuRecord {
     pub uuid: String,
     /// Unix seconds of its first and last sample in which it answered (0 before any).
-    pub first_up: i64,
+    pub(crate) first_up: i64,
     pub last_up: i64,
     seen: bool,
     /// Unix seconds and family of its failures, earliest first.
@@ -56,7 +56,7 @@ pub struct GpuRecord {
 
 impl GpuRecord {
     /// The first failure, if any: rows from then on describe a broken GPU and are not used.
-    pub fn first_failure(&self) -> Option<i64> {
+    pub(crate) fn first_failure(&self) -> Option<i64> {
         self.failures.first().map(|&(at, _)| at)
     }
 

@@ -47,13 +47,13 @@ pub(crate) const HAND_SET: &str = include_str!("../../../../models/hand-set-risk
 
 /// The hand-set model: fixed, so a fit does not depend on which model was shipped last
 /// (never the shipped one in its place: a file that does not parse is an error).
-pub fn hand_set() -> anyhow::Result<RiskModel> {
+pub(crate) fn hand_set() -> anyhow::Result<RiskModel> {
     RiskModel::parse(HAND_SET).context("models/hand-set-risk.toml, the weights a fit starts from")
 }
 
 /// The variant axes held out, one fold per value: a noise-model fold leaves out every GPU,
 /// failing or healthy, whose counts arrive by that model.
-pub const AXES: [&str; 5] = ["sku", "curve", "workload", "rate_class", "noise"];
+pub(crate) const AXES: [&str; 5] = ["sku", "curve", "workload", "rate_class", "noise"];
 
 /// What to fit on and how.
 #[derive(Debug, Clone)]
@@ -109,16 +109,16 @@ pub struct LibraryReport {
     pub by_family: Table,
     /// The same failures by how long before the failure their precursor starts: a
     /// precursor of under two days leaves little to warn on a day ahead.
-    pub by_span: Table,
-    pub by_confounder: Table,
+    pub(crate) by_span: Table,
+    pub(crate) by_confounder: Table,
     /// ... and every healthy GPU once.
     pub healthy: Figures,
     /// One row per held-out variant value (`curve=exponential`, …).
-    pub by_variant: Table,
+    pub(crate) by_variant: Table,
     /// The model in use (the shipped one, models/default-risk.toml), judged on every GPU:
     /// by family, and every healthy GPU once.
-    pub shipped_by_family: Table,
-    pub shipped_healthy: Figures,
+    pub(crate) shipped_by_family: Table,
+    pub(crate) shipped_healthy: Figures,
     /// Anchor GPUs every fit was held to.
     pub anchors: usize,
 }

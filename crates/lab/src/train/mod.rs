@@ -9,7 +9,7 @@
 //! shipped model's TOML format.
 
 pub mod anchors;
-pub mod ensemble;
+pub(crate) mod ensemble;
 pub mod evaluate;
 pub mod fit;
 pub mod history;
@@ -73,13 +73,13 @@ pub struct HistorySummary {
     pub gpu_days: f64,
     /// Failures by family.
     pub failures: BTreeMap<String, usize>,
-    pub train_gpus: usize,
-    pub test_gpus: usize,
+    pub(crate) train_gpus: usize,
+    pub(crate) test_gpus: usize,
     /// Failures by family among the test GPUs.
-    pub test_failures: BTreeMap<String, usize>,
+    pub(crate) test_failures: BTreeMap<String, usize>,
     /// ROC AUC of the fitted model on its own training rows (against the test AUC, it shows
     /// how much the fit learnt GPUs rather than failures).
-    pub train_auc: Option<f64>,
+    pub(crate) train_auc: Option<f64>,
 }
 
 /// Reads the history, fits, measures, and writes the model to `options.out`.

@@ -1,7 +1,7 @@
 //! Work spread over the machine's cores: the library's nodes, the bagged searches.
 
 /// `work` over `items` on the machine's cores, results in item order.
-pub fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, items.len().max(1));

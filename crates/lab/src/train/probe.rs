@@ -8,7 +8,7 @@ const N: usize = FEATURES.len();
 /// A model that weighs every feature 1: under it each non-zero feature is a contribution
 /// with its value, so training reads the features the engine computed (held, against the
 /// node's median, from the GPU's running state) instead of computing them a second time.
-pub fn probe_model() -> RiskModel {
+pub(crate) fn probe_model() -> RiskModel {
     RiskModel {
         description: "probe".into(),
         bias: 0.0,
@@ -24,7 +24,7 @@ pub fn probe_model() -> RiskModel {
 }
 
 /// The feature vector an assessment under [`probe_model`] carries.
-pub fn features_of(assessment: &Assessment) -> [f64; N] {
+pub(crate) fn features_of(assessment: &Assessment) -> [f64; N] {
     let mut x = [0.0; N];
     for c in &assessment.contributions {
         if let Some(i) = FEATURES.iter().position(|(name, _)| *name == c.feature) {

@@ -108,7 +108,7 @@ pub fn search(
 /// [`search`], moving the weights in `order` each sweep: where two weights can buy the
 /// same failure, the first moved takes it, so the order matters ([`super::ensemble`]
 /// draws it at random per bag).
-pub fn search_in_order(
+pub(crate) fn search_in_order(
     rows: &Rows<'_>,
     tracks: &[Track],
     constraints: &[Constraint],
@@ -222,7 +222,7 @@ pub fn search_in_order(
 }
 
 /// How far `weights` fall short of `constraints` (0: every anchor met), scored on `rows`.
-pub fn shortfall_of(
+pub(crate) fn shortfall_of(
     rows: &Rows<'_>,
     constraints: &[Constraint],
     weights: &[f64; N],

@@ -39,7 +39,7 @@ pub struct Liveness {
 
 impl Liveness {
     /// A worker about to start: running, no restarts.
-    pub fn register(&self, receiver: &str) {
+    pub(crate) fn register(&self, receiver: &str) {
         lock(&self.workers).insert(receiver.to_string(), (Status::Running, 0));
     }
 

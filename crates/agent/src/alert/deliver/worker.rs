@@ -65,7 +65,7 @@ pub(super) struct Worker {
     /// Consecutive failed attempts (backoff exponent).
     pub failures: u32,
     /// The receiver is backing off until then.
-    pub blocked_until: Option<Instant>,
+    pub(crate) blocked_until: Option<Instant>,
     pub rng: SmallRng,
 }
 

@@ -35,7 +35,7 @@ const ALERTS_PATH: &str = "/api/v2/alerts";
 
 /// A bearer token for an Alertmanager behind an authenticating proxy; no rate limit of
 /// its own; fed the whole alert list, which it groups, silences and inhibits itself.
-pub const FACTS: KindFacts = KindFacts {
+pub(crate) const FACTS: KindFacts = KindFacts {
     secret: Some(SecretUse::Bearer),
     default_max_per_minute: 0,
     consumes: Consumes::AlertList,

@@ -28,14 +28,14 @@ use super::{Notifier, NotifyError, hmac_sha256_base64};
 use crate::alert::Notification;
 
 /// Largest markdown text sent.
-pub const MAX_TEXT_BYTES: usize = 20_000;
+pub(crate) const MAX_TEXT_BYTES: usize = 20_000;
 
 /// How long DingTalk throttles a robot that sent more than 20 messages in a minute.
 const THROTTLE: Duration = Duration::from_secs(10 * 60);
 
 /// The signing secret ("加签"), when the robot has it on; 20 messages a minute (past it
 /// DingTalk throttles the robot for ten minutes); fed groups.
-pub const FACTS: KindFacts = KindFacts {
+pub(crate) const FACTS: KindFacts = KindFacts {
     secret: Some(SecretUse::Signing),
     default_max_per_minute: 20,
     consumes: Consumes::Groups,

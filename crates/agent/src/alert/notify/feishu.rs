@@ -31,14 +31,14 @@ use super::{Notifier, NotifyError, hmac_sha256_base64};
 use crate::alert::Notification;
 
 /// Largest request body Feishu accepts ("20 KB"; counted as 20,000 bytes to be safe).
-pub const MAX_BODY_BYTES: usize = 20_000;
+pub(crate) const MAX_BODY_BYTES: usize = 20_000;
 
 /// Codes meaning "too many requests, try later".
 const RETRY_CODES: [i64; 2] = [11232, 99991400];
 
 /// The signing secret, when the bot has signature verification on; Feishu's limits (100 a
 /// minute, 5 a second) are far above what groups send, so none here; fed groups.
-pub const FACTS: KindFacts = KindFacts {
+pub(crate) const FACTS: KindFacts = KindFacts {
     secret: Some(SecretUse::Signing),
     default_max_per_minute: 0,
     consumes: Consumes::Groups,

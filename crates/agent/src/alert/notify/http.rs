@@ -202,7 +202,7 @@ impl Endpoint {
     }
 
     /// Sends `Authorization: Bearer TOKEN` with every request.
-    pub fn with_bearer(mut self, token: Option<String>) -> Endpoint {
+    pub(crate) fn with_bearer(mut self, token: Option<String>) -> Endpoint {
         if let Some(token) = &token {
             redact::register_secret(token);
         }
@@ -211,7 +211,7 @@ impl Endpoint {
     }
 
     /// Another secret (a signing key) to keep out of messages.
-    pub fn redact_also(&mut self, secret: &str) {
+    pub(crate) fn redact_also(&mut self, secret: &str) {
         redact::register_secret(secret);
     }
 
@@ -276,7 +276,7 @@ impl Endpoint {
 
 /// Reads a chat service's JSON reply code: `Some((code, message))` when `field` is an
 /// integer in a JSON object body.
-pub fn body_code(reply: &Reply, field: &str, message_field: &str) -> Option<(i64, String)> {
+pub(crate) fn body_code(reply: &Reply, field: &str, message_field: &str) -> Option<(i64, String)> {
     let doc: serde_json::Value = serde_json::from_slice(&reply.body).ok()?;
     let code = doc.get(field)?.as_i64()?;
     let message = doc
@@ -291,7 +291,7 @@ pub fn body_code(reply: &Reply, field: &str, message_field: &str) -> Option<(i64
 /// WeCom): 0 is delivered (when the status says so too), -1 "system busy" and the robot's
 /// rate-limit code are retried (the latter after `rate_limit_wait`), any other code is
 /// dropped, as Alertmanager's own WeChat integration does. None: not such a body.
-pub fn errcode_verdict(
+pub(crate) fn errcode_verdict(
     reply: &Reply,
     service: &str,
     rate_limit_code: i64,

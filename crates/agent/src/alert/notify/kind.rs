@@ -18,7 +18,7 @@ pub struct KindFacts {
     /// credential), and setting one is refused rather than ignored.
     pub secret: Option<SecretUse>,
     /// Messages a minute when the receiver's `max_per_minute` is 0; 0: unlimited.
-    pub default_max_per_minute: u32,
+    pub(crate) default_max_per_minute: u32,
     /// What dispatch sends it.
     pub consumes: Consumes,
 }

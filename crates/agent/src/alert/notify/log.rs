@@ -8,14 +8,14 @@ use super::{Notifier, NotifyError};
 use crate::alert::Notification;
 
 /// No secret and no URL (it writes to the agent's log); never limited; fed groups.
-pub const FACTS: KindFacts = KindFacts {
+pub(crate) const FACTS: KindFacts = KindFacts {
     secret: None,
     default_max_per_minute: 0,
     consumes: Consumes::Groups,
 };
 
 #[derive(Debug)]
-pub struct LogNotifier {
+pub(crate) struct LogNotifier {
     receiver: String,
 }
 

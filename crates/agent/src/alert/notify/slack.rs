@@ -26,7 +26,7 @@ const MAX_TEXT_CHARS: usize = 40_000;
 
 /// No secret: the incoming webhook's URL is its credential; Slack's 429s carry their own
 /// `Retry-After`, so no rate limit here; fed groups.
-pub const FACTS: KindFacts = KindFacts {
+pub(crate) const FACTS: KindFacts = KindFacts {
     secret: None,
     default_max_per_minute: 0,
     consumes: Consumes::Groups,

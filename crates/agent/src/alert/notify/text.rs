@@ -81,7 +81,7 @@ pub fn title(notification: &Notification) -> String {
 }
 
 /// The colour family of a message: resolved, or its highest severity.
-pub fn tone(notification: &Notification) -> Tone {
+pub(crate) fn tone(notification: &Notification) -> Tone {
     if notification.status() == "resolved" {
         return Tone::Resolved;
     }
@@ -93,7 +93,7 @@ pub fn tone(notification: &Notification) -> Tone {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tone {
+pub(crate) enum Tone {
     Critical,
     Warning,
     Info,
@@ -107,7 +107,7 @@ pub struct Facts {
     pub severity: String,
     pub firing: bool,
     /// "GPU 3 (GPU-…) on host-a", "host-a", or empty.
-    pub location: String,
+    pub(crate) location: String,
     pub summary: Option<String>,
     pub description: Option<String>,
     pub runbook: Option<String>,
@@ -119,7 +119,7 @@ pub struct Facts {
 impl Facts {
     /// The location line (when known), then each field present as `**Label:** value`, in
     /// the order every chat message shows them.
-    pub fn markdown_fields(&self) -> Vec<String> {
+    pub(crate) fn markdown_fields(&self) -> Vec<String> {
         let mut lines = Vec::new();
         if !self.location.is_empty() {
             lines.push(self.location.clone());
@@ -213,7 +213,7 @@ fn span(seconds: i64) -> String {
 /// `alert` from its facts (long fields cut to `field_bytes`), then "… (N more alerts)" and
 /// the link to all alerts; blocks separated by a blank line, which every chat markdown
 /// dialect reads as a line break.
-pub fn markdown_message(
+pub(crate) fn markdown_message(
     notification: &Notification,
     count: usize,
     heading: &str,
@@ -240,7 +240,7 @@ pub fn markdown_message(
 }
 
 /// The marker ending a message that could not show every alert.
-pub fn more_marker(hidden: usize) -> String {
+pub(crate) fn more_marker(hidden: usize) -> String {
     if hidden == 1 {
         "… (1 more alert)".to_string()
     } else {
@@ -249,7 +249,7 @@ pub fn more_marker(hidden: usize) -> String {
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, with "…" when cut.
-pub fn truncate_bytes(text: &str, max: usize) -> String {
+pub(crate) fn truncate_bytes(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }
@@ -262,7 +262,7 @@ pub fn truncate_bytes(text: &str, max: usize) -> String {
 }
 
 /// `text` cut to at most `max` characters (Slack counts characters), with "…" when cut.
-pub fn truncate_chars(text: &str, max: usize) -> String {
+pub(crate) fn truncate_chars(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();
     }

@@ -20,10 +20,10 @@ use super::{Notifier, NotifyError, text};
 use crate::alert::{AlertState, LabelSet, Notification};
 
 /// Go's zero `time.Time` as `encoding/json` writes it.
-pub const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+pub(crate) const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 /// A bearer token, when the receiver wants one; no rate limit; fed groups.
-pub const FACTS: KindFacts = KindFacts {
+pub(crate) const FACTS: KindFacts = KindFacts {
     secret: Some(SecretUse::Bearer),
     default_max_per_minute: 0,
     consumes: Consumes::Groups,
@@ -135,7 +135,7 @@ fn message(notification: &Notification) -> Message<'_> {
 
 /// A time as Go's `time.Time` marshals to JSON: RFC 3339, UTC as `Z`, nanoseconds with
 /// trailing zeros removed.
-pub fn go_time(t: DateTime<Utc>) -> String {
+pub(crate) fn go_time(t: DateTime<Utc>) -> String {
     let full = t.to_rfc3339_opts(SecondsFormat::Nanos, true);
     match full.split_once('.') {
         Some((seconds, fraction)) => {

@@ -23,14 +23,14 @@ use super::{Notifier, NotifyError};
 use crate::alert::Notification;
 
 /// Largest markdown content WeCom takes, in bytes of UTF-8.
-pub const MAX_CONTENT_BYTES: usize = 4096;
+pub(crate) const MAX_CONTENT_BYTES: usize = 4096;
 
 /// WeCom's rate window: 20 messages per robot per minute.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
 
 /// No secret: the `key` in the URL is the credential; 20 messages a minute per robot;
 /// fed groups.
-pub const FACTS: KindFacts = KindFacts {
+pub(crate) const FACTS: KindFacts = KindFacts {
     secret: None,
     default_max_per_minute: 20,
     consumes: Consumes::Groups,

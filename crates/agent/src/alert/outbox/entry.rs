@@ -17,7 +17,7 @@ pub struct OutboxEntry {
     #[serde(skip)]
     pub id: EntryId,
     pub notification: Notification,
-    pub enqueued_at: DateTime<Utc>,
+    pub(crate) enqueued_at: DateTime<Utc>,
     /// Delivery attempts that failed so far.
     pub attempts: u32,
     /// Not to be tried before this.

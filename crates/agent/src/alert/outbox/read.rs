@@ -21,7 +21,11 @@ impl Outbox {
     }
 
     /// Entries of `receiver` enqueued before `cutoff`.
-    pub fn enqueued_before(&self, receiver: &str, cutoff: DateTime<Utc>) -> Vec<OutboxEntry> {
+    pub(crate) fn enqueued_before(
+        &self,
+        receiver: &str,
+        cutoff: DateTime<Utc>,
+    ) -> Vec<OutboxEntry> {
         self.lock()
             .entries
             .values()

@@ -47,7 +47,7 @@ const CLOCK_REASONS: u64 = ClockEvents::APPLICATIONS_CLOCKS_SETTING
     | ClockEvents::DISPLAY_CLOCK_SETTING;
 
 /// What a GPU's components are judged from at one step.
-pub struct Input<'a> {
+pub(crate) struct Input<'a> {
     pub now: i64,
     /// The GPU's sample; `None` when the snapshot does not list it.
     pub sample: Option<&'a GpuSample>,

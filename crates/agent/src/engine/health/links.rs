@@ -24,7 +24,7 @@ const PCIE_BUSY: f64 = 0.1;
 
 /// Rates of the error counters since the previous sample.
 #[derive(Debug, Default)]
-pub struct Deltas {
+pub(crate) struct Deltas {
     seconds: f64,
     nvlink_crc: Option<u64>,
     nvlink_replay: Option<u64>,
@@ -47,7 +47,7 @@ fn went_down(now: Option<u64>, before: Option<u64>) -> bool {
 
 /// Remembers this sample's counters and returns their growth; notes a reset (the GPU
 /// answering again, volatile counters starting over).
-pub fn note_counters(now: i64, s: &GpuSample, state: &mut GpuHealthState) -> Deltas {
+pub(crate) fn note_counters(now: i64, s: &GpuSample, state: &mut GpuHealthState) -> Deltas {
     let sum = |f: fn(&crate::model::NvLinkErrors) -> u64| {
         (!s.nvlink.is_empty()).then(|| s.nvlink.iter().map(f).fold(0u64, u64::saturating_add))
     };

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use super::slots::Scratch;
 use super::{Engine, GpuFindings};
 use crate::model::{GpuSample, Snapshot};
-pub use hold::Hold;
+pub(crate) use hold::Hold;
 
 /// How well a component, a GPU or the node does. Ordered from best to worst.
 #[derive(
@@ -108,12 +108,12 @@ impl Action {
 }
 
 /// The components judged for every GPU, in the order the API lists them.
-pub const GPU_COMPONENTS: [&str; 8] = [
+pub(crate) const GPU_COMPONENTS: [&str; 8] = [
     "memory", "thermal", "power", "pcie", "nvlink", "xid", "driver", "risk",
 ];
 
 /// The node's own components, in the order the API lists them.
-pub const NODE_COMPONENTS: [&str; 3] = ["driver_version", "kernel_log", "pci"];
+pub(crate) const NODE_COMPONENTS: [&str; 3] = ["driver_version", "kernel_log", "pci"];
 
 /// One component's verdict as published.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -178,17 +178,17 @@ pub struct GpuHealthState {
     pub driver: Hold,
     pub risk: Hold,
     /// The highest PCIe generation and width the link ran at.
-    pub pcie_generation_reached: Option<u32>,
-    pub pcie_width_reached: Option<u32>,
+    pub(crate) pcie_generation_reached: Option<u32>,
+    pub(crate) pcie_width_reached: Option<u32>,
     /// NVLinks seen active, a bit per link.
-    pub nvlinks_seen: u64,
+    pub(crate) nvlinks_seen: u64,
     /// The error counters at the previous sample, for their rates.
     pub last: Option<LastCounters>,
     /// Unix seconds since which the SM clock has stayed low under load without a reason.
-    pub clocks_low_since: Option<i64>,
+    pub(crate) clocks_low_since: Option<i64>,
     /// Unix seconds of the last reset seen (the GPU answering again, or its volatile
     /// counters starting over): XIDs from before it are dealt with.
-    pub reset_at: Option<i64>,
+    pub(crate) reset_at: Option<i64>,
     /// Whether the GPU answered at its previous sample.
     pub answered: Option<bool>,
     /// XIDs that ask for something, with their unix time, newest last.
@@ -200,11 +200,11 @@ pub struct GpuHealthState {
 pub struct LastCounters {
     pub at: i64,
     pub pcie_replays: Option<u64>,
-    pub nvlink_crc: Option<u64>,
-    pub nvlink_replay: Option<u64>,
-    pub nvlink_recovery: Option<u64>,
+    pub(crate) nvlink_crc: Option<u64>,
+    pub(crate) nvlink_replay: Option<u64>,
+    pub(crate) nvlink_recovery: Option<u64>,
     /// Volatile ECC errors, corrected and uncorrected: they start over at a reset.
-    pub ecc_volatile: Option<u64>,
+    pub(crate) ecc_volatile: Option<u64>,
 }
 
 impl GpuHealthState {

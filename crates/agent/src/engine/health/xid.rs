@@ -41,7 +41,7 @@ pub fn verdict(xid: u32) -> (State, Action) {
 
 /// How long an XID counts as evidence: a day for one that says something of the GPU (the
 /// `GpuHardwareXid` alert's window), an hour for the application's faults.
-pub fn window_seconds(xid: u32) -> i64 {
+pub(crate) fn window_seconds(xid: u32) -> i64 {
     match verdict(xid).0 {
         State::Healthy => 3600,
         _ => 86_400,

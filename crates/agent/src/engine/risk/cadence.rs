@@ -45,7 +45,7 @@ struct Last {
 
 impl Cadence {
     /// Notes that this step's sample brought errors (any counter delta).
-    pub fn note_news(&mut self, news: bool) {
+    pub(crate) fn note_news(&mut self, news: bool) {
         self.news |= news;
     }
 

@@ -224,17 +224,17 @@ impl Ln1p for f64 {
 /// What one GPU shows on its own, before the node's median is taken away.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Signals {
-    pub ecc_days: f64,
-    pub ecc_rate: f64,
+    pub(crate) ecc_days: f64,
+    pub(crate) ecc_rate: f64,
     pub uncorrected: f64,
     pub remaps: f64,
     pub remap_pending: bool,
     pub retired: f64,
     pub retired_pending: bool,
     pub xids: f64,
-    pub link_degraded: f64,
-    pub memory_gap: f64,
-    pub power_erratic: f64,
+    pub(crate) link_degraded: f64,
+    pub(crate) memory_gap: f64,
+    pub(crate) power_erratic: f64,
     /// What the node's GPUs may share, peer-subtracted in [`features`].
     pub shared: Shared,
 }

@@ -53,7 +53,7 @@ impl Family {
     /// wear builds over days and a one-off burst should be gone within a day or two;
     /// link errors over hours to days; temperatures and power over hours; slow or failing
     /// NVML calls matter while they happen.
-    pub fn hold_seconds(self) -> f64 {
+    pub(crate) fn hold_seconds(self) -> f64 {
         const H: f64 = 3600.0;
         match self {
             Family::Memory => 24.0 * H,
@@ -71,8 +71,8 @@ impl Family {
 /// Held family contributions at which evidence starts and under which it ends, log-odds.
 /// A single day of a few corrected errors (0.6 + 0.5 with the shipped weights) is below
 /// the start: ordinary noise names no evidence.
-pub const EVIDENCE_STARTS: f64 = 1.5;
-pub const EVIDENCE_ENDS: f64 = 1.0;
+pub(crate) const EVIDENCE_STARTS: f64 = 1.5;
+pub(crate) const EVIDENCE_ENDS: f64 = 1.0;
 
 /// The held contributions of one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -181,7 +181,7 @@ pub struct Evidence {
     /// Unix seconds the evidence started.
     pub since: i64,
     /// How long it has held, seconds.
-    pub lasted_seconds: i64,
+    pub(crate) lasted_seconds: i64,
     /// Its held contributions together, log-odds.
     pub contribution: f64,
 }

@@ -29,16 +29,15 @@ mod peers;
 mod power;
 mod rate;
 mod state;
-pub use cadence::Cadence;
 pub use features::{FEATURES, Signals, feature_index, features, is_likelihood_ratio};
 pub use hold::{
     CORROBORATION, Evidence, FAMILIES, Family, Hold, combine_families, combined, family_of,
 };
 pub use peers::{PeerScratch, Peers, Shared};
-pub use state::RiskState;
+pub(crate) use state::RiskState;
 
 /// Score a known-bad rule sets at least.
-pub const RULE_SCORE: f64 = 0.95;
+pub(crate) const RULE_SCORE: f64 = 0.95;
 
 /// One weighted feature of a model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -175,7 +174,7 @@ pub struct RiskInput<'a> {
     /// This GPU's signals ([`Signals::of`]), computed once per step.
     pub signals: &'a Signals,
     /// The node's median GPU, computed once per round from every GPU's signals.
-    pub peers: &'a Peers,
+    pub(crate) peers: &'a Peers,
 }
 
 /// The known-bad rule that holds, if any.
@@ -214,7 +213,7 @@ pub struct FeatureWeights {
 }
 
 impl RiskModel {
-    pub fn by_feature(&self) -> FeatureWeights {
+    pub(crate) fn by_feature(&self) -> FeatureWeights {
         let mut weights = [0.0; FEATURES.len()];
         for w in &self.weights {
             if let Some(i) = FEATURES.iter().position(|(name, _)| *name == w.feature) {
@@ -238,7 +237,7 @@ pub fn assess(model: &FeatureWeights, input: &RiskInput<'_>, hold: &mut Hold) ->
 
 /// [`assess`] into `into`, whose lists are refilled: a replay scores every GPU at every
 /// round, and reusing the lists of the round before spares an allocation per GPU-sample.
-pub fn assess_with(
+pub(crate) fn assess_with(
     model: &FeatureWeights,
     input: &RiskInput<'_>,
     hold: &mut Hold,

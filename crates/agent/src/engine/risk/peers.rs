@@ -8,46 +8,46 @@
 //! worth the name and each GPU keeps its whole value.
 
 /// GPUs a node needs before its median stands for "what every GPU shows".
-pub const MIN_PEERS: usize = 3;
+pub(crate) const MIN_PEERS: usize = 3;
 
 /// The signals a node's GPUs may share, in their units before any weighting.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Shared {
     /// `ln(1 + replays in the last day ÷ 240)`.
-    pub replay_level: f64,
+    pub(crate) replay_level: f64,
     /// The replay counter's rate test against the GPU's own baseline, nats.
-    pub replay_rate: f64,
+    pub(crate) replay_rate: f64,
     /// The same of NVLink errors, hardware XIDs and failed NVML calls.
-    pub nvlink_rate: f64,
-    pub xid_rate: f64,
-    pub failed_rate: f64,
+    pub(crate) nvlink_rate: f64,
+    pub(crate) xid_rate: f64,
+    pub(crate) failed_rate: f64,
     /// Unstable power hours' rate test, nats.
-    pub power_unstable: f64,
+    pub(crate) power_unstable: f64,
     /// `ln(1 + NVLink errors per hour)`.
-    pub nvlink_level: f64,
+    pub(crate) nvlink_level: f64,
     /// Memory–GPU gap over the GPU's own at similar utilization, °C.
-    pub gap_deviation: f64,
+    pub(crate) gap_deviation: f64,
     /// Hour-mean GPU temperature beyond 80 °C.
-    pub temperature_excess: f64,
+    pub(crate) temperature_excess: f64,
     /// GPU temperature over the GPU's own at similar power, °C.
-    pub temperature_deviation: f64,
+    pub(crate) temperature_deviation: f64,
     /// Share of the day in thermal slowdown.
-    pub thermal_share: f64,
+    pub(crate) thermal_share: f64,
     /// That share over the GPU's own previous days, `ln(1 + percent)` apart.
-    pub thermal_rise: f64,
+    pub(crate) thermal_rise: f64,
     /// Share of recent time in generic hardware slowdown.
-    pub hw_slowdown_share: f64,
+    pub(crate) hw_slowdown_share: f64,
     /// Share of the day under the power brake.
-    pub brake_share: f64,
-    pub failed_per_collection: f64,
+    pub(crate) brake_share: f64,
+    pub(crate) failed_per_collection: f64,
     /// Mean collection seconds, last hour.
     pub collect_seconds: f64,
     /// `ln` of that over the GPU's own baseline, when slower: a host under load slows
     /// every GPU's NVML calls alike.
     pub collect_slowdown: f64,
     /// The gap's and the GPU temperature's deviations averaged over about a day, °C.
-    pub gap_persistent: f64,
-    pub temperature_persistent: f64,
+    pub(crate) gap_persistent: f64,
+    pub(crate) temperature_persistent: f64,
 }
 
 const FIELDS: usize = 19;

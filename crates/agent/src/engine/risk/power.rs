@@ -28,7 +28,7 @@ const HOUR_SAMPLES: u32 = 6;
 
 /// Spread beyond the GPU's normal, as a share of its limit, below which no hour is
 /// unstable: sensor noise and boost clocks move the draw by a percent or two.
-pub const UNSTABLE_EXCESS: f64 = 0.02;
+pub(crate) const UNSTABLE_EXCESS: f64 = 0.02;
 
 /// How far the normal spread may drift in a day, as a share of the limit.
 const NORMAL_DRIFT_PER_DAY: f64 = 0.01;
@@ -49,7 +49,7 @@ pub struct PowerResidual {
     squares: f64,
     samples: u32,
     /// Residual spread of the last hour closed, as a share of the limit.
-    pub unexplained: f64,
+    pub(crate) unexplained: f64,
     /// The GPU's normal hourly spread.
     pub normal: Baseline,
     /// Unstable hours, read as a rate.

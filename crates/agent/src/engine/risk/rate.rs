@@ -47,7 +47,7 @@ const MIN_HOUR_SECONDS: f64 = 600.0;
 
 /// The most evidence one hour can give, nats (about what one corrected error gives
 /// against a healthy GPU's floor): a burst is one bad hour, a climb is many.
-pub const BAD_HOUR_NATS: f64 = 2.5;
+pub(crate) const BAD_HOUR_NATS: f64 = 2.5;
 
 /// A warm-up hour this many times above the mean of the others (or the floor) is a burst,
 /// left out of the baseline; at most [`MOST_BURSTS`] of the hours are.
@@ -60,14 +60,14 @@ const MOST_SHARE: f64 = 2.0;
 
 /// How far the baseline may grow in a day, relative (plus the same share of the floor,
 /// so that a baseline at zero can grow at all).
-pub const GROWTH_PER_DAY: f64 = 0.25;
+pub(crate) const GROWTH_PER_DAY: f64 = 0.25;
 
 /// E-fold of the baseline's mean once warm, hours.
 const BASELINE_HOURS: f64 = 7.0 * 24.0;
 
 /// A rate of this many counts an hour is one unit of evidence per hour: above it, counts
 /// are scaled down so that only relative rises count.
-pub const UNIT_RATE: f64 = 1.0;
+pub(crate) const UNIT_RATE: f64 = 1.0;
 
 /// What one counter's test remembers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -118,7 +118,7 @@ impl RateTest {
 
     /// The statistic: the largest log-likelihood ratio over the windows, nats; 0 while the
     /// baseline warms up.
-    pub fn llr(&self) -> f64 {
+    pub(crate) fn llr(&self) -> f64 {
         self.llr
     }
 
@@ -260,7 +260,7 @@ impl RateTest {
 /// `rate (c ln c − c + 1)`, reaches [`BAD_HOUR_NATS`]: the cap of one hour's count. At a
 /// rate of one unit an hour it is about 4; at one a day, where one event is already that
 /// much, the cap is the one event.
-pub fn bad_hour_multiple(rate: f64) -> f64 {
+pub(crate) fn bad_hour_multiple(rate: f64) -> f64 {
     if rate.is_nan() || rate <= 0.0 {
         return 1.0;
     }
@@ -283,7 +283,7 @@ pub fn bad_hour_multiple(rate: f64) -> f64 {
 
 /// `n ln(n/e) − (n − e)` where `n > e > 0`, else 0: the log-likelihood ratio of a Poisson
 /// count `n` under rate `n` against rate `e`.
-pub fn poisson_llr(n: f64, e: f64) -> f64 {
+pub(crate) fn poisson_llr(n: f64, e: f64) -> f64 {
     if n > e && e > 0.0 {
         n * (n / e).ln() - (n - e)
     } else {
@@ -297,17 +297,17 @@ pub mod floor {
     /// Corrected ECC errors: one every two days. A healthy GPU shows an isolated error now
     /// and then (a few a month in field data), and operators read a handful a day for a
     /// few days as no cause for alarm; worn HBM errs several times a day and more.
-    pub const ECC_CORRECTED: f64 = 0.5 / 24.0;
+    pub(crate) const ECC_CORRECTED: f64 = 0.5 / 24.0;
     /// PCIe replays: a dozen a day; healthy links replay now and then in short trains.
-    pub const PCIE_REPLAYS: f64 = 0.5;
+    pub(crate) const PCIE_REPLAYS: f64 = 0.5;
     /// NVLink CRC, replay and recovery errors: one an hour.
-    pub const NVLINK_ERRORS: f64 = 1.0;
+    pub(crate) const NVLINK_ERRORS: f64 = 1.0;
     /// Hardware-fault XIDs: one a month.
-    pub const XID_HARDWARE: f64 = 1.0 / (30.0 * 24.0);
+    pub(crate) const XID_HARDWARE: f64 = 1.0 / (30.0 * 24.0);
     /// Failed NVML calls: one an hour (a driver busy at a moment).
-    pub const FAILED_CALLS: f64 = 1.0;
+    pub(crate) const FAILED_CALLS: f64 = 1.0;
     /// Hours of unstable power: one every two days.
-    pub const UNSTABLE_HOURS: f64 = 1.0 / 48.0;
+    pub(crate) const UNSTABLE_HOURS: f64 = 1.0 / 48.0;
 }
 
 #[cfg(test)]

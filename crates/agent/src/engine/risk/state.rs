@@ -29,8 +29,8 @@ use crate::model::{ClockEvents, GpuSample};
 pub const DAYS: usize = 7;
 /// Counts kept per rolling day: corrected ECC errors, PCIe replays.
 const COUNTS: usize = 2;
-pub const CORRECTED: usize = 0;
-pub const REPLAYS: usize = 1;
+pub(crate) const CORRECTED: usize = 0;
+pub(crate) const REPLAYS: usize = 1;
 
 /// Observed time a baseline needs before it is trusted.
 const WARM_UP_SECONDS: f64 = 12.0 * 3600.0;
@@ -65,10 +65,10 @@ pub struct RiskState {
     pub hw_slowdown: f64,
     /// Share of recent loaded time with the PCIe link below its maximum width or
     /// generation (e-fold 2 h of loaded time).
-    pub link_degraded: f64,
+    pub(crate) link_degraded: f64,
     /// The widest link and highest generation seen under load: the maximum where the
     /// source does not report one (a Prometheus store, a CSV log without the max columns).
-    pub link_best: [Option<u32>; 2],
+    pub(crate) link_best: [Option<u32>; 2],
     /// The score's held evidence.
     pub hold: Hold,
     /// The last assessment, repeated within its minute (not saved).
@@ -166,9 +166,9 @@ impl RiskState {
 #[serde(default)]
 pub struct CounterRates {
     pub ecc_corrected: RateTest,
-    pub pcie_replays: RateTest,
-    pub nvlink_errors: RateTest,
-    pub xid_hardware: RateTest,
+    pub(crate) pcie_replays: RateTest,
+    pub(crate) nvlink_errors: RateTest,
+    pub(crate) xid_hardware: RateTest,
     pub failed_calls: RateTest,
 }
 
@@ -326,7 +326,7 @@ impl Growth {
     }
 
     /// Recent growth as of `now`.
-    pub fn at_time(&self, now: i64) -> f64 {
+    pub(crate) fn at_time(&self, now: i64) -> f64 {
         // Nothing grown (most GPUs, every step) decays to itself: no exponential needed.
         if self.recent == 0.0 {
             return self.recent;
@@ -390,9 +390,9 @@ pub struct BandedBaseline {
     bands: Vec<Baseline>,
     /// The reading minus its band's baseline, averaged over about an hour; None until a
     /// band is warm.
-    pub deviation: Option<f64>,
+    pub(crate) deviation: Option<f64>,
     /// The same averaged over about a day: what persists rather than what passes.
-    pub deviation_day: Option<f64>,
+    pub(crate) deviation_day: Option<f64>,
 }
 
 impl BandedBaseline {

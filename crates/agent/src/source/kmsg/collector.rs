@@ -17,7 +17,7 @@ use crate::source::collector::{Collected, Collector};
 const BACKLOG_LOGGED: usize = 20;
 
 /// Merges NVML's XIDs with the kernel log's, following `path` when one is given.
-pub struct KernelLogXids {
+pub(crate) struct KernelLogXids {
     follower: Option<(KmsgFollower, Receiver<KmsgEvent>)>,
     /// Why the kernel log is not followed, when it should be; fails the collector.
     problem: Option<String>,

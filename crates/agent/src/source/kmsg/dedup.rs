@@ -34,7 +34,7 @@ const MAX_SPAN: Duration = Duration::from_secs(24 * 3600);
 
 /// Merges NVML and kernel-log XIDs; see the module documentation for the rules.
 #[derive(Debug)]
-pub struct XidDeduper {
+pub(crate) struct XidDeduper {
     window: TimeDelta,
     hold: TimeDelta,
     /// NVML events waiting for a kernel-log twin.
@@ -218,7 +218,7 @@ fn later(t: DateTime<Utc>, d: TimeDelta) -> DateTime<Utc> {
 
 /// Fills an event's `gpu` and `uuid` from the GPU whose PCI bus id it names (kernel-log
 /// events name only the bus id). Leaves the event unchanged when no GPU matches.
-pub fn resolve_gpu(event: &mut XidEvent, gpus: &[GpuSample]) {
+pub(crate) fn resolve_gpu(event: &mut XidEvent, gpus: &[GpuSample]) {
     let Some(bus) = event.pci_bus_id.as_deref().and_then(normalize_pci_bus_id) else {
         return;
     };

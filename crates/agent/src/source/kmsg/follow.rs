@@ -32,7 +32,7 @@ use super::parse::{KmsgXid, parse_line, prefix_wall_time};
 use crate::model::{XidEvent, XidSource};
 
 /// How long a quiet follower sleeps before looking again (and checking for a stop request).
-pub const TICK: Duration = Duration::from_millis(250);
+pub(crate) const TICK: Duration = Duration::from_millis(250);
 
 /// Longest line kept; the rest of a longer line is dropped. Driver lines are < 1 KiB; this
 /// only bounds memory when a file without newlines is followed by mistake.

@@ -17,7 +17,6 @@ pub mod dedup;
 pub mod follow;
 pub mod parse;
 
-pub use collector::KernelLogXids;
-pub use dedup::{XidDeduper, resolve_gpu};
+pub(crate) use collector::KernelLogXids;
+pub(crate) use dedup::{XidDeduper, resolve_gpu};
 pub use follow::{KmsgError, KmsgEvent, KmsgFollower};
-pub use parse::{KmsgXid, parse_line};

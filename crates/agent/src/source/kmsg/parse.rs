@@ -14,7 +14,7 @@ use crate::model::normalize_pci_bus_id;
 
 /// One XID found in a kernel log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KmsgXid {
+pub(crate) struct KmsgXid {
     /// Normalised PCI bus id, `0000:3B:00.0` (see [`normalize_pci_bus_id`]).
     pub pci_bus_id: String,
     /// The XID number (79 for the number-less "fallen off the bus" line).
@@ -22,7 +22,7 @@ pub struct KmsgXid {
     /// The driver's text after the XID number (process and details), trimmed.
     pub message: String,
     /// Microseconds since boot, from a `/dev/kmsg` header or dmesg's `[secs.usecs]`.
-    pub monotonic_us: Option<u64>,
+    pub(crate) monotonic_us: Option<u64>,
 }
 
 /// XID the driver means by its number-less "GPU has fallen off the bus" line.
@@ -31,7 +31,7 @@ const FELL_OFF_THE_BUS: u32 = 79;
 /// Parses one kernel log line (or one `/dev/kmsg` record); `None` when it is not an XID.
 ///
 /// Never panics: any input, however odd, gives `Some` or `None`.
-pub fn parse_line(line: &str) -> Option<KmsgXid> {
+pub(crate) fn parse_line(line: &str) -> Option<KmsgXid> {
     // A /dev/kmsg record may carry continuation lines (` SUBSYSTEM=…`); only the first
     // line is the message.
     let line = line.lines().next()?;

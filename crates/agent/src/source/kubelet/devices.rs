@@ -31,13 +31,13 @@ pub enum DeviceRef {
 }
 
 /// The resource every NVIDIA GPU allocation goes under unless renamed.
-pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
+pub(crate) const NVIDIA_GPU: &str = "nvidia.com/gpu";
 /// Prefix of the MIG resources (`nvidia.com/mig-1g.10gb`), always counted.
-pub const NVIDIA_MIG_PREFIX: &str = "nvidia.com/mig-";
+pub(crate) const NVIDIA_MIG_PREFIX: &str = "nvidia.com/mig-";
 
 /// Whether a resource name is a GPU resource: `nvidia.com/gpu`, any `nvidia.com/mig-*`, or
 /// one of `configured` (`[collect] gpu_resource_names`, e.g. a renamed shared resource).
-pub fn is_gpu_resource(name: &str, configured: &[String]) -> bool {
+pub(crate) fn is_gpu_resource(name: &str, configured: &[String]) -> bool {
     name == NVIDIA_GPU
         || name.starts_with(NVIDIA_MIG_PREFIX)
         || configured.iter().any(|c| c == name)

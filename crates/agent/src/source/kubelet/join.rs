@@ -21,7 +21,7 @@ type PodKey = (String, String);
 
 /// Pod UIDs bound to pods, kept across collections.
 #[derive(Debug, Default)]
-pub struct PodJoin {
+pub(crate) struct PodJoin {
     bound: HashMap<String, PodKey>,
 }
 

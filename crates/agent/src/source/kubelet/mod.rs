@@ -27,7 +27,7 @@ use super::collector::{Collected, Collector};
 use crate::model::{Allocation, Snapshot};
 
 /// The collector family's name in `gpu_sentinel_collector_success`.
-pub const FAMILY: &str = "kubelet";
+pub(crate) const FAMILY: &str = "kubelet";
 
 /// Longest wait for the kubelet, whatever the interval: a hung kubelet must not hold the
 /// collection of everything else for long.

@@ -19,11 +19,11 @@ const ARGUMENT_VERSION_MISMATCH: u32 = 25;
 
 /// A call as remembered in the unsupported set: the NVML function and, for calls made with
 /// several arguments (clock types, ECC counters, field ids), which one.
-pub type CallKey = (&'static str, &'static str);
+pub(crate) type CallKey = (&'static str, &'static str);
 
 /// What an NVML error means for the collection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
+pub(crate) enum ErrorClass {
     /// The GPU (or this driver) does not offer the value: remember, do not ask again.
     Unsupported,
     /// We may not read the value (typically root-only data): remember like unsupported, since
@@ -113,7 +113,7 @@ impl Families {
     }
 
     /// Every family failed: the source is down this tick.
-    pub fn all_failed() -> Families {
+    pub(crate) fn all_failed() -> Families {
         let mut f = Families::new();
         for family in &mut f.0 {
             family.success = false;
@@ -158,7 +158,7 @@ pub struct Calls<'a> {
     /// NVML itself went away, with the error that said so.
     pub gone: Option<String>,
     /// A call of the current family failed.
-    pub family_failed: bool,
+    pub(crate) family_failed: bool,
 }
 
 impl<'a> Calls<'a> {
@@ -179,7 +179,7 @@ impl<'a> Calls<'a> {
     }
 
     /// No more calls for this GPU this tick.
-    pub fn halted(&self) -> bool {
+    pub(crate) fn halted(&self) -> bool {
         self.lost || self.gone.is_some()
     }
 
@@ -260,12 +260,12 @@ impl<'a> Calls<'a> {
     }
 
     /// Never makes this call again on this GPU: it is unsupported, or its answer cannot change.
-    pub fn never_again(&mut self, function: &'static str, variant: &'static str) {
+    pub(crate) fn never_again(&mut self, function: &'static str, variant: &'static str) {
         self.unavailable.insert((function, variant));
     }
 
     /// Forgets what this GPU slot did not support (a different GPU now sits at its index).
-    pub fn forget_unavailable(&mut self) {
+    pub(crate) fn forget_unavailable(&mut self) {
         self.unavailable.clear();
     }
 }

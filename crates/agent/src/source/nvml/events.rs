@@ -31,14 +31,14 @@ const UNKNOWN_XID: u32 = 999;
 
 /// What the watcher thread tells the collection.
 #[derive(Debug)]
-pub enum EventMessage {
+pub(crate) enum EventMessage {
     Xid(XidEvent),
     /// An NVML call of the watcher failed (counted in `errors_by_call`).
     Failed(&'static str),
 }
 
 /// The XID watcher thread. Dropping it stops the thread and waits for it (at most one wait).
-pub struct XidWatcher {
+pub(crate) struct XidWatcher {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     messages: Receiver<EventMessage>,

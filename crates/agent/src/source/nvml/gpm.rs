@@ -29,7 +29,7 @@ unsafe impl Send for RawSample {}
 
 /// The previous GPM sample of each GPU, by NVML index, and of each MIG GPU instance.
 #[derive(Default)]
-pub struct GpmSamples {
+pub(crate) struct GpmSamples {
     previous: Vec<Option<RawSample>>,
     /// By (GPU index, GPU instance id).
     mig_previous: BTreeMap<(usize, u32), RawSample>,
@@ -56,7 +56,7 @@ impl GpmSamples {
 
     /// Frees the kept samples of GPU `index`'s MIG GPU instances other than `present`
     /// (destroyed since, or the GPU left MIG mode).
-    pub fn keep_mig(&mut self, nvml: &Nvml, index: usize, present: &[u32]) {
+    pub(crate) fn keep_mig(&mut self, nvml: &Nvml, index: usize, present: &[u32]) {
         let gone: Vec<(usize, u32)> = self
             .mig_previous
             .keys()
@@ -85,7 +85,7 @@ impl GpmSamples {
     /// Takes this tick's sample of GPU instance `gpu_instance` of GPU `index` (in MIG
     /// mode) and returns the ratios since the previous one (`None` on its first tick, or
     /// where GPM is unavailable).
-    pub fn read_mig(
+    pub(crate) fn read_mig(
         &mut self,
         nvml: &Nvml,
         dev: &Device<'_>,

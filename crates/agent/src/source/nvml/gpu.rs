@@ -23,15 +23,15 @@ pub struct Identity {
 
 /// What we remember about the GPU at one NVML index.
 #[derive(Default)]
-pub struct Slot {
+pub(crate) struct Slot {
     pub identity: Option<Identity>,
     /// Calls this GPU does not support (or that we may not make), never asked again.
     pub unavailable: HashSet<CallKey>,
     /// NVML's timestamp of the newest per-process utilization sample consumed.
-    pub process_last_seen: u64,
+    pub(crate) process_last_seen: u64,
     /// Whether the GPU answered last tick, and ever, to log transitions once.
-    pub was_up: bool,
-    pub ever_up: bool,
+    pub(crate) was_up: bool,
+    pub(crate) ever_up: bool,
     /// MIG mode last tick: what a GPU supports changes with it.
     pub mig_enabled: Option<bool>,
     /// What is known of the GPU's MIG side (its profiles), in MIG mode.
@@ -39,7 +39,7 @@ pub struct Slot {
 }
 
 /// What reading one GPU produced.
-pub struct GpuRead {
+pub(crate) struct GpuRead {
     pub sample: GpuSample,
     pub processes: Vec<ProcessSample>,
     /// The identity that sat at this index before a different GPU took it.
@@ -48,7 +48,7 @@ pub struct GpuRead {
     pub gone: Option<String>,
 }
 
-pub fn down_sample(index: u32, identity: Option<&Identity>) -> GpuSample {
+pub(crate) fn down_sample(index: u32, identity: Option<&Identity>) -> GpuSample {
     let mut sample = GpuSample {
         index,
         up: false,
@@ -63,7 +63,7 @@ pub fn down_sample(index: u32, identity: Option<&Identity>) -> GpuSample {
     sample
 }
 
-pub fn read_gpu(
+pub(crate) fn read_gpu(
     nvml: &Nvml,
     index: u32,
     slot: &mut Slot,

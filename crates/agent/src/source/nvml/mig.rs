@@ -29,7 +29,7 @@ const PROFILE_INFO: &str = "nvmlDeviceGetGpuInstanceProfileInfoV";
 
 /// What is remembered of one GPU's MIG side between collections.
 #[derive(Debug, Default)]
-pub struct MigSlot {
+pub(crate) struct MigSlot {
     /// The GPU-instance profiles the GPU offers, once read.
     profiles: Option<Vec<ProfileInfo>>,
 }
@@ -43,7 +43,7 @@ impl MigSlot {
 
 /// A process NVML lists on one MIG device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MigProcess {
+pub(crate) struct MigProcess {
     pub gpu_instance: u32,
     pub compute_instance: u32,
     pub pid: u32,
@@ -52,7 +52,7 @@ pub struct MigProcess {
 
 /// One collection of a GPU's MIG side.
 #[derive(Debug, Default)]
-pub struct MigRead {
+pub(crate) struct MigRead {
     pub instances: Vec<MigInstance>,
     pub processes: Vec<MigProcess>,
 }

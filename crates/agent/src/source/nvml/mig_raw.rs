@@ -18,7 +18,7 @@ use nvml_wrapper_sys::bindings::{
 
 /// One GPU-instance profile as the driver describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProfileInfo {
+pub(crate) struct ProfileInfo {
     /// The profile id a GPU instance's info names.
     pub id: u32,
     /// As `nvidia-smi` names it (`1g.10gb`); NVML writes it with a `MIG ` prefix.
@@ -29,8 +29,8 @@ pub struct ProfileInfo {
 
 /// A GPU instance's profile id and placement (first memory slice, count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GpuInstanceInfo {
-    pub profile_id: u32,
+pub(crate) struct GpuInstanceInfo {
+    pub(crate) profile_id: u32,
     pub start: u32,
     pub size: u32,
 }
@@ -45,7 +45,7 @@ pub fn gpu_instance_id(nvml: &Nvml, mig: &Device<'_>) -> Result<u32, NvmlError> 
 }
 
 /// `nvmlDeviceGetComputeInstanceId` of a MIG device handle.
-pub fn compute_instance_id(nvml: &Nvml, mig: &Device<'_>) -> Result<u32, NvmlError> {
+pub(crate) fn compute_instance_id(nvml: &Nvml, mig: &Device<'_>) -> Result<u32, NvmlError> {
     let sym = nvml_sym(nvml.lib().nvmlDeviceGetComputeInstanceId.as_ref())?;
     let mut id: c_uint = 0;
     // SAFETY: as above.
@@ -55,7 +55,11 @@ pub fn compute_instance_id(nvml: &Nvml, mig: &Device<'_>) -> Result<u32, NvmlErr
 
 /// `nvmlDeviceGetGpuInstanceProfileInfoV` for profile index `index` of a GPU in MIG mode.
 /// A profile the GPU does not offer answers `NotSupported` or `InvalidArg`.
-pub fn profile_info(nvml: &Nvml, gpu: &Device<'_>, index: u32) -> Result<ProfileInfo, NvmlError> {
+pub(crate) fn profile_info(
+    nvml: &Nvml,
+    gpu: &Device<'_>,
+    index: u32,
+) -> Result<ProfileInfo, NvmlError> {
     let sym = nvml_sym(nvml.lib().nvmlDeviceGetGpuInstanceProfileInfoV.as_ref())?;
     // SAFETY: a plain C struct, all-zero is a valid value.
     let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { mem::zeroed() };
@@ -80,7 +84,7 @@ pub fn profile_info(nvml: &Nvml, gpu: &Device<'_>, index: u32) -> Result<Profile
 
 /// `nvmlDeviceGetGpuInstanceById` then `nvmlGpuInstanceGetInfo`: GPU instance `id`'s
 /// profile and placement.
-pub fn gpu_instance_info(
+pub(crate) fn gpu_instance_info(
     nvml: &Nvml,
     gpu: &Device<'_>,
     id: u32,
@@ -103,14 +107,14 @@ pub fn gpu_instance_info(
 
 /// A profile's name as `nvidia-smi` and the device plugin's resources write it: NVML's
 /// without its `MIG ` prefix.
-pub fn profile_name(nvml_name: &str) -> String {
+pub(crate) fn profile_name(nvml_name: &str) -> String {
     let name = nvml_name.trim();
     name.strip_prefix("MIG ").unwrap_or(name).trim().to_string()
 }
 
 /// A profile's name from its compute slices and memory where the driver gives none:
 /// `<slices>g.<GB>gb`, the GB rounded up as the device plugin does.
-pub fn name_from_size(slices: u32, memory_mib: u64) -> String {
+pub(crate) fn name_from_size(slices: u32, memory_mib: u64) -> String {
     format!("{slices}g.{}gb", memory_mib.div_ceil(1024))
 }
 

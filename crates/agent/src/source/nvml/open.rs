@@ -90,7 +90,7 @@ pub enum NvmlOpenError {
 /// Opens NVML from `lib_path`, or, without one, from the loader's search path and then
 /// [`COMMON_NVML_DIRS`]. Returns the handle and the path that worked, which re-initialisation
 /// reuses so that a recovered driver is opened from the same place.
-pub fn open_nvml(lib_path: Option<&Path>) -> Result<(Nvml, PathBuf), NvmlOpenError> {
+pub(crate) fn open_nvml(lib_path: Option<&Path>) -> Result<(Nvml, PathBuf), NvmlOpenError> {
     if let Some(path) = lib_path {
         if !path.exists() {
             return Err(NvmlOpenError::LibraryNotFound {
@@ -134,7 +134,7 @@ pub fn open_nvml(lib_path: Option<&Path>) -> Result<(Nvml, PathBuf), NvmlOpenErr
 }
 
 /// Re-initialises NVML from the path that worked before (after NVML went away).
-pub fn reopen_nvml(path: &Path) -> Result<Nvml, NvmlError> {
+pub(crate) fn reopen_nvml(path: &Path) -> Result<Nvml, NvmlError> {
     Nvml::builder().lib_path(path.as_os_str()).init()
 }
 

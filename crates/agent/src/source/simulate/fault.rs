@@ -59,7 +59,7 @@ const DAY: f64 = 86_400.0;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Step {
     pub t: f64,
-    pub dt: f64,
+    pub(crate) dt: f64,
 }
 
 impl Step {
@@ -75,15 +75,15 @@ impl Step {
 #[derive(Debug, Clone, Copy)]
 pub struct ShapedBase {
     /// Corrected ECC errors of memory wear.
-    pub memory_corrected: f64,
+    pub(crate) memory_corrected: f64,
     /// Corrected ECC errors of page retirement (a page retired for every 20).
-    pub page_corrected: f64,
+    pub(crate) page_corrected: f64,
     /// Rows remapped by row remapping.
-    pub rows_remapped: f64,
+    pub(crate) rows_remapped: f64,
     /// PCIe replays (a tenth of it for a link that trains down).
-    pub pcie_replays: f64,
+    pub(crate) pcie_replays: f64,
     /// CRC errors of the degrading NVLink.
-    pub nvlink_errors: f64,
+    pub(crate) nvlink_errors: f64,
 }
 
 pub const SHAPED_BASE: ShapedBase = ShapedBase {
@@ -121,7 +121,7 @@ impl FaultKind {
     ];
 
     /// Where in a fault's progress (0 to 1 at the failure point) its first sign shows.
-    pub fn signal_onset(self) -> f64 {
+    pub(crate) fn signal_onset(self) -> f64 {
         match self {
             FaultKind::MemoryWear
             | FaultKind::Thermal
@@ -161,12 +161,12 @@ impl FaultKind {
 pub struct Wear {
     pub corrected: u64,
     pub uncorrected: u64,
-    pub remap_correctable: u64,
-    pub remap_uncorrectable: u64,
+    pub(crate) remap_correctable: u64,
+    pub(crate) remap_uncorrectable: u64,
     pub remap_pending: bool,
     pub remap_failure: bool,
-    pub pcie_replays: u64,
-    pub link_gen: u32,
+    pub(crate) pcie_replays: u64,
+    pub(crate) link_gen: u32,
     pub link_width: u32,
     pub lost: bool,
     /// Error counters of NVLinks that saw errors, one entry per link (absent links: zero).
@@ -177,25 +177,25 @@ pub struct Wear {
     /// NVML calls that failed in the last collection.
     pub failed_calls: u32,
     /// The baseboard asserts the external power brake (HW power-brake slowdown).
-    pub power_brake: bool,
+    pub(crate) power_brake: bool,
     /// Watts the power reading swings off what the load explains.
-    pub power_swing: f64,
+    pub(crate) power_swing: f64,
     /// NVLinks the GPU has; 0 where the simulation leaves it at the built-in 18.
-    pub nvlinks: u32,
+    pub(crate) nvlinks: u32,
     /// Counts at the last reset of the volatile counters (driver reload, GPU reset): the
     /// volatile ECC counters, the replay counter and the NVLink error counters read the
     /// growth since.
-    pub volatile_base: VolatileBase,
+    pub(crate) volatile_base: VolatileBase,
     /// How the error counts arrive around their rates (see [`super::noise`]).
     pub noise: Counts,
 }
 
 /// See [`Wear::volatile_base`].
 #[derive(Debug, Clone, Default)]
-pub struct VolatileBase {
+pub(crate) struct VolatileBase {
     pub corrected: u64,
     pub uncorrected: u64,
-    pub pcie_replays: u64,
+    pub(crate) pcie_replays: u64,
     /// Each NVLink's counters at the reset (links without errors then: absent).
     pub nvlink: Vec<NvLinkErrors>,
 }
@@ -212,7 +212,7 @@ impl VolatileBase {
     }
 
     /// NVLink `now`'s counters since the reset.
-    pub fn nvlink_since(&self, now: &NvLinkErrors) -> NvLinkErrors {
+    pub(crate) fn nvlink_since(&self, now: &NvLinkErrors) -> NvLinkErrors {
         let Some(base) = self.nvlink.iter().find(|l| l.link == now.link) else {
             return *now;
         };
@@ -228,7 +228,7 @@ impl VolatileBase {
 
 impl Wear {
     /// The counters of NVLink `link`, created at zero on first use.
-    pub fn nvlink_mut(&mut self, link: u32) -> &mut NvLinkErrors {
+    pub(crate) fn nvlink_mut(&mut self, link: u32) -> &mut NvLinkErrors {
         let i = match self.nvlink.iter().position(|l| l.link == link) {
             Some(i) => i,
             None => {
@@ -262,7 +262,7 @@ pub struct Fault {
     /// The drawn precursor shape; None: the family's one fixed shape.
     pub shape: Option<Shape>,
     /// How a shaped PCIe fault shows (ignored by the other families).
-    pub link_mode: LinkMode,
+    pub(crate) link_mode: LinkMode,
 }
 
 /// How a degrading PCIe link shows before it fails.
@@ -349,7 +349,7 @@ impl Fault {
     }
 
     /// Extra degrees the memory runs above its normal gap to the GPU.
-    pub fn memory_gap(&self, t: f64) -> f64 {
+    pub(crate) fn memory_gap(&self, t: f64) -> f64 {
         match self.kind {
             FaultKind::Thermal => {
                 let p = self.progress(t);
@@ -360,7 +360,7 @@ impl Fault {
     }
 
     /// Extra degrees of inlet temperature (a failing fan, a blocked heatsink).
-    pub fn ambient(&self, t: f64) -> f64 {
+    pub(crate) fn ambient(&self, t: f64) -> f64 {
         match self.kind {
             FaultKind::Thermal => {
                 let p = self.progress(t);
@@ -549,7 +549,7 @@ impl Fault {
     }
 
     /// The kind, once, after the failure point is passed.
-    pub fn take_failure(&mut self) -> Option<FaultKind> {
+    pub(crate) fn take_failure(&mut self) -> Option<FaultKind> {
         std::mem::take(&mut self.failure_due).then_some(self.kind)
     }
 

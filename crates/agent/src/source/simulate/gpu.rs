@@ -155,7 +155,7 @@ impl SimGpu {
     /// A GPU of model `spec` (see [`super::sku`]), its memory temperature gap drawn from
     /// the model's ranges, with the confounders `quirks` (drawn from `quirk_rng`).
     #[allow(clippy::too_many_arguments)]
-    pub fn for_sku(
+    pub(crate) fn for_sku(
         index: u32,
         spec: &'static SkuSpec,
         workload: Workload,
@@ -202,7 +202,7 @@ impl SimGpu {
     /// The GPU's jobs run 08:00–20:00 UTC on weekdays and pause otherwise, keeping their
     /// memory (a development host: notebooks and debugging sessions left open overnight).
     /// `start` is the UTC time of simulated time zero.
-    pub fn with_office_hours(mut self, start: chrono::DateTime<chrono::Utc>) -> SimGpu {
+    pub(crate) fn with_office_hours(mut self, start: chrono::DateTime<chrono::Utc>) -> SimGpu {
         self.office_hours = Some(start.timestamp());
         self
     }
@@ -224,14 +224,14 @@ impl SimGpu {
     /// about weekly, a few NVLink CRC errors now and then, an application XID (13/31/43)
     /// every few days, and collections that take milliseconds with an occasional slow one.
     /// `rng` is a stream of its own, so the GPU's other draws stay as they were.
-    pub fn with_background_noise(mut self, rng: SmallRng) -> SimGpu {
+    pub(crate) fn with_background_noise(mut self, rng: SmallRng) -> SimGpu {
         self.noise = Some(rng);
         self
     }
 
     /// Puts the GPU in MIG mode: its work runs in the instances of `mig` instead of on the
     /// whole GPU.
-    pub fn with_mig(mut self, mig: SimMig) -> SimGpu {
+    pub(crate) fn with_mig(mut self, mig: SimMig) -> SimGpu {
         self.mig = Some(Box::new(mig));
         self
     }
@@ -243,7 +243,7 @@ impl SimGpu {
 
     /// Error counts (the fault's, the confounders', the background noise's) arrive as
     /// `counts` says (see [`super::noise`]) instead of Poisson.
-    pub fn with_noise(mut self, counts: Counts) -> SimGpu {
+    pub(crate) fn with_noise(mut self, counts: Counts) -> SimGpu {
         self.wear.noise = counts;
         self
     }
@@ -254,7 +254,7 @@ impl SimGpu {
 
     /// The fault family, when the fault reached its failure point during the last step.
     /// True once per GPU: it is the label a recording gives the failure.
-    pub fn take_failure(&mut self) -> Option<FaultKind> {
+    pub(crate) fn take_failure(&mut self) -> Option<FaultKind> {
         let fault = self.fault.as_mut()?;
         fault.take_failure()
     }
@@ -401,7 +401,7 @@ impl SimGpu {
     }
 
     /// Context memory included: what NVML reports as the process's `usedGpuMemory`.
-    pub fn process_memory(process: &SimProcess) -> u64 {
+    pub(crate) fn process_memory(process: &SimProcess) -> u64 {
         process.memory_bytes + CONTEXT_BYTES
     }
 }

@@ -19,7 +19,7 @@ pub struct GiProfile {
     /// As `nvidia-smi` names it (NVML prefixes `MIG `).
     pub name: &'static str,
     pub slices: u32,
-    pub memory_slices: u32,
+    pub(crate) memory_slices: u32,
     pub memory_mib: u64,
     pub multiprocessors: u32,
     /// Most instances of the profile on one GPU.
@@ -32,7 +32,7 @@ pub struct MigTable {
     /// Compute slices of the whole GPU.
     pub gpu_slices: u32,
     /// Memory slices of the whole GPU.
-    pub memory_slices: u32,
+    pub(crate) memory_slices: u32,
     pub profiles: &'static [GiProfile],
 }
 
@@ -147,8 +147,9 @@ impl MigTable {
         self.profiles.iter().find(|p| p.index == index)
     }
 
+    #[cfg(test)]
     /// The profile with NVML id `id`.
-    pub fn by_id(&self, id: u32) -> Option<&'static GiProfile> {
+    pub(crate) fn by_id(&self, id: u32) -> Option<&'static GiProfile> {
         self.profiles.iter().find(|p| p.id == id)
     }
 }

@@ -26,11 +26,11 @@ use rand::rngs::SmallRng;
 use serde::{Deserialize, Serialize};
 
 pub use fault::{FaultKind, LinkMode, SHAPED_BASE, ShapedBase, poisson};
-pub use gpu::SimGpu;
-pub use noise::NoiseModel;
-pub use quirks::Quirks;
+pub(crate) use gpu::SimGpu;
+pub(crate) use noise::NoiseModel;
+pub(crate) use quirks::Quirks;
 pub use shape::{Curve, Shape};
-pub use sku::Sku;
+pub(crate) use sku::Sku;
 pub use workload::WorkloadKind;
 
 use super::{Collection, Source};
@@ -40,7 +40,7 @@ use crate::model::{
 };
 
 /// The driver version the simulated host reports, and its GPUs' firmware.
-pub const DRIVER_VERSION: &str = "570.124.06";
+pub(crate) const DRIVER_VERSION: &str = "570.124.06";
 
 /// What one simulated GPU runs and how it fails.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -90,8 +90,8 @@ pub struct GpuSpec {
     pub sku: Sku,
     /// None: the family's fixed shape.
     pub shape: Option<Shape>,
-    pub link_mode: LinkMode,
-    pub quirks: Quirks,
+    pub(crate) link_mode: LinkMode,
+    pub(crate) quirks: Quirks,
     /// How the GPU's error counts arrive around their rates.
     pub noise: NoiseModel,
 }
@@ -135,7 +135,7 @@ impl FaultKind {
     }
 
     /// The family of a `[simulation] faults` name.
-    pub fn from_name(name: &str) -> Option<FaultKind> {
+    pub(crate) fn from_name(name: &str) -> Option<FaultKind> {
         FaultKind::EVERY.into_iter().find(|k| k.name() == name)
     }
 }
@@ -218,7 +218,7 @@ impl Fleet {
     }
 
     /// A fleet of scenario GPUs: each its own model, precursor shape and confounders.
-    pub fn from_specs(seed: u64, start: DateTime<Utc>, specs: &[GpuSpec]) -> Fleet {
+    pub(crate) fn from_specs(seed: u64, start: DateTime<Utc>, specs: &[GpuSpec]) -> Fleet {
         let plans: Vec<GpuPlan> = specs.iter().map(|s| s.plan).collect();
         Fleet::build(seed, start, &plans, |i, plan, workload, rng, gpu_seed| {
             let spec = &specs[i];

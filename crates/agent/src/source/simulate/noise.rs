@@ -167,7 +167,7 @@ impl Counts {
     }
 
     /// The diurnal multiplier averaged over the step of `dt` seconds ending at `t`.
-    pub fn diurnal(&self, t: f64, dt: f64) -> f64 {
+    pub(crate) fn diurnal(&self, t: f64, dt: f64) -> f64 {
         let omega = std::f64::consts::TAU / DAY;
         let phase = |s: f64| omega * (s - self.peak);
         if !(dt.is_finite() && t.is_finite()) || dt <= 1e-9 {

@@ -11,7 +11,7 @@ use super::noise::Counter;
 
 /// A one-off burst of corrected ECC errors: `count` in the hour from `at`, then silence.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EccBurst {
+pub(crate) struct EccBurst {
     /// Simulated seconds since the fleet started.
     pub at: f64,
     pub count: f64,
@@ -20,7 +20,7 @@ pub struct EccBurst {
 /// Inlet air warmer by `degrees` from `start` to `end` (simulated seconds): a node-wide
 /// cooling event (CDU or room trouble) when every GPU of a node has the same one.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct InletEvent {
+pub(crate) struct InletEvent {
     pub start: f64,
     pub end: f64,
     pub degrees: f64,
@@ -28,30 +28,30 @@ pub struct InletEvent {
 
 /// The confounders one GPU shows.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Quirks {
-    pub ecc_burst: Option<EccBurst>,
+pub(crate) struct Quirks {
+    pub(crate) ecc_burst: Option<EccBurst>,
     /// Times the volatile counters (ECC, PCIe replays, NVLink errors) go back to zero: a
     /// driver reload of the node or a reset of this GPU.
-    pub counter_resets: Vec<f64>,
+    pub(crate) counter_resets: Vec<f64>,
     /// Aggregate ECC errors from before the recording, which never grow.
-    pub old_corrected: u64,
-    pub old_uncorrected: u64,
+    pub(crate) old_corrected: u64,
+    pub(crate) old_uncorrected: u64,
     /// PCIe replays per hour of a link that is noisy but steady, for weeks.
-    pub steady_replays_per_hour: f64,
+    pub(crate) steady_replays_per_hour: f64,
     /// Degrees of inlet air above the aisle, all the time (hot but stable).
-    pub extra_inlet: f64,
-    pub inlet_events: Vec<InletEvent>,
+    pub(crate) extra_inlet: f64,
+    pub(crate) inlet_events: Vec<InletEvent>,
     /// No work from `.0` to `.1` (simulated seconds): idle for days.
     pub idle: Option<(f64, f64)>,
     /// MIG mode on: the whole-GPU utilization and the row-remap counters read `[N/A]`.
     pub mig: bool,
     /// ECC off: no ECC, remap or retirement counters.
-    pub ecc_disabled: bool,
+    pub(crate) ecc_disabled: bool,
 }
 
 impl Quirks {
     /// Extra inlet degrees at time `t`.
-    pub fn inlet(&self, t: f64) -> f64 {
+    pub(crate) fn inlet(&self, t: f64) -> f64 {
         self.extra_inlet
             + self
                 .inlet_events
@@ -62,7 +62,7 @@ impl Quirks {
     }
 
     /// Whether the GPU is kept idle at time `t`.
-    pub fn idle_at(&self, t: f64) -> bool {
+    pub(crate) fn idle_at(&self, t: f64) -> bool {
         self.idle.is_some_and(|(from, to)| (from..to).contains(&t))
     }
 

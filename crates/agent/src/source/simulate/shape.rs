@@ -64,14 +64,14 @@ pub struct Shape {
     /// Days from the first sign of the fault to its failure point.
     pub precursor_days: f64,
     /// Hours from the start of one cluster to the next (clustered curve only).
-    pub cluster_hours: f64,
+    pub(crate) cluster_hours: f64,
 }
 
 impl Shape {
     /// Intensity multiplier at `x`, the position between first sign (0) and failure (1);
     /// nothing before the first sign, and past the failure point it stays where it got to
     /// by 1.5.
-    pub fn intensity(&self, x: f64) -> f64 {
+    pub(crate) fn intensity(&self, x: f64) -> f64 {
         if x.is_nan() || x < 0.0 {
             return 0.0;
         }

@@ -36,29 +36,29 @@ pub struct SkuSpec {
     pub sku: Sku,
     /// As `nvidia-smi` names it.
     pub name: &'static str,
-    pub total_mib: u64,
-    pub reserved_mib: u64,
-    pub power_limit_w: f64,
-    pub idle_power_w: f64,
-    pub max_sm_mhz: u32,
-    pub idle_sm_mhz: u32,
-    pub memory_mhz: u32,
-    pub max_video_mhz: u32,
-    pub idle_video_mhz: u32,
-    pub nvlinks: u32,
-    pub pcie_gen_max: u32,
+    pub(crate) total_mib: u64,
+    pub(crate) reserved_mib: u64,
+    pub(crate) power_limit_w: f64,
+    pub(crate) idle_power_w: f64,
+    pub(crate) max_sm_mhz: u32,
+    pub(crate) idle_sm_mhz: u32,
+    pub(crate) memory_mhz: u32,
+    pub(crate) max_video_mhz: u32,
+    pub(crate) idle_video_mhz: u32,
+    pub(crate) nvlinks: u32,
+    pub(crate) pcie_gen_max: u32,
     /// The PCIe generation an idle GPU drops to to save power (Ada cards: the captured RTX
     /// 4080 SUPER reads Gen1 idle, Gen4 loaded); None: it holds its generation.
-    pub idle_link_gen: Option<u32>,
+    pub(crate) idle_link_gen: Option<u32>,
     pub repair: MemoryRepair,
     /// Share of boards of this model that report a memory temperature.
-    pub memory_sensor_share: f64,
+    pub(crate) memory_sensor_share: f64,
     /// Memory minus GPU temperature, °C, idle and at full power: each GPU draws its own
     /// from these ranges.
-    pub idle_gap: (f64, f64),
-    pub loaded_gap: (f64, f64),
+    pub(crate) idle_gap: (f64, f64),
+    pub(crate) loaded_gap: (f64, f64),
     /// Degrees per watt from inlet air to die.
-    pub degrees_per_watt: f64,
+    pub(crate) degrees_per_watt: f64,
 }
 
 impl Sku {
@@ -199,7 +199,7 @@ const L40S: SkuSpec = SkuSpec {
 impl SkuSpec {
     /// Whether a fault family can show on this model at all: NVLink faults need NVLinks,
     /// page retirement a pre-Ampere GPU, row remapping a later one.
-    pub fn supports(&self, kind: super::FaultKind) -> bool {
+    pub(crate) fn supports(&self, kind: super::FaultKind) -> bool {
         use super::FaultKind::*;
         match kind {
             NvLink => self.nvlinks > 0,

@@ -34,9 +34,9 @@ pub enum WorkloadKind {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Load {
     pub util: f64,
-    pub mem_copy: f64,
+    pub(crate) mem_copy: f64,
     pub decoder: f64,
-    pub tensor: f64,
+    pub(crate) tensor: f64,
 }
 
 /// A process as the simulator knows it; owners are made up but stable.
@@ -45,7 +45,7 @@ pub struct SimProcess {
     pub pid: u32,
     pub memory_bytes: u64,
     /// Share of the GPU's SM time this process uses.
-    pub sm_share: f64,
+    pub(crate) sm_share: f64,
     pub command: &'static str,
     pub user: &'static str,
     pub namespace: Option<&'static str>,
@@ -69,7 +69,7 @@ pub struct Workload {
     /// Phase offsets so GPUs do not checkpoint or peak in lockstep.
     phase: f64,
     /// When the allocated-idle job stops computing / the ghost's process dies.
-    pub turn_at: f64,
+    pub(crate) turn_at: f64,
 }
 
 const USERS: [&str; 6] = ["alice", "bob", "chen", "dmitri", "erin", "fatima"];
@@ -268,7 +268,7 @@ impl Workload {
     }
 
     /// Memory held by processes, bytes.
-    pub fn memory_held(&self) -> u64 {
+    pub(crate) fn memory_held(&self) -> u64 {
         self.job.as_ref().map_or(0, |p| p.memory_bytes)
     }
 }
