@@ -339,6 +339,8 @@ impl Engine {
         if findings.gpus.capacity() >= self.spare.capacity() {
             self.spare = findings.gpus;
         }
+        self.scratch.node_verdicts = findings.health.components;
+        self.scratch.placement_slots = findings.placement.slots;
     }
 
     /// Folds one snapshot into the state and returns what holds now.
@@ -419,7 +421,7 @@ impl Engine {
         }
         gpus.truncate(used);
         self.assess_risk(now, snapshot, &mut gpus, &mut scratch, repeated);
-        let health = self.assess_health(now, snapshot, &mut gpus, &scratch);
+        let health = self.assess_health(now, snapshot, &mut gpus, &mut scratch);
         let span = self.config.capacity.window.as_secs() as i64;
         let mut utilization: Vec<Option<f64>> = Vec::with_capacity(gpus.len());
         for ((g, &slot), summaries) in gpus.iter().zip(&scratch.slots).zip(&scratch.summaries) {
@@ -441,7 +443,8 @@ impl Engine {
             &utilization,
             &self.config.capacity,
         );
-        let placement = capacity::Placement::of(snapshot, &self.config.idle);
+        let slots = std::mem::take(&mut self.scratch.placement_slots);
+        let placement = capacity::Placement::of_into(snapshot, &self.config.idle, slots);
         self.state.last_at = Some(now);
         Findings {
             at: snapshot.at,

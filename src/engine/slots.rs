@@ -143,6 +143,10 @@ pub(super) struct Scratch {
     pub due: Vec<bool>,
     /// The node's signals by field, for its median ([`risk::Peers::of`]).
     pub peers: risk::PeerScratch,
+    /// The node's verdicts and the placement's slots of findings handed back
+    /// ([`super::Engine::recycle`]): the next step writes over them.
+    pub node_verdicts: Vec<super::health::Verdict>,
+    pub placement_slots: Vec<super::capacity::Slot>,
 }
 
 impl Scratch {

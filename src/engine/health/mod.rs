@@ -308,7 +308,7 @@ impl Engine {
         now: i64,
         snapshot: &Snapshot,
         gpus: &mut [GpuFindings],
-        scratch: &Scratch,
+        scratch: &mut Scratch,
     ) -> NodeHealth {
         let hold = self.config.health.hold.as_secs() as i64;
         let pci_gpus = snapshot.host.pci_gpus.as_deref();
@@ -350,7 +350,8 @@ impl Engine {
         for (held, found) in node.holds_mut().into_iter().zip(found) {
             held.update(now, found, hold);
         }
-        let mut components = Vec::with_capacity(NODE_COMPONENTS.len());
+        // Those of a step handed back, written over ([`Engine::recycle`]).
+        let mut components = std::mem::take(&mut scratch.node_verdicts);
         publish(
             &mut components,
             &NODE_COMPONENTS,
