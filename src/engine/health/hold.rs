@@ -77,6 +77,12 @@ pub fn found(state: State, action: Action, text: String) -> Option<Found> {
 const NOT_JUDGED: &str = "no reading of this GPU yet";
 
 impl Hold {
+    /// The fixed text `reason` holds, where it was last set to one by [`Hold::update`] and
+    /// has its length still.
+    pub(super) fn fixed_reason(&self) -> Option<&'static str> {
+        self.fixed.filter(|f| f.len() == self.reason.len())
+    }
+
     /// Folds one step's evidence in at unix time `now`; `found` is `None` when nothing
     /// could be judged (the GPU does not answer): the state holds. `hold` is in seconds.
     pub fn update(&mut self, now: i64, found: Option<Found>, hold: i64) {
