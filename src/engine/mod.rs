@@ -311,9 +311,10 @@ pub struct Engine {
     pub state: EngineState,
     /// Buffers a step reuses, so that a step allocates nothing per GPU for them.
     scratch: Scratch,
-    /// Findings handed back by [`Engine::recycle`]: the next step writes over them, reusing
-    /// their strings and lists.
+    /// Findings handed back by [`Engine::recycle`], the GPUs' and the node's verdicts: the
+    /// next step writes over them, reusing their strings and lists.
     spare: Vec<GpuFindings>,
+    spare_node: Vec<health::Verdict>,
 }
 
 impl Engine {
@@ -329,17 +330,17 @@ impl Engine {
             state,
             scratch: Scratch::default(),
             spare: Vec::new(),
+            spare_node: Vec::new(),
         }
     }
 
-    /// Hands back the findings of a step once they are read, so that the next step reuses
-    /// their allocations (a replay steps millions of times; the live agent need not call
-    /// this). Findings come out the same either way.
+    /// Hands back a step's findings once read: the next step reuses their allocations (a
+    /// replay steps millions of times; the live agent need not). Findings come out the same.
     pub fn recycle(&mut self, findings: Findings) {
         if findings.gpus.capacity() >= self.spare.capacity() {
             self.spare = findings.gpus;
         }
-        self.scratch.node_verdicts = findings.health.components;
+        self.spare_node = findings.health.components;
         self.scratch.placement_slots = findings.placement.slots;
     }
 
@@ -421,7 +422,7 @@ impl Engine {
         }
         gpus.truncate(used);
         self.assess_risk(now, snapshot, &mut gpus, &mut scratch, repeated);
-        let health = self.assess_health(now, snapshot, &mut gpus, &mut scratch);
+        let health = self.assess_health(now, snapshot, &mut gpus, &scratch);
         let span = self.config.capacity.window.as_secs() as i64;
         let mut utilization: Vec<Option<f64>> = Vec::with_capacity(gpus.len());
         for ((g, &slot), summaries) in gpus.iter().zip(&scratch.slots).zip(&scratch.summaries) {

@@ -143,9 +143,8 @@ pub(super) struct Scratch {
     pub due: Vec<bool>,
     /// The node's signals by field, for its median ([`risk::Peers::of`]).
     pub peers: risk::PeerScratch,
-    /// The node's verdicts and the placement's slots of findings handed back
-    /// ([`super::Engine::recycle`]): the next step writes over them.
-    pub node_verdicts: Vec<super::health::Verdict>,
+    /// The placement's slots of findings handed back ([`super::Engine::recycle`]): the next
+    /// step writes over them.
     pub placement_slots: Vec<super::capacity::Slot>,
 }
 

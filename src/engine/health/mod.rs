@@ -369,7 +369,7 @@ impl Engine {
         now: i64,
         snapshot: &Snapshot,
         gpus: &mut [GpuFindings],
-        scratch: &mut Scratch,
+        scratch: &Scratch,
     ) -> NodeHealth {
         let hold = self.config.health.hold.as_secs() as i64;
         let pci_gpus = snapshot.host.pci_gpus.as_deref();
@@ -419,7 +419,7 @@ impl Engine {
             held.update(now, found, hold);
         }
         // Those of a step handed back, written over ([`Engine::recycle`]).
-        let mut components = std::mem::take(&mut scratch.node_verdicts);
+        let mut components = std::mem::take(&mut self.spare_node);
         publish(
             &mut components,
             None,
