@@ -186,43 +186,49 @@ pub struct Placement {
 impl Placement {
     /// The answering GPUs of a snapshot.
     pub fn of(snapshot: &Snapshot, idle: &IdleConfig) -> Placement {
+        Placement::of_into(snapshot, idle, Vec::new())
+    }
+
+    /// [`Placement::of`], its slots written into `slots` (emptied first) to reuse its
+    /// allocation.
+    pub(crate) fn of_into(
+        snapshot: &Snapshot,
+        idle: &IdleConfig,
+        mut slots: Vec<Slot>,
+    ) -> Placement {
         let mut mig_free = Vec::new();
-        let slots: Vec<Slot> = snapshot
-            .gpus
-            .iter()
-            .filter(|g| g.up)
-            .filter_map(|g| {
-                let free_bytes = g.memory.free_bytes?;
-                let processes: Vec<&ProcessSample> =
-                    snapshot.processes.iter().filter(|p| p.is_on(g)).collect();
-                let allocations: Vec<&Allocation> =
-                    snapshot.allocations.iter().filter(|a| a.is_on(g)).collect();
-                let mut allocated = super::idle::allocated(g, &processes, &allocations, idle);
-                if !g.mig_instances.is_empty() {
-                    allocated = false;
-                    for i in &g.mig_instances {
-                        if super::mig::allocated(i, &processes, &allocations, idle) {
-                            allocated = true;
-                        } else {
-                            mig_free.push(FreeInstance {
-                                gpu: g.index,
-                                gpu_instance: i.gpu_instance,
-                                compute_instance: i.compute_instance,
-                                profile: i.compute_profile(),
-                                fraction: i.fraction(),
-                                free_bytes: i.memory.free_bytes.unwrap_or(0),
-                            });
-                        }
+        slots.clear();
+        slots.extend(snapshot.gpus.iter().filter(|g| g.up).filter_map(|g| {
+            let free_bytes = g.memory.free_bytes?;
+            let processes: Vec<&ProcessSample> =
+                snapshot.processes.iter().filter(|p| p.is_on(g)).collect();
+            let allocations: Vec<&Allocation> =
+                snapshot.allocations.iter().filter(|a| a.is_on(g)).collect();
+            let mut allocated = super::idle::allocated(g, &processes, &allocations, idle);
+            if !g.mig_instances.is_empty() {
+                allocated = false;
+                for i in &g.mig_instances {
+                    if super::mig::allocated(i, &processes, &allocations, idle) {
+                        allocated = true;
+                    } else {
+                        mig_free.push(FreeInstance {
+                            gpu: g.index,
+                            gpu_instance: i.gpu_instance,
+                            compute_instance: i.compute_instance,
+                            profile: i.compute_profile(),
+                            fraction: i.fraction(),
+                            free_bytes: i.memory.free_bytes.unwrap_or(0),
+                        });
                     }
                 }
-                Some(Slot {
-                    index: g.index,
-                    free_bytes,
-                    allocated,
-                    mig: !g.mig_instances.is_empty(),
-                })
+            }
+            Some(Slot {
+                index: g.index,
+                free_bytes,
+                allocated,
+                mig: !g.mig_instances.is_empty(),
             })
-            .collect();
+        }));
         // Saturating: memory sizes come from outside (a replayed log may claim anything).
         let total_free: u64 = slots
             .iter()

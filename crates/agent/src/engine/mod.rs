@@ -311,9 +311,10 @@ pub struct Engine {
     pub state: EngineState,
     /// Buffers a step reuses, so that a step allocates nothing per GPU for them.
     scratch: Scratch,
-    /// Findings handed back by [`Engine::recycle`]: the next step writes over them, reusing
-    /// their strings and lists.
+    /// Findings handed back by [`Engine::recycle`], the GPUs' and the node's verdicts: the
+    /// next step writes over them, reusing their strings and lists.
     spare: Vec<GpuFindings>,
+    spare_node: Vec<health::Verdict>,
 }
 
 impl Engine {
@@ -329,16 +330,18 @@ impl Engine {
             state,
             scratch: Scratch::default(),
             spare: Vec::new(),
+            spare_node: Vec::new(),
         }
     }
 
-    /// Hands back the findings of a step once they are read, so that the next step reuses
-    /// their allocations (a replay steps millions of times; the live agent need not call
-    /// this). Findings come out the same either way.
+    /// Hands back a step's findings once read: the next step reuses their allocations (a
+    /// replay steps millions of times; the live agent need not). Findings come out the same.
     pub fn recycle(&mut self, findings: Findings) {
         if findings.gpus.capacity() >= self.spare.capacity() {
             self.spare = findings.gpus;
         }
+        self.spare_node = findings.health.components;
+        self.scratch.placement_slots = findings.placement.slots;
     }
 
     /// Folds one snapshot into the state and returns what holds now.
@@ -441,7 +444,8 @@ impl Engine {
             &utilization,
             &self.config.capacity,
         );
-        let placement = capacity::Placement::of(snapshot, &self.config.idle);
+        let slots = std::mem::take(&mut self.scratch.placement_slots);
+        let placement = capacity::Placement::of_into(snapshot, &self.config.idle, slots);
         self.state.last_at = Some(now);
         Findings {
             at: snapshot.at,

@@ -143,6 +143,9 @@ pub(super) struct Scratch {
     pub due: Vec<bool>,
     /// The node's signals by field, for its median ([`risk::Peers::of`]).
     pub(crate) peers: risk::PeerScratch,
+    /// The placement's slots of findings handed back ([`super::Engine::recycle`]): the next
+    /// step writes over them.
+    pub(crate) placement_slots: Vec<super::capacity::Slot>,
 }
 
 impl Scratch {

@@ -229,3 +229,33 @@ fn recycled_findings_come_out_as_fresh_ones() {
         "the last findings are kept for reuse"
     );
 }
+
+#[test]
+fn findings_recycled_steps_later_come_out_as_fresh_ones() {
+    // As a replay hands them back: several steps late, so that each verdict written over
+    // was published from an older state of its hold, or from another GPU's (the snapshot
+    // reordered and cut short now and then).
+    let mut fleet = Fleet::new(&SimulationConfig::default(), start());
+    let mut fresh = Engine::new(EngineConfig::default());
+    let mut recycling = Engine::new(EngineConfig::default());
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut differing = 0;
+    for step in 0..(8 * 60) {
+        fleet.advance(60.0);
+        let mut snapshot = fleet.snapshot();
+        if step % 37 == 36 {
+            snapshot.gpus.rotate_left(3);
+            snapshot.gpus.truncate(snapshot.gpus.len() - 2);
+        }
+        let expected = fresh.step(&snapshot);
+        let found = recycling.step(&snapshot);
+        differing += usize::from(found != expected);
+        in_flight.push_back(found);
+        if in_flight.len() > 7
+            && let Some(old) = in_flight.pop_front()
+        {
+            recycling.recycle(old);
+        }
+    }
+    assert_eq!(differing, 0);
+}

@@ -65,7 +65,10 @@ impl<R: Read + Send + 'static> RecordSource<R> {
         let (empty, empty_rx) = channel();
         let started = std::thread::Builder::new()
             .name("replay-records".into())
-            .spawn(move || read_batches(records, &full_tx, &empty_rx));
+            .spawn(move || {
+                super::behind_the_engine();
+                read_batches(records, &full_tx, &empty_rx)
+            });
         // A system out of threads: the first read says so (the records went with the
         // closure the thread would have run).
         let failed = started.err().map(|e| {

@@ -320,6 +320,39 @@ fn decimal(text: &[u8]) -> Option<f64> {
     value.is_finite().then_some(value)
 }
 
+/// The number at the start of `cell` and the index of the byte after it, where it has the
+/// shape [`decimal`] reads on its fast path (an optional `-`, 1 to 15 digits, at most one
+/// point with a digit either side of it) and `cell` goes on, if at all, with a byte that
+/// is neither a digit nor a point: the same value [`decimal`] gives that prefix. `None`
+/// for any other shape.
+fn leading_decimal(cell: &[u8]) -> Option<(f64, usize)> {
+    let negative = cell.first() == Some(&b'-');
+    let start = usize::from(negative);
+    let mut mantissa = 0u64;
+    let mut count = 0usize;
+    let mut point = None;
+    let mut end = cell.len();
+    for (i, &b) in cell.iter().enumerate().skip(start) {
+        match b {
+            b'0'..=b'9' => {
+                mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+                count += 1;
+            }
+            b'.' if point.is_none() && i > start => point = Some(i),
+            _ => {
+                end = i;
+                break;
+            }
+        }
+    }
+    let scale = point.map(|p| end - p - 1);
+    if !(1..=15).contains(&count) || scale == Some(0) {
+        return None;
+    }
+    let value = mantissa as f64 / POWERS_OF_TEN[scale.unwrap_or(0)];
+    Some((if negative { -value } else { value }, end))
+}
+
 const POWERS_OF_TEN: [f64; 16] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
 ];
@@ -328,9 +361,21 @@ const POWERS_OF_TEN: [f64; 16] = [
 /// converted to `want` (the model's base unit for the field). The cell is not a
 /// [`placeholder`]: a row's reader classifies each cell once, before its value is read.
 pub fn quantity(cell: &[u8], header: Unit, field: Field, want: Unit) -> Cell<f64> {
-    let (number, unit) = number_and_unit(cell);
-    let Some(value) = decimal(number) else {
-        return Cell::Invalid;
+    // The shape nvidia-smi writes (`41`, `69.85 W`, `41%`) in one pass over the digits;
+    // anything else is split and read as the general path below has it, to the same value.
+    let (value, unit) = match leading_decimal(cell) {
+        Some((value, end)) if end == cell.len() => (value, Unit::None),
+        Some((value, end)) if cell[end] == b' ' => {
+            (value, Unit::parse(cell[end + 1..].trim_ascii()))
+        }
+        Some((value, end)) if cell[end] == b'%' && end + 1 == cell.len() => (value, Unit::Percent),
+        _ => {
+            let (number, unit) = number_and_unit(cell);
+            let Some(value) = decimal(number) else {
+                return Cell::Invalid;
+            };
+            (value, unit)
+        }
     };
     let unit = match unit {
         Unit::None if header != Unit::None => header,
@@ -369,6 +414,14 @@ pub fn bitmask(cell: &[u8]) -> Cell<u64> {
     if let Some(p) = placeholder(cell) {
         return p;
     }
+    // nvidia-smi's shape, `0x` and up to 16 hex digits, without the general parser; any
+    // other cell goes through it below.
+    if let Some(mask) = (cell.strip_prefix(b"0x"))
+        .or_else(|| cell.strip_prefix(b"0X"))
+        .and_then(short_hex)
+    {
+        return Cell::Value(mask);
+    }
     let text = std::str::from_utf8(cell).unwrap_or("");
     let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
@@ -377,10 +430,35 @@ pub fn bitmask(cell: &[u8]) -> Cell<u64> {
     parsed.map_or(Cell::Invalid, Cell::Value)
 }
 
+/// 1 to 16 hex digits, as `u64::from_str_radix(_, 16)` reads them; `None` for anything
+/// else (the caller's general path then reads it).
+fn short_hex(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    let mut value = 0u64;
+    for &b in digits {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        value = (value << 4) | u64::from(digit);
+    }
+    Some(value)
+}
+
 /// `P0` … `P15` (or a bare number).
 pub fn pstate(cell: &[u8]) -> Cell<u32> {
     if let Some(p) = placeholder(cell) {
         return p;
+    }
+    // `P0` … `P9`, `P10` … `P15`: read without the general parser below.
+    match cell {
+        [b'P', d @ b'0'..=b'9'] => return Cell::Value(u32::from(d - b'0')),
+        [b'P', b'1', d @ b'0'..=b'5'] => return Cell::Value(10 + u32::from(d - b'0')),
+        _ => {}
     }
     let digits = cell.strip_prefix(b"P").unwrap_or(cell);
     std::str::from_utf8(digits)

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::{Action, State};
 
 /// One component's held state.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Hold {
     pub state: State,
@@ -23,6 +23,20 @@ pub struct Hold {
     pub since: Option<i64>,
     /// Unix seconds the evidence for the state was last seen.
     pub seen: i64,
+    /// The fixed text (a [`Reason::Fixed`]) `reason` was last set to by [`Hold::update`]:
+    /// the same text again, step after step for a healthy component, is then known equal
+    /// without comparing it. Not saved, and not part of the hold's value: a hold read back
+    /// compares the text once.
+    #[serde(skip)]
+    fixed: Option<&'static str>,
+}
+
+impl PartialEq for Hold {
+    fn eq(&self, other: &Hold) -> bool {
+        (self.state, self.action, self.since, self.seen)
+            == (other.state, other.action, other.since, other.seen)
+            && self.reason == other.reason
+    }
 }
 
 /// What one step's readings say of a component.
@@ -39,15 +53,6 @@ pub struct Found {
 pub enum Reason {
     Fixed(&'static str),
     Text(String),
-}
-
-impl Reason {
-    fn as_str(&self) -> &str {
-        match self {
-            Reason::Fixed(text) => text,
-            Reason::Text(text) => text,
-        }
-    }
 }
 
 /// Evidence of a healthy component, with its fixed reason.
@@ -72,6 +77,12 @@ pub fn found(state: State, action: Action, text: String) -> Option<Found> {
 const NOT_JUDGED: &str = "no reading of this GPU yet";
 
 impl Hold {
+    /// The fixed text `reason` holds, where it was last set to one by [`Hold::update`] and
+    /// has its length still.
+    pub(super) fn fixed_reason(&self) -> Option<&'static str> {
+        self.fixed.filter(|f| f.len() == self.reason.len())
+    }
+
     /// Folds one step's evidence in at unix time `now`; `found` is `None` when nothing
     /// could be judged (the GPU does not answer): the state holds. `hold` is in seconds.
     pub fn update(&mut self, now: i64, found: Option<Found>, hold: i64) {
@@ -80,6 +91,7 @@ impl Hold {
                 self.since = Some(now);
                 self.seen = now;
                 set_text(&mut self.reason, NOT_JUDGED);
+                self.fixed = None;
             }
             return;
         };
@@ -97,7 +109,21 @@ impl Hold {
         self.state = found.state;
         self.action = found.action;
         self.seen = now;
-        set_text(&mut self.reason, found.reason.as_str());
+        match found.reason {
+            // The text `reason` already holds, unless a caller wrote over it since: the
+            // length tells the common such case (the field is public).
+            Reason::Fixed(text)
+                if self.fixed.is_some_and(|f| std::ptr::eq(f, text))
+                    && self.reason.len() == text.len() => {}
+            Reason::Fixed(text) => {
+                set_text(&mut self.reason, text);
+                self.fixed = Some(text);
+            }
+            Reason::Text(text) => {
+                set_text(&mut self.reason, &text);
+                self.fixed = None;
+            }
+        }
     }
 }
 
@@ -184,6 +210,33 @@ mod tests {
         );
         h.update(10_000, None, HOLD);
         assert_eq!(h.state, State::Unhealthy);
+    }
+
+    #[test]
+    fn a_fixed_reason_seen_again_is_the_held_text_and_any_other_replaces_it() {
+        let mut h = Hold::default();
+        h.update(0, super::healthy("all fine"), HOLD);
+        h.update(10, super::healthy("all fine"), HOLD);
+        assert_eq!(h.reason, "all fine");
+        h.update(20, super::healthy("fine again"), HOLD);
+        assert_eq!(h.reason, "fine again");
+        h.update(
+            30,
+            found(State::Degraded, Action::ResetGpu, "all fine"),
+            HOLD,
+        );
+        h.update(400, super::healthy("all fine"), HOLD);
+        assert_eq!((h.state, h.reason.as_str()), (State::Healthy, "all fine"));
+        // A text written over the held one (the field is public) is not taken for it.
+        h.reason = "edited".into();
+        h.update(410, super::healthy("all fine"), HOLD);
+        assert_eq!(h.reason, "all fine");
+        // What the hold skips comparing is not part of its value.
+        let mut fresh = Hold::default();
+        fresh.update(0, found(State::Healthy, Action::None, "all fine"), HOLD);
+        fresh.since = h.since;
+        fresh.seen = h.seen;
+        assert_eq!(fresh, h);
     }
 
     #[test]

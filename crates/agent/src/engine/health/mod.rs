@@ -135,11 +135,45 @@ impl Verdict {
 
 /// A GPU's verdict: its worst component's state, the action its worst components ask for,
 /// and every component.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct GpuHealth {
     pub state: State,
     pub action: Action,
     pub components: Vec<Verdict>,
+    /// What each of `components` was written from, so that findings handed back to the
+    /// engine ([`Engine::recycle`]) are rewritten without comparing their text and dates
+    /// where their holds did not change. Not published, and not part of the value.
+    #[serde(skip)]
+    written: Vec<Written>,
+}
+
+impl PartialEq for GpuHealth {
+    fn eq(&self, other: &GpuHealth) -> bool {
+        (self.state, self.action) == (other.state, other.action)
+            && self.components == other.components
+    }
+}
+
+/// A verdict's fixed reason (the hold's, by address) and the unix seconds of its start, as
+/// [`publish`] last wrote them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Written {
+    reason: Option<&'static str>,
+    since: i64,
+}
+
+impl Written {
+    /// Whether `verdict`, written from `self`, still says what `hold` says from `since`:
+    /// the same fixed text and the same start. The length guards against a text written
+    /// over in between (the fields are public).
+    fn holds(&self, verdict: &Verdict, hold: &Hold, since: i64) -> bool {
+        match (self.reason, hold.fixed_reason()) {
+            (Some(was), Some(is)) => {
+                std::ptr::eq(was, is) && verdict.reason.len() == is.len() && self.since == since
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The node's verdict: the worst of its GPUs and of its own components, and those.
@@ -265,12 +299,26 @@ impl NodeHealthState {
     }
 }
 
-/// Writes the verdicts of `holds` (named by `names`) into `out`, reusing its strings.
-fn publish(out: &mut Vec<Verdict>, names: &[&'static str], holds: &[&Hold], now: i64) {
+/// Writes the verdicts of `holds` (named by `names`) into `out`, reusing its strings, and
+/// what each was written from into `written` where given.
+fn publish(
+    out: &mut Vec<Verdict>,
+    mut written: Option<&mut Vec<Written>>,
+    names: &[&'static str],
+    holds: &[&Hold],
+    now: i64,
+) {
     out.truncate(names.len());
+    if let Some(written) = written.as_deref_mut() {
+        written.resize(out.len(), Written::default());
+    }
     let at = |secs: i64| DateTime::from_timestamp(secs, 0).unwrap_or_default();
     for (i, (name, hold)) in names.iter().zip(holds).enumerate() {
         let secs = hold.since.unwrap_or(now);
+        let mark = Written {
+            reason: hold.fixed_reason(),
+            since: secs,
+        };
         match out.get_mut(i) {
             // The common case, step after step: the verdict of the step before, whose
             // reason and start mostly hold; they are rewritten only where they changed
@@ -282,20 +330,33 @@ fn publish(out: &mut Vec<Verdict>, names: &[&'static str], holds: &[&Hold], now:
                 }
                 v.state = hold.state;
                 v.action = hold.action;
+                let was = written.as_deref_mut().and_then(|w| w.get_mut(i));
+                // Written from the same fixed text and start: nothing to compare.
+                if was.as_deref().is_some_and(|w| w.holds(v, hold, secs)) {
+                    continue;
+                }
                 if v.reason != hold.reason {
                     v.reason.clone_from(&hold.reason);
                 }
                 if v.since.timestamp() != secs || v.since.timestamp_subsec_nanos() != 0 {
                     v.since = at(secs);
                 }
+                if let Some(was) = was {
+                    *was = mark;
+                }
             }
-            None => out.push(Verdict {
-                component: Cow::Borrowed(name),
-                state: hold.state,
-                reason: hold.reason.clone(),
-                action: hold.action,
-                since: at(secs),
-            }),
+            None => {
+                out.push(Verdict {
+                    component: Cow::Borrowed(name),
+                    state: hold.state,
+                    reason: hold.reason.clone(),
+                    action: hold.action,
+                    since: at(secs),
+                });
+                if let Some(written) = written.as_deref_mut() {
+                    written.push(mark);
+                }
+            }
         }
     }
 }
@@ -342,7 +403,14 @@ impl Engine {
                 held.update(now, found, hold);
             }
             let out = &mut finding.health;
-            publish(&mut out.components, &GPU_COMPONENTS, &health.holds(), now);
+            let holds = health.holds();
+            publish(
+                &mut out.components,
+                Some(&mut out.written),
+                &GPU_COMPONENTS,
+                &holds,
+                now,
+            );
             (out.state, out.action) = summarise(&out.components);
         }
         let found = node::judge(snapshot, &known_buses);
@@ -350,9 +418,11 @@ impl Engine {
         for (held, found) in node.holds_mut().into_iter().zip(found) {
             held.update(now, found, hold);
         }
-        let mut components = Vec::with_capacity(NODE_COMPONENTS.len());
+        // Those of a step handed back, written over ([`Engine::recycle`]).
+        let mut components = std::mem::take(&mut self.spare_node);
         publish(
             &mut components,
+            None,
             &NODE_COMPONENTS,
             &[&node.driver_version, &node.kernel_log, &node.pci],
             now,

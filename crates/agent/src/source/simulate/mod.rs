@@ -13,7 +13,7 @@ mod gpu;
 pub mod mig;
 pub mod mig_profiles;
 pub mod noise;
-pub mod quirks;
+pub(crate) mod quirks;
 pub mod shape;
 pub mod sku;
 mod workload;

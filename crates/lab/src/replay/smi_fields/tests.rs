@@ -85,6 +85,146 @@ fn decimals_read_exactly_as_the_standard_parser() {
     }
 }
 
+/// What [`quantity`] gave before its one-pass path: the cell split at its first space (or a
+/// last `%`), the number read by [`decimal`].
+fn split_then_read(cell: &[u8]) -> Option<(f64, Unit)> {
+    let (number, unit) = number_and_unit(cell);
+    decimal(number).map(|v| (v, unit))
+}
+
+#[test]
+fn the_one_pass_path_reads_every_shape_as_splitting_then_reading_does() {
+    let cells = [
+        "0",
+        "41",
+        "69.85 W",
+        "631.95 W",
+        "41 %",
+        "41%",
+        "41 %x",
+        "41%x",
+        "-3.5 C",
+        "12.",
+        "12. W",
+        ".5",
+        "-.5 W",
+        "-",
+        "- W",
+        "1.2.3",
+        "1.2.3 W",
+        "1e3",
+        "1e3 W",
+        "0x1F",
+        "12a",
+        "12 ",
+        "12  MiB",
+        "81559 MiB",
+        "1980 MHz",
+        "1.5 GHz",
+        "250 mW",
+        "7 us",
+        "3 XB",
+        "123456789012345",
+        "1234567890123456 W",
+        "3.14159265358979 W",
+        "5\t",
+        "+5",
+        "5 W W",
+    ];
+    for text in cells {
+        let cell = text.as_bytes();
+        let fast = leading_decimal(cell).and_then(|(value, end)| match cell.get(end) {
+            None => Some((value, Unit::None)),
+            Some(b' ') => Some((value, Unit::parse(cell[end + 1..].trim_ascii()))),
+            Some(b'%') if end + 1 == cell.len() => Some((value, Unit::Percent)),
+            Some(_) => None,
+        });
+        if let Some(fast) = fast {
+            let general = split_then_read(cell);
+            assert_eq!(Some(fast), general, "{text:?}");
+            assert!(
+                fast.0.to_bits() == general.map_or(0, |g| g.0.to_bits()),
+                "{text:?}: the same bits"
+            );
+        }
+        for (header, field) in [
+            (Unit::None, Field::PowerDraw),
+            (Unit::Mib, Field::MemUsed),
+            (Unit::Percent, Field::UtilGpu),
+            (Unit::None, Field::TempGpu),
+        ] {
+            let want = match field.default_unit() {
+                Unit::Watt => Unit::Watt,
+                Unit::Mhz => Unit::Mhz,
+                _ => Unit::None,
+            };
+            let got = quantity(cell, header, field, want);
+            let expected = match split_then_read(cell) {
+                None => Cell::Invalid,
+                Some((value, unit)) => {
+                    let unit = match unit {
+                        Unit::None if header != Unit::None => header,
+                        Unit::None => field.default_unit(),
+                        u => u,
+                    };
+                    match (unit, want) {
+                        (u, w) if u == w => Cell::Value(value),
+                        (Unit::None, _) | (Unit::Celsius, Unit::None) => Cell::Value(value),
+                        (Unit::Percent, Unit::None) => Cell::Value(value / 100.0),
+                        (Unit::Mib, Unit::None) => Cell::Value(value * 1_048_576.0),
+                        (Unit::Milliwatt, Unit::Watt) => Cell::Value(value / 1000.0),
+                        (Unit::Ghz, Unit::Mhz) => Cell::Value(value * 1000.0),
+                        (Unit::Kib, Unit::None) => Cell::Value(value * 1024.0),
+                        (Unit::Gib, Unit::None) => Cell::Value(value * 1_073_741_824.0),
+                        _ => Cell::Invalid,
+                    }
+                }
+            };
+            assert_eq!(got, expected, "{text:?} as {field:?} under [{header:?}]");
+        }
+    }
+}
+
+#[test]
+fn masks_and_pstates_read_on_the_short_path_as_the_general_parser_reads_them() {
+    for text in [
+        "0x0000000000000001",
+        "0x0000000000000041",
+        "0X00000000000000FF",
+        "0xffffffffffffffff",
+        "0x1",
+        "0xAbC",
+        "0x",
+        "0x+1",
+        "0x00000000000000001",
+        "0x1g",
+        "0x 1",
+        "41",
+        "0b1",
+    ] {
+        let general = {
+            let hex = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X"));
+            let parsed = match hex {
+                Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                None => text.parse().ok(),
+            };
+            parsed.map_or(Cell::Invalid, Cell::Value)
+        };
+        assert_eq!(bitmask(text.as_bytes()), general, "{text:?}");
+    }
+    for text in [
+        "P0", "P8", "P9", "P10", "P12", "P15", "P16", "P32", "P33", "P99", "P", "7", "P-1", "P1a",
+    ] {
+        let digits = text.strip_prefix('P').unwrap_or(text);
+        let general = digits
+            .parse()
+            .ok()
+            .filter(|&p: &u32| p <= 32)
+            .map_or(Cell::Invalid, Cell::Value);
+        assert_eq!(pstate(text.as_bytes()), general, "{text:?}");
+    }
+}
+
 #[test]
 fn flags_masks_and_pstates() {
     for yes in ["Yes", "Active", "Enabled"] {
