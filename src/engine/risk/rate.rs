@@ -39,6 +39,17 @@ const HOUR: f64 = 3600.0;
 /// Scan windows (e-fold), hours.
 const WINDOW_HOURS: [f64; 6] = [6.0, 12.0, 24.0, 48.0, 96.0, 192.0];
 
+/// `exp(−1 h / window)`: the windows' decay over the one hour between a close and the open
+/// hour, the usual case (a unit test checks it against `exp`).
+const HOUR_DECAY: [f64; 6] = [
+    0.846_481_724_890_614_1,
+    0.920_044_414_629_323_3,
+    0.959_189_457_109_138_2,
+    0.979_382_181_331_240_1,
+    0.989_637_398_914_996_6,
+    0.994_805_206_517_837_1,
+];
+
 /// Observed hours before the baseline is trusted.
 const WARM_UP_HOURS: f64 = 24.0;
 
@@ -91,6 +102,11 @@ pub struct RateTest {
     closed: i64,
     /// The statistic after the last hour closed, nats.
     llr: f64,
+    /// The floor the last sample was read against (the open hour's expectation), and the
+    /// open hour's cap as a multiple of its expectation ([`bad_hour_multiple`], 0 until
+    /// computed at a close).
+    floor: f64,
+    multiple: f64,
 }
 
 impl RateTest {
@@ -114,12 +130,76 @@ impl RateTest {
         if seconds.is_finite() && seconds > 0.0 {
             self.seconds += seconds;
         }
+        self.floor = if floor.is_finite() {
+            floor.max(0.0)
+        } else {
+            0.0
+        };
     }
 
     /// The statistic: the largest log-likelihood ratio over the windows, nats; 0 while the
-    /// baseline warms up.
+    /// baseline warms up. It is the last closed hour's, or more where the open hour as
+    /// observed so far (its counts, capped, against its expectation so far) says more: a
+    /// climb's evidence moves as its counts arrive, not only at the close of a clock hour,
+    /// while a quiet stretch of the open hour lowers it only at the close, as before.
     pub fn llr(&self) -> f64 {
-        self.llr
+        self.open_statistic()
+            .map_or(self.llr, |open| open.max(self.llr))
+    }
+
+    /// The statistic as if the open hour closed now; `None` while it has been observed
+    /// for less than [`MIN_HOUR_SECONDS`], before the baseline is warm, or in a state
+    /// that is not sane (the last close's statistic stands).
+    fn open_statistic(&self) -> Option<f64> {
+        let observed = self.seconds.min(MOST_SHARE * HOUR);
+        if observed < MIN_HOUR_SECONDS
+            || self.hours < WARM_UP_HOURS
+            || self.closed == 0
+            || !self.is_sane()
+        {
+            return None;
+        }
+        let elapsed_hours = (self.hour.saturating_sub(self.closed).max(0) as f64 / HOUR).min(1e4);
+        let (capped, expected, unit) = self.open_hour(observed / HOUR, self.multiple);
+        let (counted, expected) = (capped / unit, expected / unit);
+        let best = WINDOW_HOURS
+            .iter()
+            .enumerate()
+            .map(|(w, tau)| {
+                let decay = if elapsed_hours == 1.0 {
+                    HOUR_DECAY[w]
+                } else {
+                    (-elapsed_hours / tau).exp()
+                };
+                poisson_llr(
+                    self.counted[w] * decay + counted,
+                    self.expected[w] * decay + expected,
+                )
+            })
+            .fold(0.0, f64::max);
+        best.is_finite().then_some(best)
+    }
+
+    /// The open hour, observed for `share` of an hour: its count capped at what gives
+    /// [`BAD_HOUR_NATS`] × `share` (at least one event), its expected count, and the
+    /// counts a unit stands for. `multiple` is the cap's multiple if known (else 0).
+    fn open_hour(&self, share: f64, multiple: f64) -> (f64, f64, f64) {
+        let rate = self.mean.max(self.floor);
+        let unit = self.unit(rate);
+        let expected = rate * share;
+        let multiple = if multiple > 0.0 {
+            multiple
+        } else {
+            bad_hour_multiple(rate / unit)
+        };
+        let most = (multiple * expected).max(1.0);
+        (self.count.min(most), expected, unit)
+    }
+
+    /// The cap's multiple for the hour that opens after a close.
+    fn remember_multiple(&mut self) {
+        let rate = self.mean.max(self.floor);
+        self.multiple = bad_hour_multiple(rate / self.unit(rate));
     }
 
     fn close(&mut self, floor: f64) {
@@ -156,19 +236,19 @@ impl RateTest {
         let share = observed / HOUR;
         if self.hours < WARM_UP_HOURS {
             self.warm_up(self.count / share, share, floor);
+            self.floor = floor;
+            self.remember_multiple();
             self.llr = 0.0;
             return;
         }
-        let rate = self.mean.max(floor);
-        let unit = self.unit(rate);
-        let expected = rate * share;
-        let most = (bad_hour_multiple(rate / unit) * expected).max(1.0);
-        let capped = self.count.min(most);
+        self.floor = floor;
+        let (capped, expected, unit) = self.open_hour(share, 0.0);
         for w in 0..WINDOW_HOURS.len() {
             self.counted[w] += capped / unit;
             self.expected[w] += expected / unit;
         }
         self.learn(capped / share, share, floor);
+        self.remember_multiple();
         self.llr = self.statistic();
     }
 
@@ -562,6 +642,53 @@ mod tests {
                 let llr = test.llr();
                 proptest::prop_assert!(llr.is_finite() && llr >= 0.0, "{llr}");
             }
+        }
+    }
+
+    #[test]
+    fn the_open_hour_counts_as_its_events_arrive() {
+        // A quiet link at the floor for two days, then 6 replays in each ten minutes:
+        // in the fourth hour the statistic rises within the hour, before it closes, and
+        // the close gives what the open hour said at its last sample.
+        let mut test = RateTest::default();
+        let start = 1_700_000_000 / 3600 * 3600;
+        for m in 0..(2 * 1440 + 180) {
+            let count = if m >= 2 * 1440 && m % 10 == 0 {
+                6.0
+            } else {
+                0.0
+            };
+            test.observe(start + m * 60, count, 60.0, floor::PCIE_REPLAYS);
+        }
+        let hour = start + 2 * DAY + 3 * 3600;
+        test.observe(hour, 6.0, 60.0, floor::PCIE_REPLAYS);
+        let before = test.llr();
+        let mut seen = vec![];
+        for m in 1..60 {
+            let count = if m % 10 == 0 { 6.0 } else { 0.0 };
+            test.observe(hour + m * 60, count, 60.0, floor::PCIE_REPLAYS);
+            seen.push(test.llr());
+        }
+        assert!(seen[30] > before + 0.5, "{before} then {seen:?}");
+        let last = seen[58];
+        test.observe(hour + 3600, 0.0, 60.0, floor::PCIE_REPLAYS);
+        assert!(
+            (test.llr() - last).abs() < 0.05,
+            "{last} then {}",
+            test.llr()
+        );
+        // A quiet open hour never lowers it below the last close's.
+        let closed = test.llr();
+        for m in 1..59 {
+            test.observe(hour + 3600 + m * 60, 0.0, 60.0, floor::PCIE_REPLAYS);
+            assert!(test.llr() >= closed);
+        }
+    }
+
+    #[test]
+    fn the_hour_decays_are_the_windows_exponentials() {
+        for (tau, decay) in WINDOW_HOURS.iter().zip(HOUR_DECAY) {
+            assert!(((-1.0 / tau).exp() - decay).abs() < 1e-15, "{tau}");
         }
     }
 
