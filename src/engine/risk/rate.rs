@@ -149,6 +149,11 @@ impl RateTest {
     /// climb's evidence moves as its counts arrive, not only at the close of a clock hour,
     /// while a quiet stretch of the open hour lowers it only at the close, as before.
     pub fn llr(&self) -> f64 {
+        // An open hour without counts only lowers every window's ratio (the windows decay
+        // and its expectation adds): the last close's statistic stands, with no work.
+        if self.count <= 0.0 {
+            return self.llr;
+        }
         self.open_statistic()
             .map_or(self.llr, |open| open.max(self.llr))
     }
