@@ -406,14 +406,16 @@ mod tests {
     use super::*;
     use crate::train::fit::Fitted;
 
-    /// The hand-set model passes the anchor tests, so it meets every check here; with the
+    /// The shipped model, fitted under the anchors, meets every check here; with the
     /// corrected-error weights cut to 0.15 (what a fit on the library alone chose) the
     /// climb no longer warns a day ahead, and with the node-level heat weights raised the
-    /// node-wide heat warns.
+    /// node-wide heat warns. (The hand-set model the search starts from need not: since
+    /// the rate tests read the open hour, its replay-rate weight of 0.5 leaves the
+    /// two-day link ramp short of a day's warning, and the fit raises it.)
     #[test]
-    fn the_hand_set_model_meets_every_anchor_and_a_library_only_fit_breaks_them() {
+    fn the_shipped_model_meets_every_anchor_and_a_library_only_fit_breaks_them() {
         let observed = observe();
-        let shipped = Fitted::of_model(&crate::train::library::hand_set().unwrap());
+        let shipped = Fitted::of_model(&crate::engine::risk::RiskModel::shipped());
         assert_eq!(
             broken(&observed, &shipped.weights, shipped.bias),
             Vec::<String>::new()
