@@ -33,11 +33,10 @@ const DCGM_FAMILIES: &str = "^DCGM_FI_DEV_(FB_USED|GPU_UTIL|POWER_USAGE)$";
 
 const TEAMS: &str = "[[teams]]\nname = \"research\"\nnamespaces = [\"ml-*\"]\n\n[[teams]]\nname = \"serving\"\nnamespaces = [\"inference\"]\n";
 
-/// `--query.max-samples` for the report's Prometheus: 10,000 for 32 GPUs over 288 steps is
+/// `--query.max-samples` for the report's Prometheus: 5,700 for 32 GPUs over 288 steps is
 /// what the default 50,000,000 is for 1,000 hosts × 8 GPUs over a week at a minute
-/// (50M × 32 × 288 / (8,000 × 10,080) ≈ 5,700, doubled for the two days of history the
-/// month-long queries cover).
-const MAX_SAMPLES: &str = "10000";
+/// (50M × 32 × 288 / (8,000 × 10,080) ≈ 5,700: the same samples a GPU-step).
+const MAX_SAMPLES: &str = "5700";
 
 /// A recording of the simulated fleet, shared by the tests of this file.
 struct History {
@@ -345,7 +344,7 @@ fn dcgm_report_holds_a_scaled_prometheus_limit_and_splits_what_it_refuses() {
     assert_teams(&doc, &truth, "Prometheus, planned");
     assert_fleet(&doc, "Prometheus, planned");
     let used = &doc["store"];
-    assert_eq!(used["max_samples"], 10_000);
+    assert_eq!(used["max_samples"], 5_700);
     assert_eq!(
         used["scrape_interval_seconds"], 600.0,
         "from the samples' spacing"
