@@ -277,8 +277,8 @@ fn promtool_accepts_hostile_label_values() {
 /// the node's own (`gpu_node_*`, `gpu_scale_*`) are shared out over the GPUs; the agent's
 /// (`gpu_sentinel_*`) and per-process series (`gpu_process_*`, bounded by
 /// `max_process_series`) are not counted. Returns (the most any GPU has, per family the
-/// most any GPU has). `gpu_health_state` counts in its family, not in the total: it has
-/// series only for components that are not healthy, none on a healthy GPU.
+/// most any GPU has). `gpu_health_state` counts like the rest: a failing GPU's verdicts
+/// are part of what it costs.
 fn series_per_gpu(text: &str) -> (f64, BTreeMap<String, usize>) {
     let mut per_gpu: BTreeMap<String, usize> = BTreeMap::new();
     let mut per_family: BTreeMap<(String, String), usize> = BTreeMap::new();
@@ -296,9 +296,6 @@ fn series_per_gpu(text: &str) -> (f64, BTreeMap<String, usize>) {
             .and_then(|(_, rest)| rest.split_once('"'))
             .map(|(gpu, _)| gpu.to_string());
         match gpu {
-            Some(gpu) if name == "gpu_health_state" => {
-                *per_family.entry((name.to_string(), gpu)).or_default() += 1;
-            }
             Some(gpu) => {
                 *per_gpu.entry(gpu.clone()).or_default() += 1;
                 *per_family.entry((name.to_string(), gpu)).or_default() += 1;

@@ -126,11 +126,6 @@ pub(crate) const BUDGETS: &[Budget] = &[
     ),
     per_gpu("gpu_memory_free_bytes", 1, "placement: what still fits"),
     per_gpu(
-        "gpu_memory_reserved_bytes",
-        1,
-        "explains used + free < total",
-    ),
-    per_gpu(
         "gpu_temperature_celsius",
         1,
         "cooling trouble, the thermal alert",
@@ -202,19 +197,9 @@ pub(crate) const BUDGETS: &[Budget] = &[
     per_gpu(
         "gpu_pcie_link_generation",
         1,
-        "a link trained below its generation",
+        "a link trained below its generation (the maximum it is read against is in /api/v1/gpus and the pcie health verdict's reason: it does not change in a slot, so it has no series)",
     ),
     per_gpu("gpu_pcie_link_width", 1, "a link trained below its width"),
-    per_gpu(
-        "gpu_pcie_link_generation_max",
-        1,
-        "what the generation is read against",
-    ),
-    per_gpu(
-        "gpu_pcie_link_width_max",
-        1,
-        "what the width is read against",
-    ),
     per_gpu(
         "gpu_pcie_throughput_bytes_per_second",
         2,

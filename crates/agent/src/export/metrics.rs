@@ -83,11 +83,6 @@ pub(crate) const MEMORY_FREE: MetricDef = gauge(
     GPU,
     "Frame-buffer memory free for allocation, in bytes.",
 );
-pub(crate) const MEMORY_RESERVED: MetricDef = gauge(
-    "gpu_memory_reserved_bytes",
-    GPU,
-    "Frame-buffer memory reserved by the driver and firmware, in bytes.",
-);
 pub const TEMPERATURE: MetricDef = gauge(
     "gpu_temperature_celsius",
     GPU,
@@ -179,16 +174,6 @@ pub(crate) const PCIE_LINK_WIDTH: MetricDef = gauge(
     "gpu_pcie_link_width",
     GPU,
     "Current PCIe link width, in lanes.",
-);
-pub(crate) const PCIE_LINK_GENERATION_MAX: MetricDef = gauge(
-    "gpu_pcie_link_generation_max",
-    GPU,
-    "Highest PCIe link generation the GPU and its slot support; below it under load, the link has trained down.",
-);
-pub(crate) const PCIE_LINK_WIDTH_MAX: MetricDef = gauge(
-    "gpu_pcie_link_width_max",
-    GPU,
-    "Widest PCIe link the GPU and its slot support, in lanes.",
 );
 pub(crate) const PCIE_THROUGHPUT: MetricDef = gauge(
     "gpu_pcie_throughput_bytes_per_second",
@@ -505,7 +490,6 @@ pub const NATIVE: &[MetricDef] = &[
     MEMORY_TOTAL,
     MEMORY_USED,
     MEMORY_FREE,
-    MEMORY_RESERVED,
     TEMPERATURE,
     MEMORY_TEMPERATURE,
     POWER,
@@ -525,8 +509,6 @@ pub const NATIVE: &[MetricDef] = &[
     PCIE_REPLAYS,
     PCIE_LINK_GENERATION,
     PCIE_LINK_WIDTH,
-    PCIE_LINK_GENERATION_MAX,
-    PCIE_LINK_WIDTH_MAX,
     PCIE_THROUGHPUT,
     NVLINK_ERRORS,
     XID_ERRORS,

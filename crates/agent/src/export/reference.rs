@@ -131,7 +131,11 @@ pub fn reference_markdown() -> String {
          eight GPUs every series a GPU is 8,000 series in the store. The default exposition \
          stays within {} series a GPU, not counting the agent's own `gpu_sentinel_*` and the \
          per-process series (`max_process_series` bounds those); `tests/it/exposition.rs` holds \
-         the simulator's exposition to each line below and to the total.\n\n\
+         the simulator's exposition to each line below and to the total, at the worst moment \
+         of its worst GPU over a simulated day (a failing GPU, its health verdicts counted). \
+         The PCIe link's maximum generation and width have no series: they do not change \
+         while the GPU sits in its slot, and `/api/v1/gpus` and the pcie health verdict read \
+         the link against them; the reserved frame buffer is total less used less free.\n\n\
          The health verdicts' `gpu_health_state` names only the components that are not \
          healthy: eight constant zeros a GPU would have been 64,000 series at a thousand hosts. \
          Those it names carry their repair `action`: a component whose action changes \

@@ -125,9 +125,6 @@ fn readings(families: &mut Families, up: &[&GpuLabels]) {
     per_gpu(families, &MEMORY_TOTAL, up, |s| float(s.memory.total_bytes));
     per_gpu(families, &MEMORY_USED, up, |s| float(s.memory.used_bytes));
     per_gpu(families, &MEMORY_FREE, up, |s| float(s.memory.free_bytes));
-    per_gpu(families, &MEMORY_RESERVED, up, |s| {
-        float(s.memory.reserved_bytes)
-    });
     per_gpu(families, &TEMPERATURE, up, |s| s.temperature_celsius);
     per_gpu(families, &MEMORY_TEMPERATURE, up, |s| {
         s.memory_temperature_celsius
@@ -240,12 +237,6 @@ fn health_counters(families: &mut Families, up: &[&GpuLabels], nvlink_per_link: 
     });
     per_gpu(families, &PCIE_LINK_WIDTH, up, |s| {
         s.pcie.link_width.map(f64::from)
-    });
-    per_gpu(families, &PCIE_LINK_GENERATION_MAX, up, |s| {
-        s.pcie.link_generation_max.map(f64::from)
-    });
-    per_gpu(families, &PCIE_LINK_WIDTH_MAX, up, |s| {
-        s.pcie.link_width_max.map(f64::from)
     });
     let family = families.family(&PCIE_THROUGHPUT);
     for g in up {

@@ -24,6 +24,7 @@ pub const METRICS: &[&str] = &[
     "gpu_memory_total_bytes",
     "gpu_memory_used_bytes",
     "gpu_memory_free_bytes",
+    // Served by agents before the series budget; the engine does not read it.
     "gpu_memory_reserved_bytes",
     "gpu_temperature_celsius",
     "gpu_memory_temperature_celsius",
