@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Ground truth of a history `gpu-sentinel record --format openmetrics` wrote, for
-bench/report.sh: each team's busy and idle GPU-hours, and the development hosts (idle at
-night by construction).
+bench/report.sh: each team's busy and idle GPU-hours, the development hosts (idle at
+night by construction), and each host's mean GPU utilization, percent, in the night window
+the report uses (02:00-06:00 UTC): an inference host's trough follows the recording's start
+and may fall there, around the idle line, so such a host may be night-idle too.
 
     report_truth.py FILE native|dcgm INTERVAL_SECONDS HOSTS > truth.json
 
@@ -14,9 +16,12 @@ for one interval. Streams the file: memory holds one float a GPU and step.
 """
 
 import array
+import datetime
 import json
 import re
 import sys
+
+NIGHT_HOURS = (2, 3, 4, 5)
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+) (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -42,6 +47,9 @@ def main():
     held_steps = {}
     held_teams = {}
     host_index = {f"sim-node-{i + 1:02d}": i for i in range(hosts)}
+    # Per host, the sum and count of its GPUs' utilization samples (percent) in night hours.
+    night = {}
+    hour_of = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.startswith("#"):
@@ -52,6 +60,18 @@ def main():
             name, labels, value, at = m.group(1), m.group(2), float(m.group(3)), float(m.group(4))
             if first is None:
                 first = at
+            if name in ("DCGM_FI_DEV_GPU_UTIL", "gpu_utilization_ratio"):
+                whole = int(at) // 3600
+                hour = hour_of.get(whole)
+                if hour is None:
+                    hour = datetime.datetime.fromtimestamp(whole * 3600, datetime.timezone.utc).hour
+                    hour_of[whole] = hour
+                if hour in NIGHT_HOURS:
+                    lab = dict(LABEL.findall(labels))
+                    host = lab.get("Hostname" if dcgm else "instance", "")
+                    cell = night.setdefault(host, [0.0, 0])
+                    cell[0] += value if dcgm else value * 100.0
+                    cell[1] += 1
             if dcgm:
                 if name not in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL"):
                     continue
@@ -89,7 +109,9 @@ def main():
             if state in ("busy", "idle"):
                 entry[state] += (end - start) / 3600.0
     development = [f"sim-node-{i + 1:02d}" for i in range(hosts) if i % 4 == 2]
-    json.dump({"teams": teams, "night_idle_hosts": development}, sys.stdout)
+    night_utilization = {h: s / n for h, (s, n) in sorted(night.items()) if n}
+    json.dump({"teams": teams, "night_idle_hosts": development,
+               "night_utilization": night_utilization}, sys.stdout)
 
 
 if __name__ == "__main__":
