@@ -816,6 +816,134 @@ fn recorded_hours_are_read_from_the_rules_records_dcgm_exporter() {
     }
 }
 
+/// A query frontend in front of the store, refusing as Mimir's does: a query that selects
+/// more than two hosts' series ("the query exceeded the maximum number of series"), a range
+/// query longer than twelve hours ("the query time range exceeds the limit"). The report
+/// splits what it refuses, by host groups and by time, and gives the figures the store
+/// gives unrefused.
+#[test]
+fn a_mimir_frontends_series_and_length_refusals_are_split_around() {
+    use common::http_server::{Answer, HttpServer};
+    let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
+        return;
+    };
+    let history = record("dcgm");
+    let data = history.blocks(&promtool, "prometheus-dcgm-frontend");
+    let store = Prometheus::on_blocks(&prometheus, &data);
+    let base = store.base.clone();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let windows = regex::Regex::new(r"\[(\d+)s").expect("a regex");
+    let frontend = HttpServer::answering(move |request| {
+        let path = request.path();
+        if let Some(query) = request.form("query") {
+            // The hosts a query fetches series of: its host matcher's, else those with
+            // series in the span it reads (Mimir counts the series it fetches).
+            let span = |name: &str| request.form(name).and_then(|v| v.parse::<f64>().ok());
+            let hosts = match query
+                .split_once("Hostname=~\"")
+                .and_then(|(_, rest)| rest.split_once('"'))
+            {
+                Some((alternatives, _)) => {
+                    alternatives.split('|').filter(|a| !a.is_empty()).count()
+                }
+                None if query.contains("Hostname=\"") => 1,
+                None => {
+                    let window = windows
+                        .captures_iter(&query)
+                        .filter_map(|c| c[1].parse::<f64>().ok())
+                        .fold(300.0, f64::max);
+                    let (start, end) = match (span("time"), span("start"), span("end")) {
+                        (Some(t), _, _) => (t - window, t),
+                        (None, Some(s), Some(e)) => (s - window, e),
+                        _ => (0.0, f64::from(u32::MAX)),
+                    };
+                    hosts_with_series(&agent, &base, start, end)
+                }
+            };
+            if hosts > 2 {
+                return Answer::json(
+                    422,
+                    r#"{"status":"error","errorType":"execution","error":"the query exceeded the maximum number of series (limit: 16 series) (err-mimir-max-series-per-query). Consider reducing the time range and/or number of series selected by the query."}"#,
+                );
+            }
+            if path.ends_with("query_range")
+                && let (Some(start), Some(end)) = (span("start"), span("end"))
+                && end - start > 12.0 * 3600.0
+            {
+                return Answer::json(
+                    422,
+                    r#"{"status":"error","errorType":"bad_data","error":"the query time range exceeds the limit (query length: 48h0m0s, limit: 12h0m0s) (err-mimir-max-query-length)"}"#,
+                );
+            }
+        }
+        let url = format!("{base}{}", request.target);
+        let answer = if request.method == "POST" {
+            agent
+                .post(&url)
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .send(&request.body[..])
+        } else {
+            agent.get(&url).call()
+        };
+        match answer {
+            Ok(mut response) => {
+                let status = response.status().as_u16();
+                let body = response.body_mut().read_to_string().unwrap_or_default();
+                Answer::json(status, &body)
+            }
+            Err(e) => Answer::status(502).body(&e.to_string()),
+        }
+    });
+    let truth = dcgm_ground_truth(&history.text, INTERVAL);
+    let (direct, _) = report(&store.base, history, &[], &[]);
+    let (split, stderr) = report(
+        &frontend.url(""),
+        history,
+        &[],
+        &[("RUST_LOG", "gpu_sentinel_fleet=debug")],
+    );
+    assert!(
+        split["store"]["refused"].as_u64().is_some_and(|n| n > 0),
+        "{}",
+        split["store"]
+    );
+    assert!(
+        stderr.contains("asking for it in two halves"),
+        "a debug line says each split: {stderr}"
+    );
+    assert_teams(&split, &truth, "behind the frontend");
+    assert_fleet(&split, "behind the frontend");
+    assert_eq!(
+        split["teams"], direct["teams"],
+        "the same teams as the store unrefused"
+    );
+    assert_eq!(split["fleet"]["gpus"], direct["fleet"]["gpus"]);
+}
+
+/// The hosts with a DCGM series in `(start, end]`, as the store lists them.
+fn hosts_with_series(agent: &ureq::Agent, base: &str, start: f64, end: f64) -> usize {
+    let listed = agent
+        .get(format!("{base}/api/v1/series"))
+        .query("match[]", r#"{__name__=~"DCGM_FI_.*"}"#)
+        .query("start", format!("{start}"))
+        .query("end", format!("{end}"))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok());
+    let hosts: BTreeSet<String> = listed
+        .as_ref()
+        .and_then(|doc| doc["data"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["Hostname"].as_str().map(str::to_string))
+        .collect();
+    hosts.len()
+}
+
 /// A store that refuses every query for its size, however small: the report splits its
 /// pieces a bounded number of times, then fails naming the limit to raise.
 #[test]

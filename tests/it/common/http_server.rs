@@ -120,6 +120,15 @@ impl Request {
         })
     }
 
+    /// A field of a form body (`application/x-www-form-urlencoded`), percent-decoded.
+    pub fn form(&self, name: &str) -> Option<String> {
+        let body = std::str::from_utf8(&self.body).ok()?;
+        body.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            (k == name).then(|| percent_decode(v))
+        })
+    }
+
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
