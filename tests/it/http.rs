@@ -60,6 +60,68 @@ fn health_landing_and_errors() {
     assert_eq!(agent.get("/nope").status, 404);
 }
 
+/// The paths README.md's "What each endpoint reveals" lists, in order, one entry per path
+/// named at the head of a list item (`- `/healthz`, `/readyz`: …`).
+fn readme_endpoints() -> Vec<String> {
+    let readme = std::fs::read_to_string(common::repo().join("README.md")).expect("README.md");
+    let section = readme
+        .split("\n## What each endpoint reveals\n")
+        .nth(1)
+        .expect("README.md has a section \"What each endpoint reveals\"");
+    let section = section.split("\n#").next().unwrap_or(section);
+    let mut listed = Vec::new();
+    for item in section.lines().filter_map(|l| l.strip_prefix("- `")) {
+        let head = item.split("`:").next().unwrap_or(item);
+        listed.extend(
+            head.split('`')
+                .filter(|p| p.starts_with('/'))
+                .map(str::to_string),
+        );
+    }
+    listed
+}
+
+/// The paths the agent's router serves: the arms of `route` in the server's source.
+fn routed_paths() -> Vec<String> {
+    let source = std::fs::read_to_string(common::repo().join("crates/agent/src/server.rs"))
+        .expect("crates/agent/src/server.rs");
+    let body = source
+        .split("\nfn route(")
+        .nth(1)
+        .expect("server.rs has fn route");
+    let body = body.split("\n}\n").next().unwrap_or(body);
+    body.lines()
+        .filter_map(|l| l.trim().strip_prefix('"'))
+        .filter_map(|l| l.split_once("\" =>").map(|(path, _)| path.to_string()))
+        .filter(|p| p.starts_with('/'))
+        .collect()
+}
+
+#[test]
+fn the_readme_lists_each_served_endpoint_once() {
+    let listed = readme_endpoints();
+    let mut once = listed.clone();
+    once.sort();
+    once.dedup();
+    assert_eq!(once.len(), listed.len(), "a path listed twice: {listed:?}");
+    let mut routed = routed_paths();
+    routed.sort();
+    assert!(
+        routed.len() >= 8,
+        "the router's table was not read: {routed:?}"
+    );
+    assert_eq!(once, routed, "README.md's endpoints against the router's");
+    // And the running agent serves each of them, and nothing beside them.
+    let agent = Agent::start(&["--simulate", "--sim-gpus", "1"], &[]);
+    agent.metrics();
+    for path in &listed {
+        assert_eq!(agent.get(path).status, 200, "{path}");
+    }
+    for unlisted in ["/api/v1", "/api/v1/gpu", "/index.html", "/metrics/"] {
+        assert_eq!(agent.get(unlisted).status, 404, "{unlisted}");
+    }
+}
+
 #[test]
 fn stops_cleanly_on_sigterm() {
     let agent = Agent::start(&["--simulate", "--sim-gpus", "2"], &[]);
