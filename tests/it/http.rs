@@ -421,3 +421,73 @@ fn out_of_file_descriptors_a_scrape_is_still_answered_and_the_log_stays_quiet() 
         "{stderr}"
     );
 }
+
+/// The open-file limits of process `pid`, from /proc: (soft, hard).
+fn open_file_limits(pid: &str) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/limits: {e}"));
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_else(|| panic!("no open-file limit in /proc/{pid}/limits:\n{limits}"));
+    let numbers: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match numbers[..] {
+        [soft, hard] => (soft, hard),
+        _ => panic!("/proc/{pid}/limits: {line}"),
+    }
+}
+
+#[test]
+fn the_soft_open_file_limit_is_raised_to_the_hard_one_at_start() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let (_, ours) = open_file_limits("self");
+    let hard = ours.min(4096);
+    assert!(
+        hard > 128,
+        "the test needs a hard open-file limit above 128, has {ours}"
+    );
+    let port = common::free_port();
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            &format!("ulimit -Sn 64 && ulimit -Hn {hard} && exec \"$0\" \"$@\""),
+        ])
+        .arg(common::binary())
+        .args([
+            "run",
+            "--simulate",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh starts the agent");
+    let began = Instant::now();
+    while get_within(port, "/readyz", Duration::from_secs(2)) != 200 {
+        assert!(began.elapsed() < Duration::from_secs(30), "not ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // sh exec'd the agent: the child's PID is the agent's.
+    let limits = open_file_limits(&child.id().to_string());
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut stderr = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut stderr);
+    }
+    assert_eq!(
+        limits,
+        (hard, hard),
+        "(soft, hard) while serving:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("max_connections = 512 lowered"),
+        "the cap was lowered to the soft limit:\n{stderr}"
+    );
+}
