@@ -201,15 +201,26 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// Runs the checks `run` runs ([`preflight::check`]). Unset environment variables are
-/// warnings: they may be set where the agent runs, and `run` names them if not.
+/// warnings: they may be set where the agent runs, and `run` names them if not. So is a
+/// server certificate that has expired or ends within 14 days: `run` serves it, warning.
 fn check_config(
     path: &std::path::Path,
     web_config_file: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
-    if let Some(web) = web_config_file {
-        crate::webconfig::WebConfig::load(web).context("--web.config.file")?;
-    }
+    let flagged = match web_config_file {
+        Some(web) => Some(
+            crate::webconfig::WebConfig::load(web)
+                .context("--web.config.file")?
+                .certificate_warning(),
+        ),
+        None => None,
+    };
     let checked = preflight::check(&Config::read_text(path)?, &preflight::process_env);
+    // The flag's file is the one `run` serves when both are given.
+    let certificate = flagged.unwrap_or_else(|| checked.certificate.clone());
+    if let Some(warning) = &certificate {
+        output::note(&format!("warning: {warning}"));
+    }
     for problem in &checked.unset_env {
         output::note(&format!(
             "warning: {}; run refuses to start unless it is set there",
@@ -223,12 +234,24 @@ fn check_config(
         }
         .into());
     }
-    match checked.unset_env.len() {
-        0 => output::print(&format!("{}: ok\n", path.display())),
-        n => output::print(&format!(
-            "{}: ok, with {n} environment variable(s) to set where the agent runs\n",
-            path.display()
-        )),
+    let mut remarks = Vec::new();
+    if !checked.unset_env.is_empty() {
+        remarks.push(format!(
+            "{} environment variable(s) to set where the agent runs",
+            checked.unset_env.len()
+        ));
+    }
+    if certificate.is_some() {
+        remarks.push("a server certificate to renew".to_string());
+    }
+    if remarks.is_empty() {
+        output::print(&format!("{}: ok\n", path.display()))
+    } else {
+        output::print(&format!(
+            "{}: ok, with {}\n",
+            path.display(),
+            remarks.join(" and ")
+        ))
     }
 }
 

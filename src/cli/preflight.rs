@@ -41,6 +41,9 @@ pub struct Checked {
     pub errors: Vec<Problem>,
     /// `*_env` options naming a variable that is not set, in file order.
     pub unset_env: Vec<Problem>,
+    /// The warning about `[export] web_config`'s certificate (expired, or ending within 14
+    /// days) that `run` logs when it starts serving it; `check-config` prints it.
+    pub certificate: Option<String>,
 }
 
 impl Checked {
@@ -71,6 +74,7 @@ pub fn check(text: &str, env: &Env<'_>) -> Checked {
                 config: None,
                 errors,
                 unset_env: Vec::new(),
+                certificate: None,
             };
         }
     };
@@ -110,9 +114,11 @@ pub fn check(text: &str, env: &Env<'_>) -> Checked {
             }
         }
     }
+    let mut certificate = None;
     if let Some(path) = &config.export.web_config {
-        if let Err(e) = crate::webconfig::WebConfig::load(path) {
-            errors.push(Problem::at_key(text, "export.web_config", e.to_string()));
+        match crate::webconfig::WebConfig::load(path) {
+            Ok(web) => certificate = web.certificate_warning(),
+            Err(e) => errors.push(Problem::at_key(text, "export.web_config", e.to_string())),
         }
     }
     match crate::advice::api_key(&config.advice, env) {
@@ -140,6 +146,7 @@ pub fn check(text: &str, env: &Env<'_>) -> Checked {
         config: Some(config),
         errors,
         unset_env,
+        certificate,
     }
 }
 

@@ -60,6 +60,68 @@ fn health_landing_and_errors() {
     assert_eq!(agent.get("/nope").status, 404);
 }
 
+/// The paths README.md's "What each endpoint reveals" lists, in order, one entry per path
+/// named at the head of a list item (`- `/healthz`, `/readyz`: …`).
+fn readme_endpoints() -> Vec<String> {
+    let readme = std::fs::read_to_string(common::repo().join("README.md")).expect("README.md");
+    let section = readme
+        .split("\n## What each endpoint reveals\n")
+        .nth(1)
+        .expect("README.md has a section \"What each endpoint reveals\"");
+    let section = section.split("\n#").next().unwrap_or(section);
+    let mut listed = Vec::new();
+    for item in section.lines().filter_map(|l| l.strip_prefix("- `")) {
+        let head = item.split("`:").next().unwrap_or(item);
+        listed.extend(
+            head.split('`')
+                .filter(|p| p.starts_with('/'))
+                .map(str::to_string),
+        );
+    }
+    listed
+}
+
+/// The paths the agent's router serves: the arms of `route` in the server's source.
+fn routed_paths() -> Vec<String> {
+    let source = std::fs::read_to_string(common::repo().join("crates/agent/src/server.rs"))
+        .expect("crates/agent/src/server.rs");
+    let body = source
+        .split("\nfn route(")
+        .nth(1)
+        .expect("server.rs has fn route");
+    let body = body.split("\n}\n").next().unwrap_or(body);
+    body.lines()
+        .filter_map(|l| l.trim().strip_prefix('"'))
+        .filter_map(|l| l.split_once("\" =>").map(|(path, _)| path.to_string()))
+        .filter(|p| p.starts_with('/'))
+        .collect()
+}
+
+#[test]
+fn the_readme_lists_each_served_endpoint_once() {
+    let listed = readme_endpoints();
+    let mut once = listed.clone();
+    once.sort();
+    once.dedup();
+    assert_eq!(once.len(), listed.len(), "a path listed twice: {listed:?}");
+    let mut routed = routed_paths();
+    routed.sort();
+    assert!(
+        routed.len() >= 8,
+        "the router's table was not read: {routed:?}"
+    );
+    assert_eq!(once, routed, "README.md's endpoints against the router's");
+    // And the running agent serves each of them, and nothing beside them.
+    let agent = Agent::start(&["--simulate", "--sim-gpus", "1"], &[]);
+    agent.metrics();
+    for path in &listed {
+        assert_eq!(agent.get(path).status, 200, "{path}");
+    }
+    for unlisted in ["/api/v1", "/api/v1/gpu", "/index.html", "/metrics/"] {
+        assert_eq!(agent.get(unlisted).status, 404, "{unlisted}");
+    }
+}
+
 #[test]
 fn stops_cleanly_on_sigterm() {
     let agent = Agent::start(&["--simulate", "--sim-gpus", "2"], &[]);
@@ -357,5 +419,75 @@ fn out_of_file_descriptors_a_scrape_is_still_answered_and_the_log_stays_quiet() 
     assert!(
         stderr.contains("max_connections = 512 lowered to 48"),
         "{stderr}"
+    );
+}
+
+/// The open-file limits of process `pid`, from /proc: (soft, hard).
+fn open_file_limits(pid: &str) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/limits: {e}"));
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_else(|| panic!("no open-file limit in /proc/{pid}/limits:\n{limits}"));
+    let numbers: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match numbers[..] {
+        [soft, hard] => (soft, hard),
+        _ => panic!("/proc/{pid}/limits: {line}"),
+    }
+}
+
+#[test]
+fn the_soft_open_file_limit_is_raised_to_the_hard_one_at_start() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let (_, ours) = open_file_limits("self");
+    let hard = ours.min(4096);
+    assert!(
+        hard > 128,
+        "the test needs a hard open-file limit above 128, has {ours}"
+    );
+    let port = common::free_port();
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            &format!("ulimit -Sn 64 && ulimit -Hn {hard} && exec \"$0\" \"$@\""),
+        ])
+        .arg(common::binary())
+        .args([
+            "run",
+            "--simulate",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh starts the agent");
+    let began = Instant::now();
+    while get_within(port, "/readyz", Duration::from_secs(2)) != 200 {
+        assert!(began.elapsed() < Duration::from_secs(30), "not ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // sh exec'd the agent: the child's PID is the agent's.
+    let limits = open_file_limits(&child.id().to_string());
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut stderr = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut stderr);
+    }
+    assert_eq!(
+        limits,
+        (hard, hard),
+        "(soft, hard) while serving:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("max_connections = 512 lowered"),
+        "the cap was lowered to the soft limit:\n{stderr}"
     );
 }

@@ -2,7 +2,8 @@
 //! tests' loopback HTTP server in the store's place: one that never answers costs the
 //! query's `--timeout` once (not once per retry); one that sends hundreds of megabytes fails
 //! that query with a clear message and leaves the process small; values that are not finite
-//! numbers are dropped with a warning naming the series, and never reach the output.
+//! numbers (or past ±1e18) are dropped with a warning naming the series, and never reach the
+//! output of `review` or `report`.
 //!
 //! The child that reads the large answer has its own peak memory read from /proc while it
 //! runs (`run_with_peak`).
@@ -216,4 +217,208 @@ fn a_misbehaving_store_costs_one_timeout_bounded_memory_and_no_non_finite_values
         peak < 400,
         "the report peaked at {peak} MB reading a 200 MB answer"
     );
+}
+
+/// The five GPUs of [`hostile_store`] and what each family's series of them holds: one
+/// ordinary value, and the values a broken exporter or a query dividing by zero produce.
+const HOSTILE: [(&str, &str); 5] = [
+    ("GPU-FINE", ""),
+    ("GPU-NAN", "NaN"),
+    ("GPU-PINF", "+Inf"),
+    ("GPU-NINF", "-Inf"),
+    ("GPU-HUGE", "1e308"),
+];
+
+/// The family a query reads, named by the first of these it mentions, and the ordinary
+/// value of it the store answers for GPU-FINE.
+fn family_of(query: &str) -> Option<(&'static str, &'static str)> {
+    [
+        ("gpu_failure_risk", "0.8"),
+        ("gpu_owner_seconds_total", "3600"),
+        ("gpu_power_watts", "300"),
+        ("gpu_utilization_ratio", "0.5"),
+    ]
+    .into_iter()
+    .find(|(family, _)| query.contains(family))
+}
+
+/// A store answering gpu-sentinel's families for one host of five GPUs, every query of the
+/// utilization, power, owner and risk series with a row per GPU: GPU-FINE's value is
+/// ordinary, the others' are NaN, +Inf, -Inf and 1e308.
+fn hostile_store() -> HttpServer {
+    HttpServer::answering(|request| {
+        let path = request.path().to_string();
+        let form = request.text();
+        let param = |name: &str| {
+            request.query(name).or_else(|| {
+                form.split('&').find_map(|pair| {
+                    let (k, v) = pair.split_once('=')?;
+                    (k == name).then(|| v.to_string())
+                })
+            })
+        };
+        let query = param("query")
+            .or_else(|| param("match[]"))
+            .map(|q| q.replace("%22", "\"").replace("%7C", "|"))
+            .unwrap_or_default();
+        let success = |data: serde_json::Value| {
+            Answer::json(
+                200,
+                &serde_json::json!({"status": "success", "data": data}).to_string(),
+            )
+        };
+        let labels = |uuid: &str, i: usize| {
+            serde_json::json!({
+                "instance": "dgx-1:10400", "hostname": "dgx-1", "gpu": i.to_string(),
+                "uuid": uuid, "owner": "ml-train", "state": "busy", "feature": "ecc_rate",
+            })
+        };
+        match path.as_str() {
+            "/api/v1/label/__name__/values" => success(serde_json::json!([
+                "gpu_utilization_ratio",
+                "gpu_owner_seconds_total",
+                "gpu_power_watts",
+                "gpu_failure_risk_score",
+                "gpu_failure_risk_contribution"
+            ])),
+            "/api/v1/label/instance/values" => success(serde_json::json!(["dgx-1:10400"])),
+            "/api/v1/series" => success(serde_json::json!([])),
+            "/api/v1/status/flags" => success(serde_json::json!({})),
+            "/api/v1/query" | "/api/v1/query_range" => {
+                let Some((_, fine)) = family_of(&query) else {
+                    let kind = if path.ends_with("range") {
+                        "matrix"
+                    } else {
+                        "vector"
+                    };
+                    return success(serde_json::json!({"resultType": kind, "result": []}));
+                };
+                let value = |v: &str| {
+                    if v.is_empty() {
+                        fine.to_string()
+                    } else {
+                        v.to_string()
+                    }
+                };
+                if path.ends_with("range") {
+                    let number = |name: &str| {
+                        param(name)
+                            .and_then(|v| v.parse::<f64>().ok())
+                            .unwrap_or(0.0)
+                    };
+                    let (start, end, step) = (number("start"), number("end"), number("step"));
+                    let step = step.max((end - start) / 200.0).max(1.0);
+                    let times: Vec<f64> = (0..)
+                        .map(|i| start + step * f64::from(i))
+                        .take_while(|t| *t <= end)
+                        .collect();
+                    let result: Vec<serde_json::Value> = HOSTILE
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (uuid, v))| {
+                            let points: Vec<serde_json::Value> = times
+                                .iter()
+                                .map(|t| serde_json::json!([t, value(v)]))
+                                .collect();
+                            serde_json::json!({"metric": labels(uuid, i), "values": points})
+                        })
+                        .collect();
+                    success(serde_json::json!({"resultType": "matrix", "result": result}))
+                } else {
+                    let at = param("time")
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .unwrap_or(1.7e9);
+                    let result: Vec<serde_json::Value> = HOSTILE
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (uuid, v))| {
+                            serde_json::json!({"metric": labels(uuid, i), "value": [at, value(v)]})
+                        })
+                        .collect();
+                    success(serde_json::json!({"resultType": "vector", "result": result}))
+                }
+            }
+            _ => Answer::json(
+                404,
+                r#"{"status":"error","errorType":"not_found","error":"no such endpoint"}"#,
+            ),
+        }
+    })
+}
+
+/// Words and numbers of `text` that are not finite or ordinary figures: `NaN`, `inf`,
+/// `1e+308` and any number past ±1e18.
+fn non_finite_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '-')))
+        .filter(|word| {
+            let lower = word.to_ascii_lowercase();
+            let lower = lower.trim_start_matches(['+', '-']);
+            matches!(lower, "nan" | "inf" | "infinity")
+                || lower.parse::<f64>().is_ok_and(|v| v.abs() > 1e18)
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_report_from_a_store_of_nan_infinities_and_1e308_shows_none_of_them() {
+    let store = hostile_store();
+    for format in ["json", "markdown"] {
+        let out = run(&[
+            "report",
+            "--prometheus",
+            &store.url(""),
+            "--last",
+            "1d",
+            "--format",
+            format,
+            "--timeout",
+            "20s",
+        ]);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{format}:\n{stdout}\n{stderr}");
+        let bad = non_finite_words(&stdout);
+        assert!(
+            bad.is_empty(),
+            "{format}: {bad:?} reached the output:\n{stdout}"
+        );
+        // Each family's nonsense is named in a warning with its query and first series.
+        for family in [
+            "gpu_utilization_ratio",
+            "gpu_power_watts",
+            "gpu_owner_seconds_total",
+            "gpu_failure_risk_score",
+        ] {
+            assert!(
+                stderr.lines().any(|l| l.contains(family)
+                    && l.contains("dropped")
+                    && l.contains("uuid=\"GPU-NAN\"")),
+                "{format}: no warning names {family}'s series:\n{stderr}"
+            );
+        }
+        // NaN, both infinities and 1e308 of the four risk scores.
+        assert!(
+            stderr.lines().any(
+                |l| l.contains("topk(10, last_over_time(gpu_failure_risk_score")
+                    && l.contains("dropped 4 value(s)")
+            ),
+            "{format}: the risk scores' four values are not all dropped:\n{stderr}"
+        );
+        if format == "json" {
+            // The ordinary GPU's figures stay.
+            let doc: serde_json::Value = serde_json::from_str(&stdout).expect("the report's JSON");
+            let fleet = &doc["fleet"];
+            assert_eq!(fleet["gpus"], 1, "{fleet}");
+            assert_eq!(fleet["utilization"], 0.5, "{fleet}");
+            let risk = fleet["risk"].as_array().expect("a risk table");
+            assert_eq!(risk.len(), 1, "{fleet}");
+            assert_eq!(risk[0]["uuid"], "GPU-FINE");
+            assert_eq!(risk[0]["risk"], 0.8);
+        } else {
+            assert!(stdout.contains("demand 0.5 GPUs"), "{stdout}");
+        }
+    }
 }

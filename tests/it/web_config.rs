@@ -82,8 +82,13 @@ impl Certs {
         );
     }
 
-    /// `NAME.key` and `NAME.crt`, signed by the CA.
+    /// `NAME.key` and `NAME.crt`, signed by the CA, valid for two days.
     fn issue(&self, openssl: &Path, name: &str, subject: &str, ext: &str) {
+        self.issue_for(openssl, name, subject, ext, "2");
+    }
+
+    /// The same, ending `days` from now (negative: already expired).
+    fn issue_for(&self, openssl: &Path, name: &str, subject: &str, ext: &str, days: &str) {
         let (key, csr, crt) = (
             format!("{name}.key"),
             format!("{name}.csr"),
@@ -123,7 +128,7 @@ impl Certs {
                 "-out",
                 &crt,
                 "-days",
-                "2",
+                days,
                 "-extfile",
                 ext_file.to_str().expect("UTF-8 path"),
             ],
@@ -132,6 +137,24 @@ impl Certs {
 
     fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
+    }
+
+    /// A server certificate for 127.0.0.1/localhost ending `days` from now, written over
+    /// `server.key` and `server.crt` (the key first, as a renewal does); its notAfter.
+    fn serve_for(&self, openssl: &Path, days: &str) -> i64 {
+        let name = format!("server-{days}d");
+        self.issue_for(
+            openssl,
+            &name,
+            "/CN=localhost",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            days,
+        );
+        std::fs::write(self.path("server.key"), self.read(&format!("{name}.key")))
+            .expect("server.key");
+        std::fs::write(self.path("server.crt"), self.read(&format!("{name}.crt")))
+            .expect("server.crt");
+        not_after(openssl, &self.path("server.crt"))
     }
 
     fn read(&self, name: &str) -> Vec<u8> {
@@ -837,32 +860,8 @@ fn a_certificate_near_its_end_is_warned_of_and_its_expiry_exported() {
     );
     let ca = certs.read("ca.crt");
     wait_ready(&agent, &ca);
-    let out = Command::new(&openssl)
-        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in"])
-        .arg(certs.path("server.crt"))
-        .output()
-        .expect("openssl runs");
-    let end = String::from_utf8_lossy(&out.stdout);
-    let end = end.trim().trim_start_matches("notAfter=");
-    let not_after = chrono::NaiveDateTime::parse_from_str(end, "%Y-%m-%d %H:%M:%SZ")
-        .unwrap_or_else(|e| panic!("{end:?}: {e}"))
-        .and_utc()
-        .timestamp();
-    let metrics = get(agent.port(), "/metrics", &ca, None, None).unwrap().body;
-    assert_eq!(
-        common::value(
-            &metrics,
-            "gpu_sentinel_tls_cert_expiry_timestamp_seconds",
-            ""
-        ),
-        Some(not_after as f64),
-        "{}",
-        metrics
-            .lines()
-            .filter(|l| l.contains("tls_cert"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let not_after = not_after(&openssl, &certs.path("server.crt"));
+    assert_eq!(exported_expiry(agent.port(), &ca), Some(not_after as f64));
     let (_, stderr) = agent.stop();
     let warnings: Vec<&str> = stderr
         .lines()
@@ -871,6 +870,151 @@ fn a_certificate_near_its_end_is_warned_of_and_its_expiry_exported() {
     assert_eq!(warnings.len(), 1, "{stderr}");
     assert!(warnings[0].contains("server.crt"), "{stderr}");
     assert!(warnings[0].contains("renew it"), "{stderr}");
+}
+
+/// A certificate's notAfter, Unix seconds, as openssl reads it.
+fn not_after(openssl: &Path, crt: &Path) -> i64 {
+    let out = Command::new(openssl)
+        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in"])
+        .arg(crt)
+        .output()
+        .expect("openssl runs");
+    let end = String::from_utf8_lossy(&out.stdout);
+    let end = end.trim().trim_start_matches("notAfter=");
+    chrono::NaiveDateTime::parse_from_str(end, "%Y-%m-%d %H:%M:%SZ")
+        .unwrap_or_else(|e| panic!("{end:?}: {e}"))
+        .and_utc()
+        .timestamp()
+}
+
+/// `gpu_sentinel_tls_cert_expiry_timestamp_seconds` as the agent on `port` serves it.
+fn exported_expiry(port: u16, ca: &[u8]) -> Option<f64> {
+    let metrics = get(port, "/metrics", ca, None, None).unwrap().body;
+    common::value(
+        &metrics,
+        "gpu_sentinel_tls_cert_expiry_timestamp_seconds",
+        "",
+    )
+}
+
+#[test]
+fn a_certificate_renewed_to_one_near_its_end_is_warned_of_and_its_expiry_exported() {
+    let (Some(certs), Some(openssl)) = (Certs::new("rotate-expiry"), tool("openssl")) else {
+        return;
+    };
+    // Served first: a certificate good for a year, not warned of.
+    let long = certs.serve_for(&openssl, "365");
+    let web =
+        certs.web_config("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
+    let agent = Agent::spawn(
+        &["--simulate", "--web.config.file", web.to_str().unwrap()],
+        &[],
+    );
+    let ca = certs.read("ca.crt");
+    wait_ready(&agent, &ca);
+    assert_eq!(exported_expiry(agent.port(), &ca), Some(long as f64));
+
+    // Renewed on disk to one that ends in two days: served, exported and warned of.
+    let short = certs.serve_for(&openssl, "2");
+    let renewed = der(&certs.read("server.crt"));
+    let began = Instant::now();
+    while get(agent.port(), "/healthz", &ca, None, None)
+        .unwrap()
+        .server_cert
+        != renewed
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the renewed certificate was not served"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The exposition is rendered once a collection: the gauge follows at the next one.
+    let began = Instant::now();
+    loop {
+        let exported = exported_expiry(agent.port(), &ca);
+        if exported == Some(short as f64) {
+            break;
+        }
+        assert_eq!(exported, Some(long as f64), "neither expiry");
+        assert!(
+            began.elapsed() < Duration::from_secs(40),
+            "the renewed certificate's expiry was not exported"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (_, stderr) = agent.stop();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("the server certificate expires at"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("server.crt") && warnings[0].contains("renew it"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_config_warns_of_a_certificate_expired_or_near_its_end() {
+    let (Some(certs), Some(openssl)) = (Certs::new("check-expiry"), tool("openssl")) else {
+        return;
+    };
+    let web =
+        certs.web_config("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
+    let web_arg = web.to_str().unwrap();
+    let empty = common::temp_file("check-expiry-empty.toml", "");
+    let naming = common::temp_file(
+        "check-expiry-naming.toml",
+        &format!("[export]\nweb_config = {web_arg:?}\n"),
+    );
+    // The web configuration given by flag, and named in the configuration file.
+    let checks = [
+        vec![
+            "check-config",
+            empty.to_str().unwrap(),
+            "--web.config.file",
+            web_arg,
+        ],
+        vec!["check-config", naming.to_str().unwrap()],
+    ];
+    for (days, warned) in [
+        ("2", Some("the server certificate expires at")),
+        ("-1", Some("the server certificate expired at")),
+        ("365", None),
+    ] {
+        certs.serve_for(&openssl, days);
+        for args in &checks {
+            let out = common::run(args);
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+            );
+            // A warning, not a refusal: run serves the certificate (and warns too).
+            assert!(out.status.success(), "{days} days, {args:?}:\n{stderr}");
+            match warned {
+                Some(warning) => {
+                    assert!(
+                        stderr.contains("warning: ")
+                            && stderr.contains(warning)
+                            && stderr.contains("server.crt"),
+                        "{days} days, {args:?}:\n{stderr}"
+                    );
+                    assert!(
+                        stdout.contains(": ok, with a server certificate to renew"),
+                        "{days} days, {args:?}:\n{stdout}"
+                    );
+                }
+                None => {
+                    assert!(
+                        !stderr.contains("certificate"),
+                        "{days} days, {args:?}:\n{stderr}"
+                    );
+                    assert!(stdout.trim_end().ends_with(": ok"), "{stdout}");
+                }
+            }
+        }
+    }
 }
 
 /// Flood `port` with wrong passwords from `source` on `connections` concurrent

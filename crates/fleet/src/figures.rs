@@ -365,8 +365,10 @@ pub(super) fn capacity(
     };
     let (sum, hours) = hourly.demand_since(spec.to - chrono::TimeDelta::seconds(MONTH_SECONDS));
     let (before, before_hours) = earlier.last_demand;
-    let last_demand = if hours + before_hours > 0 {
-        (sum + before) / (hours + before_hours) as f64
+    // Hours counted by the store: a store answering nonsense must not overflow them.
+    let all_hours = hours.saturating_add(before_hours);
+    let last_demand = if all_hours > 0 {
+        (sum + before) / all_hours as f64
     } else {
         0.0
     };

@@ -14,8 +14,9 @@
 //! answers in flight together are capped ([`ANSWER_BYTES_IN_FLIGHT`]), so a store sending
 //! hundreds of megabytes fails the query that crossed the cap instead of the process.
 //! Values that are not finite (`NaN`, `±Inf`: a division by zero in a query, a broken
-//! exporter) are dropped where they are read, counted, and named in one warning per query:
-//! no figure downstream has to guard against them.
+//! exporter), or so large that adding two overflows (past ±1e18, `answer::MAX_MAGNITUDE`),
+//! are dropped where they are read, counted, and named in one warning per query: no figure
+//! downstream has to guard against them.
 //! A query the store refuses for its size (each store's words for it are in [`refusal`]) is
 //! not retried as it is: its error carries a [`Refused`] naming the limit, and the caller
 //! that planned it ([`super::plan`]) asks again in smaller pieces.

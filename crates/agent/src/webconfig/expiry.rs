@@ -1,5 +1,6 @@
-//! When the served certificate stops being valid: read from its DER, warned of at start
-//! and on every reload, and exported as `gpu_sentinel_tls_cert_expiry_timestamp_seconds`.
+//! When the served certificate stops being valid: read from its DER, warned of at start,
+//! on every reload and by `check-config`, and exported as
+//! `gpu_sentinel_tls_cert_expiry_timestamp_seconds`.
 //!
 //! rustls serves an expired certificate without a word (verifying is the client's job),
 //! and Prometheus then fails every scrape with an x509 error while the agent looks
@@ -33,11 +34,23 @@ impl Leaf {
     pub fn serve(&self) {
         serving(&self.der, &self.what);
     }
+
+    /// The warning [`serving`] would log for it now, without recording it: for
+    /// `check-config`.
+    pub fn warning(&self) -> Option<String> {
+        match not_after(&self.der) {
+            Some(at) => warning(at, chrono::Utc::now().timestamp(), &self.what),
+            None => Some(format!(
+                "{}: cannot read the certificate's expiry date (notAfter)",
+                self.what
+            )),
+        }
+    }
 }
 
 /// Records the certificate now served (its DER) and warns when it has expired or ends
 /// within [`WARN_BEFORE`]; `what` names it in the warning (its file). Called when serving
-/// starts and on each reload, not by `check-config`'s reading of the file.
+/// starts and on each reload; `check-config` prints the same warning ([`Leaf::warning`]).
 pub fn serving(der: &[u8], what: &str) {
     let Some(at) = not_after(der) else {
         tracing::warn!("{what}: cannot read the certificate's expiry date (notAfter)");

@@ -110,6 +110,13 @@ impl Problem {
 }
 
 impl WebConfig {
+    /// The warning `run` logs when it starts serving this configuration's certificate
+    /// (expired, or ending within 14 days); None without TLS or for a certificate good for
+    /// longer. `check-config` prints it.
+    pub fn certificate_warning(&self) -> Option<String> {
+        self.leaf.as_ref().and_then(expiry::Leaf::warning)
+    }
+
     /// Reads and checks a web configuration file.
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
         let error = |p: Problem| WebConfigError {

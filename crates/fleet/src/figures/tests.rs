@@ -43,3 +43,42 @@ fn owning_wins_at_high_utilization_and_renting_at_low() {
     };
     assert_eq!(compare_tco(&no_cloud, 0.8, None, 100.0).cheaper, "unknown");
 }
+
+#[test]
+fn hours_a_store_counts_past_any_size_do_not_overflow_the_plan() {
+    let to = chrono::Utc::now();
+    let spec = ReportSpec {
+        from: to - chrono::TimeDelta::days(1),
+        to,
+        team: None,
+        teams: Vec::new(),
+        cost: Default::default(),
+        capacity: Default::default(),
+        idle_threshold: 0.05,
+        memory_floor_mib: 0,
+        step: None,
+        max_samples: None,
+    };
+    let hourly = Hourly {
+        first: spec.from + chrono::TimeDelta::hours(1),
+        slice: chrono::TimeDelta::hours(1),
+        slices: 1,
+        gpus: vec![crate::hourly::GpuHours {
+            host: "h".into(),
+            gpu: "0".into(),
+            utilization: vec![Some(0.5)],
+            power: vec![None],
+        }],
+    };
+    let earlier = EarlierMonths {
+        held: vec![0.0; 5],
+        demand: vec![0.0; 5],
+        last_held: 0.0,
+        last_demand: (1.0, usize::MAX),
+    };
+    let plan = capacity(earlier, &hourly, (1.0, 0.0), &spec, 86_400);
+    assert!(
+        plan.monthly_demand_gpus.iter().all(|d| d.is_finite()),
+        "{plan:?}"
+    );
+}

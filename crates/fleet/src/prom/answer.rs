@@ -1,5 +1,5 @@
 //! Reading a store's answer: parsed as it arrives, its bytes counted against the cap on
-//! answers in flight, values that are not finite dropped and named.
+//! answers in flight, values that are not finite (or past ±1e18) dropped and named.
 
 use std::io::Read;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,7 +54,13 @@ impl<R> Drop for Budgeted<'_, R> {
     }
 }
 
-/// Values that are not finite numbers, dropped from one answer.
+/// The largest magnitude a value read may have. No figure the fleet commands ask a store
+/// for comes near it (a million GPUs hold 1.4e17 bytes of memory; a month of them is 2.6e12
+/// GPU-seconds), while values near f64's largest (`1e308`) overflow into infinity as soon as
+/// two are added: such a value is a broken exporter or a query dividing by almost nothing.
+pub(super) const MAX_MAGNITUDE: f64 = 1e18;
+
+/// Values that are not finite numbers, or past [`MAX_MAGNITUDE`], dropped from one answer.
 #[derive(Default)]
 pub(super) struct Dropped {
     count: usize,
@@ -68,7 +74,7 @@ impl Dropped {
         labels: &std::collections::BTreeMap<String, String>,
         value: f64,
     ) -> bool {
-        if value.is_finite() {
+        if value.is_finite() && value.abs() <= MAX_MAGNITUDE {
             return true;
         }
         self.count += 1;
@@ -82,8 +88,8 @@ impl Dropped {
     pub(super) fn warn(&self, context: &str) {
         if let Some(first) = &self.first {
             tracing::warn!(
-                "{context}: dropped {} value(s) that are not finite numbers (NaN or ±Inf); \
-                 the first in series {first}",
+                "{context}: dropped {} value(s) that are not finite numbers (NaN or ±Inf) or \
+                 past ±1e18; the first in series {first}",
                 self.count
             );
         }

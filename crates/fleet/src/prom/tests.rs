@@ -139,3 +139,139 @@ proptest::proptest! {
         let _ = super::refusal::classify(&text);
     }
 }
+
+#[test]
+fn the_cap_on_answers_in_flight_is_shared_by_the_answers() {
+    use super::answer::Budgeted;
+    use std::io::Read;
+    // Two answers of 60% of the cap each: either fits alone, both together do not.
+    let cap = 1000;
+    let reading = AtomicUsize::new(0);
+    let budgeted = |bytes: usize| Budgeted {
+        inner: std::io::Cursor::new(vec![b' '; bytes]),
+        reading: &reading,
+        budget: cap,
+        read: 0,
+        start: Vec::new(),
+        over: None,
+    };
+    let mut first = budgeted(600);
+    let mut held = Vec::new();
+    first
+        .read_to_end(&mut held)
+        .expect("60% of the cap alone fits");
+    assert_eq!(held.len(), 600);
+    let mut second = budgeted(600);
+    let crossed = second.read_to_end(&mut Vec::new());
+    assert!(crossed.is_err(), "two answers of 60% each passed the cap");
+    assert_eq!(
+        second.over,
+        Some(600),
+        "the other answer's bytes are counted when it crosses"
+    );
+    drop(second);
+    drop(first);
+    assert_eq!(
+        reading.load(Ordering::Relaxed),
+        0,
+        "each answer gives its bytes back"
+    );
+    let mut third = budgeted(600);
+    third
+        .read_to_end(&mut Vec::new())
+        .expect("once the others are done, 60% fits again");
+}
+
+/// A loopback store for [`the_cap_is_shared_by_queries_in_flight`]: each connection gets a
+/// valid empty vector answer behind `padding` bytes of JSON whitespace; the first one
+/// accepted sends its padding and then holds the rest for `hold`.
+fn padded_store(padding: usize, hold: Duration) -> String {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = listener.local_addr().expect("local address");
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(&stream);
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; length];
+                if std::io::Read::read_exact(&mut reader, &mut body).is_err() {
+                    return;
+                }
+                let json = r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
+                let mut out = &stream;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    padding + json.len()
+                );
+                let _ = out.write_all(head.as_bytes());
+                let _ = out.write_all(&vec![b' '; padding]);
+                let _ = out.flush();
+                if n == 0 {
+                    std::thread::sleep(hold);
+                }
+                let _ = out.write_all(json.as_bytes());
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn the_cap_is_shared_by_queries_in_flight() {
+    // A cap of 1 MB and answers of 60% of it: the first is held open by the store past its
+    // timeout, so the second crosses the cap beside it (and again on its retry) and fails
+    // saying so; once the first is gone, the same answer alone passes.
+    let padding = 600 << 10;
+    let base = padded_store(padding, Duration::from_secs(4));
+    // The second query's retry comes a second after its first attempt, within its
+    // deadline and the first's; the one after would pass its deadline and is not made.
+    let client = Client::new(Endpoint {
+        base,
+        auth: Auth::None,
+        timeout: Duration::from_millis(2500),
+    })
+    .with_answer_budget(1 << 20);
+    let at = Utc::now();
+    std::thread::scope(|scope| {
+        let held = scope.spawn(|| client.instant("held", at));
+        std::thread::sleep(Duration::from_millis(100));
+        let beside = client.instant("beside", at);
+        let error = format!(
+            "{:#}",
+            beside.expect_err("two answers of 60% each passed the cap")
+        );
+        assert!(
+            error.contains("the answers in flight passed 1 MB")
+                && error.contains("crossed it beside other answers"),
+            "{error}"
+        );
+        assert!(
+            held.join().expect("the held query's thread").is_err(),
+            "the held answer ends past the timeout"
+        );
+    });
+    assert_eq!(
+        client.sent(),
+        3,
+        "the held query once, the other and its retry"
+    );
+    assert_eq!(client.reading.load(Ordering::Relaxed), 0);
+    client
+        .instant("alone", at)
+        .expect("the same answer alone fits the cap");
+}
