@@ -13,7 +13,10 @@
 //! would ignore a misspelt one silently), and checked by the rules of its `Validate` and
 //! `ApplyConfiguration`: plugin "custom", durations Go parses, no rule timeout over the
 //! global one, a default condition for every permanent rule, a plugin path that exists
-//! (here: where the DaemonSet puts the binary).
+//! (here: where the DaemonSet puts the binary). Where a node-problem-detector binary does
+//! exist (on PATH, or named by `GPU_SENTINEL_NPD`), it runs for real: the DaemonSet's
+//! command line without Kubernetes, the shipped plugin config pointed at a simulated agent
+//! whose GPU falls off the bus, its problem gauge and condition read back.
 
 use crate::common;
 use crate::deploy_support;
@@ -465,6 +468,210 @@ fn the_plugin_command_answers_as_node_problem_detector_reads_it() {
     let line = String::from_utf8_lossy(&out.stdout).trim_end().to_string();
     assert_eq!(out.status.code(), Some(1), "NonOK: {line}");
     assert!(line.chars().count() <= max, "{line}");
+}
+
+// ---------------------------------------------------------------------------------------
+// node-problem-detector itself, where it is installed
+// ---------------------------------------------------------------------------------------
+
+/// node-problem-detector's binary: `GPU_SENTINEL_NPD`, else `node-problem-detector` on
+/// PATH; `None` without either.
+fn npd_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("GPU_SENTINEL_NPD") {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "GPU_SENTINEL_NPD={} is not a file",
+            path.display()
+        );
+        return Some(path);
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join("node-problem-detector"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The shipped gpu-health.json with its rule's plugin at `plugin` and asking `url`: what
+/// the DaemonSet's mounts and the node-local Service give it in a cluster.
+fn plugin_config_at(plugin: &Path, url: &str) -> Value {
+    let mut config: Value =
+        serde_json::from_str(&read(&format!("{COMPONENT}/gpu-health.json"))).expect("JSON");
+    let rule = &mut config["rules"][0];
+    rule["path"] = Value::from(plugin.display().to_string());
+    let args = rule["args"].as_array_mut().expect("the rule's args");
+    let at = args.iter().position(|a| a == "--url").expect("--url");
+    args[at + 1] = Value::from(url);
+    config
+}
+
+/// The DaemonSet's node-problem-detector command line, without the binary; `None` where
+/// YAML cannot be read here.
+fn npd_daemonset_args() -> Option<Vec<String>> {
+    let docs = yaml_to_json(&[&repo().join(COMPONENT).join("daemonset.yaml")])?;
+    let pod = &find(&docs, "DaemonSet")["spec"]["template"]["spec"];
+    let command = strings(&container(pod, "containers", "node-problem-detector")["command"]);
+    Some(command[1..].to_vec())
+}
+
+/// A child process killed when dropped (also when the test fails), its stderr in a file.
+struct Killed {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Killed {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+#[test]
+fn node_problem_detector_sets_gpu_unhealthy_from_the_plugin_where_it_is_installed() {
+    // A simulated node whose GPU 1 falls off the bus 15 simulated minutes in: 3 s of wall
+    // time at 300 times real time.
+    let config = temp_file(
+        "npd-simulation.toml",
+        "[simulation]\ngpus = 2\nfaults = [\"fell_off_bus\"]\nfault_hours = 0.25\n",
+    );
+    let agent = Agent::start(
+        &[
+            "--simulate",
+            "--sim-speed",
+            "300",
+            "--config",
+            config.to_str().expect("UTF-8 path"),
+        ],
+        &[],
+    );
+    let monitor = plugin_config_at(&binary(), &agent.base);
+    let max = monitor["pluginConfig"]["max_output_length"]
+        .as_u64()
+        .expect("max_output_length") as usize;
+
+    // The rule's command, as node-problem-detector's plugin runs it (its path and args, no
+    // shell), once the GPU is gone: NonOK, one line that it keeps whole (it cuts bytes).
+    let rule = &monitor["rules"][0];
+    let path = rule["path"].as_str().expect("path").to_string();
+    let args = strings(&rule["args"]);
+    let began = std::time::Instant::now();
+    let line = loop {
+        let out = Command::new(&path)
+            .args(&args)
+            .output()
+            .expect("the plugin runs");
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !(line.starts_with("healthy") || line.starts_with("degraded")) {
+            assert_eq!(out.status.code(), Some(1), "NonOK: {}", printed(&out));
+            break line;
+        }
+        assert_eq!(out.status.code(), Some(0), "OK: {}", printed(&out));
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(60),
+            "the simulated GPU never fell off the bus: {line}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    assert!(
+        line.starts_with("unhealthy")
+            && line.contains("GPU 1")
+            && line.contains("drain_and_reboot"),
+        "{line}"
+    );
+    assert!(line.len() <= max, "{} bytes: {line}", line.len());
+
+    let Some(npd) = npd_binary() else {
+        eprintln!(
+            "skipping node-problem-detector itself: no node-problem-detector on PATH and \
+             GPU_SENTINEL_NPD unset (it is not built here: its go.mod needs a newer Go than \
+             this machine's); the plugin config was checked against its schema and the \
+             plugin's command run as it runs it"
+        );
+        return;
+    };
+    let dir = common::scratch("deploy_health", "npd");
+    let monitor_path = dir.join("gpu-health.json");
+    std::fs::write(&monitor_path, monitor.to_string()).expect("the plugin config");
+    // The DaemonSet's command line, the monitor where this test wrote it, and no
+    // Kubernetes: the problem shows in its Prometheus endpoint and its log.
+    let Some(daemonset_args) = npd_daemonset_args() else {
+        return;
+    };
+    let mut npd_args: Vec<String> = daemonset_args
+        .into_iter()
+        .map(
+            |a| match a.strip_prefix("--config.custom-plugin-monitor=") {
+                Some(_) => format!("--config.custom-plugin-monitor={}", monitor_path.display()),
+                None => a,
+            },
+        )
+        .collect();
+    let port = common::free_port();
+    npd_args.extend([
+        "--enable-k8s-exporter=false".to_string(),
+        "--prometheus-address=127.0.0.1".to_string(),
+        format!("--prometheus-port={port}"),
+    ]);
+    let log = dir.join("npd.log");
+    let stderr = std::fs::File::create(&log).expect("the log file");
+    let npd = Killed {
+        child: Command::new(&npd)
+            .args(&npd_args)
+            .env("NODE_NAME", "gpu-node-1")
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} does not start: {e}", npd.display())),
+        log,
+    };
+    let metrics = || {
+        ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+    };
+    let unhealthy = |text: &str, family: &str, labels: &[&str]| {
+        common::samples(text, family)
+            .iter()
+            .find(|(l, _)| labels.iter().all(|want| l.contains(want)))
+            .map(|(_, v)| *v)
+    };
+    // It runs the plugin at start and every invoke_interval (30 s).
+    let began = std::time::Instant::now();
+    let text = loop {
+        let text = metrics().unwrap_or_default();
+        let gauge = unhealthy(
+            &text,
+            "problem_gauge",
+            &["type=\"GpuUnhealthy\"", "reason=\"GpuUnhealthy\""],
+        );
+        if gauge == Some(1.0) {
+            break text;
+        }
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(75),
+            "problem_gauge{{type=\"GpuUnhealthy\"}} never 1: {gauge:?}\n{text}\n{}",
+            npd.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert!(
+        unhealthy(&text, "problem_counter", &["reason=\"GpuUnhealthy\""]).is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
+    // The condition it would set on the node: True, the rule's reason, the plugin's line.
+    let log = npd.log();
+    assert!(
+        log.contains("GpuUnhealthy") && log.contains("True") && log.contains(&line),
+        "{line:?} not in node-problem-detector's status:\n{log}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 //! The state directory through the real binary (fake NVML): damaged state files are kept
 //! as evidence and the agent starts fresh; a state directory that stops taking writes is
 //! told once and counted; a `kill -9` loses at most `[state] save_interval` of the engine's
-//! history.
+//! history; a health state held after its evidence went survives a restart (SIGTERM, or a
+//! `kill -9` after a save) with its `since`, and recovers only once the hold has run.
 
 use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, TimeDelta, Utc};
 use common::{Agent, fake_nvml_lib, samples, temp_file, value};
 
 /// A fresh state directory for one test.
@@ -21,8 +23,20 @@ fn state_dir(name: &str) -> PathBuf {
 
 /// Starts the agent on two fake GPUs with `dir` as its state directory and `extra` config.
 fn start(name: &str, dir: &Path, extra: &str, env: &[(&str, &str)]) -> Agent {
+    start_playing(name, dir, "[simulation]\ngpus = 2\n", extra, env)
+}
+
+/// Starts the agent on the fake NVML playing `scenario`, with `dir` as its state directory
+/// and `extra` config.
+fn start_playing(
+    name: &str,
+    dir: &Path,
+    scenario: &str,
+    extra: &str,
+    env: &[(&str, &str)],
+) -> Agent {
     let lib = fake_nvml_lib();
-    let scenario = temp_file(&format!("{name}-scenario.toml"), "[simulation]\ngpus = 2\n");
+    let scenario = temp_file(&format!("{name}-scenario.toml"), scenario);
     let config = temp_file(
         &format!("{name}-config.toml"),
         &format!(
@@ -246,4 +260,151 @@ fn a_second_agent_on_the_same_state_dir_exits_naming_it_and_the_holder() {
     let third = start("locked-third", &dir, "", &[]);
     assert_eq!(third.get("/healthz").status, 200);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The hold of the test below, short enough to wait out.
+const HOLD_SECONDS: i64 = 20;
+
+/// Two GPUs, GPU 1 with a row remap pending for its first `until` seconds (simulated time
+/// runs at wall speed from the agent's first NVML call), or never when `None`.
+fn remap_pending(until: Option<f64>) -> String {
+    let mut text = String::from("[simulation]\ngpus = 2\nfaults = []\n");
+    if let Some(until) = until {
+        text.push_str(&format!(
+            "[[set]]\ngpu = 1\nfrom_seconds = 0.0\nuntil_seconds = {until:.1}\n\
+             sample = {{ remapped_rows = {{ correctable = 0, uncorrectable = 1, pending = true, \
+             failure = false }} }}\n"
+        ));
+    }
+    text
+}
+
+/// GPU 1's memory verdict in `/api/v1/health`: state, reason and since.
+fn memory_verdict(agent: &Agent) -> (String, String, DateTime<Utc>) {
+    let reply = agent.get("/api/v1/health");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let doc: serde_json::Value = serde_json::from_slice(&reply.body).expect("health is JSON");
+    let gpu = (doc["gpus"].as_array().expect("gpus"))
+        .iter()
+        .find(|g| g["index"] == 1)
+        .unwrap_or_else(|| panic!("GPU 1 not in {doc}"));
+    let memory = (gpu["components"].as_array().expect("components"))
+        .iter()
+        .find(|c| c["component"] == "memory")
+        .unwrap_or_else(|| panic!("no memory component in {gpu}"));
+    let text = |key: &str| memory[key].as_str().unwrap_or_default().to_string();
+    let since = text("since")
+        .parse()
+        .unwrap_or_else(|e| panic!("since {:?}: {e}", memory["since"]));
+    (text("state"), text("reason"), since)
+}
+
+fn remap_pending_gauge(agent: &Agent) -> Option<f64> {
+    value(
+        &agent.get("/metrics").text(),
+        "gpu_remapped_rows_pending",
+        "gpu=\"1\"",
+    )
+}
+
+/// GPU 1's memory goes degraded (a pending remap), the remap applies, and the agent is
+/// stopped while the state holds — by SIGTERM, or by `kill -9` once a save after the
+/// evidence went is on disk — and started again on a fleet without the remap: the state
+/// is still held with its `since`, and turns healthy only the hold after the evidence went.
+fn a_held_state_survives_a_restart(name: &str, kill: bool) {
+    let dir = state_dir(name);
+    let extra = format!("save_interval = \"1s\"\n[health]\nhold = \"{HOLD_SECONDS}s\"\n");
+    let mut first = start_playing(
+        &format!("{name}-1"),
+        &dir,
+        &remap_pending(Some(5.0)),
+        &extra,
+        &[],
+    );
+    first.wait_until(Duration::from_secs(20), |a| {
+        memory_verdict(a).0 == "degraded"
+    });
+    let (_, reason, since) = memory_verdict(&first);
+    assert!(reason.contains("a row remap is pending"), "{reason}");
+    // The remap applied: the gauge is 0 again, the state holds.
+    first.wait_until(Duration::from_secs(20), |a| {
+        remap_pending_gauge(a) == Some(0.0)
+    });
+    let cleared = Instant::now();
+    let cleared_at = Utc::now();
+    let (state, _, held_since) = memory_verdict(&first);
+    assert_eq!((state.as_str(), held_since), ("degraded", since), "held");
+
+    if kill {
+        // A periodic save newer than the evidence's end, then no shutdown at all.
+        let saved_at = |dir: &Path| {
+            let bytes = std::fs::read(dir.join("engine.json")).ok()?;
+            let saved: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+            saved["last_at"].as_i64()
+        };
+        let began = Instant::now();
+        while saved_at(&dir).is_none_or(|t| t <= cleared_at.timestamp()) {
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "no save of {} after {cleared_at} within 10 s (save_interval 1s)",
+                dir.join("engine.json").display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        first.kill9();
+    } else {
+        let (status, stderr) = first.stop();
+        assert!(status.success(), "{stderr}");
+    }
+
+    let second = start_playing(
+        &format!("{name}-2"),
+        &dir,
+        &remap_pending(None),
+        &extra,
+        &[],
+    );
+    assert_eq!(
+        remap_pending_gauge(&second),
+        Some(0.0),
+        "no remap pending now"
+    );
+    let (state, reason, resumed_since) = memory_verdict(&second);
+    let read_after = cleared.elapsed();
+    assert!(
+        read_after < Duration::from_secs(HOLD_SECONDS as u64 - 3),
+        "the restart took {read_after:?}, too close to the hold of {HOLD_SECONDS}s to test it"
+    );
+    assert_eq!(
+        (state.as_str(), resumed_since),
+        ("degraded", since),
+        "held across the restart: {reason}"
+    );
+    assert!(reason.contains("a row remap is pending"), "{reason}");
+
+    second.wait_until(Duration::from_secs(HOLD_SECONDS as u64 + 20), |a| {
+        memory_verdict(a).0 == "healthy"
+    });
+    let (_, _, healthy_since) = memory_verdict(&second);
+    let hold = TimeDelta::seconds(HOLD_SECONDS);
+    // The evidence was last seen at most a collection and a poll before `cleared_at`.
+    assert!(
+        healthy_since >= cleared_at + hold - TimeDelta::seconds(3),
+        "healthy at {healthy_since}, the remap applied at {cleared_at}: not the hold of {HOLD_SECONDS}s after"
+    );
+    assert!(
+        healthy_since <= cleared_at + hold + TimeDelta::seconds(10),
+        "healthy only at {healthy_since}, the remap applied at {cleared_at}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_held_health_state_survives_sigterm_and_a_restart() {
+    a_held_state_survives_a_restart("health-hold-term", false);
+}
+
+#[test]
+fn a_held_health_state_survives_kill_minus_nine_after_a_save() {
+    a_held_state_survives_a_restart("health-hold-kill9", true);
 }

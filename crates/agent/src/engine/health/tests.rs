@@ -248,6 +248,57 @@ fn memory_pending_remap_failed_remap_retired_pages_and_uncorrectable_errors() {
 }
 
 #[test]
+fn memory_pending_page_retirement_and_double_bit_retired_pages() {
+    let mut run = Run::new();
+    let pending = |g: &mut GpuSample| {
+        g.retired_pages = Some(RetiredPages {
+            sbe: 2,
+            dbe: 1,
+            pending: true,
+        })
+    };
+    expect(
+        &run.step(pending),
+        "memory",
+        State::Degraded,
+        Action::ResetGpu,
+        "a page retirement is pending (3 pages retired): it applies at the next GPU reset",
+    );
+    and_back(&mut run, "memory", State::Degraded);
+
+    // One page under the double-bit limit (and far under the total one) is no evidence.
+    let under = |g: &mut GpuSample| {
+        g.retired_pages = Some(RetiredPages {
+            sbe: 0,
+            dbe: 14,
+            pending: false,
+        })
+    };
+    expect(
+        &run.step(under),
+        "memory",
+        State::Healthy,
+        Action::None,
+        "no failed",
+    );
+    let at_limit = |g: &mut GpuSample| {
+        g.retired_pages = Some(RetiredPages {
+            sbe: 0,
+            dbe: 15,
+            pending: false,
+        })
+    };
+    expect(
+        &run.step(at_limit),
+        "memory",
+        State::Degraded,
+        Action::InspectHardware,
+        "15 pages retired for double-bit errors: past the limit of 15",
+    );
+    and_back(&mut run, "memory", State::Degraded);
+}
+
+#[test]
 fn thermal_slowdown_now_and_for_most_of_the_hour() {
     let mut run = Run::new();
     let hot = |g: &mut GpuSample| {
@@ -335,6 +386,34 @@ fn power_brake_hardware_slowdown_and_clocks_stuck_low() {
     };
     let f = run.for_(10 * 60, capped);
     assert_eq!(component(&f, 1, "power").state, State::Healthy);
+}
+
+#[test]
+fn power_hardware_slowdown_without_the_brake() {
+    let mut run = Run::new();
+    let slowdown = |g: &mut GpuSample| g.clock_events = Some(ClockEvents(ClockEvents::HW_SLOWDOWN));
+    expect(
+        &run.step(slowdown),
+        "power",
+        State::Degraded,
+        Action::InspectHardware,
+        "hardware slowdown without a thermal cause now (drawing 500 W of 700 W)",
+    );
+    and_back(&mut run, "power", State::Degraded);
+    // A hardware slowdown with a thermal one is the cooling's: thermal says so, power not.
+    let hot = |g: &mut GpuSample| {
+        g.clock_events = Some(ClockEvents(
+            ClockEvents::HW_SLOWDOWN | ClockEvents::HW_THERMAL_SLOWDOWN,
+        ))
+    };
+    let f = run.step(hot);
+    assert_eq!(
+        component(&f, 1, "power").state,
+        State::Healthy,
+        "{:?}",
+        component(&f, 1, "power")
+    );
+    assert_eq!(component(&f, 1, "thermal").state, State::Degraded);
 }
 
 #[test]
@@ -478,6 +557,43 @@ fn nvlink_down_errors_and_fabric() {
     assert_eq!(component(&f, 1, "nvlink").state, State::Healthy);
 }
 
+#[test]
+fn nvlink_crc_errors_at_a_hundred_a_second_and_replays() {
+    let mut run = Run::new();
+    run.step(|_| {});
+    // 5,999 CRC errors in a minute, flit and data over two links: just under 100 a second.
+    let (flit, data) = (3000u64, 2999u64);
+    let f = run.step(|g| {
+        g.nvlink[2].crc_flit = flit;
+        g.nvlink[7].crc_data = data;
+    });
+    expect(&f, "nvlink", State::Healthy, Action::None, "every NVLink");
+    // 6,000 more in the next minute: 100 a second.
+    let f = run.step(|g| {
+        g.nvlink[2].crc_flit = flit + 3000;
+        g.nvlink[7].crc_data = data + 3000;
+    });
+    expect(
+        &f,
+        "nvlink",
+        State::Degraded,
+        Action::None,
+        "100 NVLink CRC errors a second, past 100",
+    );
+    and_back(&mut run, "nvlink", State::Degraded);
+
+    run.step(|_| {});
+    let f = run.step(|g| g.nvlink[4].replay = 3);
+    expect(
+        &f,
+        "nvlink",
+        State::Degraded,
+        Action::None,
+        "3 NVLink replay errors since the last reading",
+    );
+    and_back(&mut run, "nvlink", State::Degraded);
+}
+
 /// A step with XID `xid` on GPU 1.
 fn with_xid(run: &mut Run, xid: u32, edit: impl Fn(&mut GpuSample)) -> Findings {
     run.t += STEP;
@@ -604,7 +720,7 @@ fn driver_lost_calls_failing_slow_and_persistence_off() {
 }
 
 #[test]
-fn a_gpu_gone_from_the_snapshot_is_lost_after_two_minutes() {
+fn a_gpu_gone_from_the_snapshot_is_lost_after_two_minutes_and_back_when_listed_again() {
     let mut run = Run::new();
     run.step(|_| {});
     run.t += STEP;
@@ -623,6 +739,8 @@ fn a_gpu_gone_from_the_snapshot_is_lost_after_two_minutes() {
         "{}",
         v.reason
     );
+    // Listed again (a reboot, a driver reload): held for the hold time, then healthy.
+    and_back(&mut run, "driver", State::Unhealthy);
 }
 
 #[test]
