@@ -154,7 +154,14 @@ pub fn pcie(s: &GpuSample, hour: &Sums, state: &mut GpuHealthState) -> Option<Fo
     healthy("PCIe link at the generation and width it reached; replays within the limit")
 }
 
-pub fn nvlink(s: &GpuSample, deltas: Option<&Deltas>, state: &mut GpuHealthState) -> Option<Found> {
+/// `failing`: the link whose error counters grew most since the last reading (the engine's
+/// counters), named in the reasons that come from error counts.
+pub fn nvlink(
+    s: &GpuSample,
+    deltas: Option<&Deltas>,
+    failing: Option<u32>,
+    state: &mut GpuHealthState,
+) -> Option<Found> {
     for l in s.nvlink.iter().filter(|l| l.link < 64) {
         state.nvlinks_seen |= 1 << l.link;
     }
@@ -202,12 +209,15 @@ pub fn nvlink(s: &GpuSample, deltas: Option<&Deltas>, state: &mut GpuHealthState
             "NVLink fabric registration in progress".into(),
         );
     }
+    let on = failing.map_or(String::new(), |l| {
+        format!(" (link {l} has gained the most errors while watched)")
+    });
     if let Some(d) = deltas {
         if let Some(n) = d.nvlink_recovery.filter(|n| *n > 0) {
             return found(
                 State::Degraded,
                 Action::ResetGpu,
-                format!("{n} NVLink recovery errors since the last reading: a link retrains"),
+                format!("{n} NVLink recovery errors since the last reading{on}: a link retrains"),
             );
         }
         let crc = (d.seconds > 0.0)
@@ -217,14 +227,16 @@ pub fn nvlink(s: &GpuSample, deltas: Option<&Deltas>, state: &mut GpuHealthState
             return found(
                 State::Degraded,
                 Action::None,
-                format!("{rate:.0} NVLink CRC errors a second, past {NVLINK_CRC_PER_SECOND:.0}"),
+                format!(
+                    "{rate:.0} NVLink CRC errors a second, past {NVLINK_CRC_PER_SECOND:.0}{on}"
+                ),
             );
         }
         if let Some(n) = d.nvlink_replay.filter(|n| *n > 0) {
             return found(
                 State::Degraded,
                 Action::None,
-                format!("{n} NVLink replay errors since the last reading"),
+                format!("{n} NVLink replay errors since the last reading{on}"),
             );
         }
     }

@@ -578,7 +578,7 @@ fn nvlink_crc_errors_at_a_hundred_a_second_and_replays() {
         "nvlink",
         State::Degraded,
         Action::None,
-        "100 NVLink CRC errors a second, past 100",
+        "100 NVLink CRC errors a second, past 100 (link 2 has gained the most errors while watched)",
     );
     and_back(&mut run, "nvlink", State::Degraded);
 
