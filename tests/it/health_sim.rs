@@ -164,3 +164,80 @@ fn replay_and_the_live_engine_reach_the_same_verdicts() {
         }
     }
 }
+
+/// Through the binary: a simulated NVLink fault on GPU 1 (its link drawn by the seed), and
+/// the risk alert and the nvlink verdict name the link whose counters grew most, as
+/// `/api/v1/gpus` lists every link's counters.
+#[test]
+fn an_nvlink_faults_alert_and_verdict_name_the_failing_link() {
+    use crate::common::{Agent, temp_file};
+    use std::time::Duration;
+    let config = temp_file(
+        "nvlink-link-config.toml",
+        "[collect]\nkmsg = \"off\"\n[simulation]\nfaults = [\"nvlink\"]\nspeed = 1200.0\nseed = 7\n",
+    );
+    let agent = Agent::start(
+        &["--simulate", "--config", &config.display().to_string()],
+        &[],
+    );
+    let json = |path: &str| -> serde_json::Value {
+        serde_json::from_slice(&agent.get(path).body).expect("JSON")
+    };
+    let mut description = String::new();
+    agent.wait_until(Duration::from_secs(90), |_| {
+        let alerts = json("/api/v1/alerts");
+        let risk = alerts["alerts"].as_array().into_iter().flatten().find(|a| {
+            a["labels"]["alertname"] == "GpuFailureRiskHigh" && a["labels"]["gpu"] == "1"
+        });
+        description = risk
+            .and_then(|a| a["annotations"]["description"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        description.contains("on link")
+    });
+    // The link whose counters the simulated fault drives: the most errors of GPU 1's links.
+    let gpus = json("/api/v1/gpus");
+    let gpu = gpus["gpus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["index"] == 1)
+        .expect("GPU 1");
+    let errors = |l: &serde_json::Value| {
+        ["crc_flit", "crc_data", "replay", "recovery"]
+            .iter()
+            .filter_map(|k| l[*k].as_u64())
+            .sum::<u64>()
+    };
+    let worst = gpu["nvlink"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .max_by_key(|l| errors(l))
+        .expect("GPU 1 has NVLinks");
+    let link = worst["link"].as_u64().expect("a link number");
+    assert!(errors(worst) > 0, "{worst}");
+    assert!(
+        description.contains(&format!("on link {link} ")),
+        "the risk alert names link {link}: {description}"
+    );
+    // The nvlink verdict, once it is degraded by the link's errors, names the same link.
+    let mut reason = String::new();
+    agent.wait_until(Duration::from_secs(60), |_| {
+        let health = json("/api/v1/health");
+        reason = health["gpus"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|g| g["index"] == 1)
+            .flat_map(|g| g["components"].as_array().cloned().unwrap_or_default())
+            .find(|c| c["component"] == "nvlink" && c["state"] != "healthy")
+            .and_then(|c| c["reason"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        reason.contains("errors")
+    });
+    assert!(
+        reason.contains(&format!("link {link} has gained the most errors")),
+        "the nvlink verdict names link {link}: {reason}"
+    );
+}
