@@ -121,3 +121,23 @@ fn the_gpu_load_is_the_instances_weighted_by_their_share() {
     let idle = m.step(3.0 * 3600.0 + 60.0, false);
     assert_eq!(idle.util, 0.0);
 }
+
+#[test]
+fn processes_in_mig_instances_carry_no_utilization_as_nvml_gives_none() {
+    let config = crate::config::SimulationConfig {
+        gpus: 3,
+        mig_gpus: 1,
+        faults: Vec::new(),
+        ..crate::config::SimulationConfig::default()
+    };
+    let mut fleet = super::super::Fleet::new(&config, chrono::DateTime::default());
+    fleet.advance(3600.0);
+    let snapshot = fleet.snapshot();
+    let (mig, whole): (Vec<_>, Vec<_>) = snapshot.processes.iter().partition(|p| p.gpu == 0);
+    assert!(!mig.is_empty() && !whole.is_empty());
+    for p in mig {
+        assert!(p.gpu_instance.is_some(), "{p:?}");
+        assert_eq!(p.sm_utilization, None, "{p:?}");
+    }
+    assert!(whole.iter().all(|p| p.sm_utilization.is_some()));
+}
