@@ -73,6 +73,16 @@ fn a_simulated_mig_node_serves_every_instance_and_follows_their_changes() {
         }
     }
     assert!(text.contains("GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\""));
+    // The graphics-engine activity MIG users read, per GPU instance too (NVML gives no
+    // utilization in MIG mode: GPM's per GPU instance).
+    let engine = gpu_instance_ids(&text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0");
+    assert_eq!(engine, ["2", "3", "9", "10"], "{text}");
+    for (labels, v) in samples(&text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE") {
+        assert!((0.0..=1.0).contains(&v), "{labels} {v}");
+        if labels.contains("gpu=\"0\"") {
+            assert!(labels.contains("GPU_I_PROFILE=\""), "{labels}");
+        }
+    }
     // A GPU not in MIG mode keeps its one series, without instance labels.
     let whole: Vec<_> = samples(&text, "DCGM_FI_DEV_FB_USED")
         .into_iter()

@@ -137,6 +137,7 @@ impl SimGpu {
             sm_occupancy: Some(round(self.util * 0.45)),
             tensor_active: Some(round(self.tensor)),
             dram_active: Some(round(self.mem_copy * 0.9)),
+            graphics_active: None,
         });
         if let Some(quirks) = self.quirks() {
             if quirks.ecc_disabled {
