@@ -73,6 +73,16 @@ fn a_simulated_mig_node_serves_every_instance_and_follows_their_changes() {
         }
     }
     assert!(text.contains("GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\""));
+    // The graphics-engine activity MIG users read, per GPU instance too (NVML gives no
+    // utilization in MIG mode: GPM's per GPU instance).
+    let engine = gpu_instance_ids(&text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0");
+    assert_eq!(engine, ["2", "3", "9", "10"], "{text}");
+    for (labels, v) in samples(&text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE") {
+        assert!((0.0..=1.0).contains(&v), "{labels} {v}");
+        if labels.contains("gpu=\"0\"") {
+            assert!(labels.contains("GPU_I_PROFILE=\""), "{labels}");
+        }
+    }
     // A GPU not in MIG mode keeps its one series, without instance labels.
     let whole: Vec<_> = samples(&text, "DCGM_FI_DEV_FB_USED")
         .into_iter()
@@ -394,4 +404,91 @@ fn an_empty_compute_instance_beside_a_held_one_is_free_and_charged_to_nobody() {
         assert_eq!(two["allocated"], false, "{two}");
         assert_eq!(two["unused"], two["idle_now"], "{two}");
     }
+}
+
+/// Kills the orphan when the test ends, however it ends.
+struct Orphan(u32);
+
+impl Drop for Orphan {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg(self.0.to_string())
+            .status();
+    }
+}
+
+#[test]
+fn an_orphan_holding_memory_in_an_idle_mig_instance_is_a_ghost_of_that_instance() {
+    // A real orphan (its shell exits, `sleep` lives on re-parented) that the fake NVML
+    // reports holding 4 GiB in GPU 0's empty `1g.10gb` (GI 10). NVML gives no per-process
+    // utilization in MIG mode: the GPU instance's GPM SM activity (0: nothing else runs
+    // there) is what tells it computes nothing.
+    let out = std::process::Command::new("sh")
+        .args(["-c", "sleep 120 >/dev/null 2>&1 & echo $!"])
+        .stdout(std::process::Stdio::piped())
+        .output()
+        .expect("sh runs");
+    let pid: u32 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the shell printed the PID");
+    let _orphan = Orphan(pid);
+    let scenario = format!(
+        "[simulation]\ngpus = 3\nmig_gpus = 2\nfaults = []\nspeed = 600.0\n[clock]\n\
+         mode = \"wall\"\n[[process]]\ngpu = 0\npid = {pid}\nused_memory_bytes = 4294967296\n\
+         gpu_instance = 10\ncompute_instance = 0\n"
+    );
+    let config = "[collect]\ninterval = \"200ms\"\nkmsg = \"off\"\nkubelet_socket = \"off\"\n\
+                  [idle]\nwindow = \"2s\"\n";
+    let agent = Agent::on_fake_nvml("mig-ghost", &scenario, config, &[]);
+    agent.metrics();
+    let ghost_alert = |a: &Agent| -> Option<serde_json::Value> {
+        json(a, "/api/v1/alerts")["alerts"]
+            .as_array()?
+            .iter()
+            .find(|x| {
+                x["labels"]["alertname"] == "GpuGhostProcess"
+                    && x["labels"]["gpu"] == "0"
+                    && x["labels"]["gpu_instance"] == "10"
+            })
+            .cloned()
+    };
+    agent.wait_until(Duration::from_secs(30), |a| ghost_alert(a).is_some());
+    let doc = json(&agent, "/api/v1/gpus");
+    let gi10 = doc["gpus"][0]["mig_instances"]
+        .as_array()
+        .and_then(|l| l.iter().find(|i| i["gpu_instance"] == 10))
+        .and_then(|i| i["uuid"].as_str())
+        .expect("GI 10 listed")
+        .to_string();
+    let ghost = doc["gpus"][0]["idle"]["ghosts"]
+        .as_array()
+        .and_then(|g| g.iter().find(|p| p["pid"] == pid))
+        .cloned()
+        .expect("the orphan is a ghost of GPU 0");
+    assert_eq!(ghost["liveness"], "orphaned", "{ghost}");
+    assert_eq!(ghost["gpu_instance"], 10, "{ghost}");
+    assert_eq!(ghost["compute_instance"], 0, "{ghost}");
+    assert_eq!(ghost["profile"], "1g.10gb", "{ghost}");
+    assert_eq!(ghost["mig_uuid"], gi10.as_str(), "{ghost}");
+
+    let alert = ghost_alert(&agent).expect("the instance's alert");
+    assert_eq!(alert["labels"]["profile"], "1g.10gb", "{alert}");
+    assert_eq!(alert["labels"]["compute_instance"], "0", "{alert}");
+    assert_eq!(alert["labels"]["mig_uuid"], gi10.as_str(), "{alert}");
+    let summary = alert["annotations"]["summary"].as_str().unwrap_or("");
+    assert!(
+        summary.starts_with("GPU 0 MIG 1g.10gb (GI 10, CI 0) on "),
+        "{summary}"
+    );
+    let description = alert["annotations"]["description"].as_str().unwrap_or("");
+    assert!(
+        description.contains(&format!("pid {pid} (")),
+        "{description}"
+    );
+    let text = agent.get("/metrics").text();
+    assert!(
+        value(&text, "gpu_ghost_processes", "gpu=\"0\"").is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
 }

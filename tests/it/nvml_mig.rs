@@ -177,6 +177,7 @@ fn every_instance_is_read_as_the_simulator_has_it() {
                         (r_gpm.sm_occupancy, t_gpm.sm_occupancy),
                         (r_gpm.tensor_active, t_gpm.tensor_active),
                         (r_gpm.dram_active, t_gpm.dram_active),
+                        (r_gpm.graphics_active, t_gpm.graphics_active),
                     ] {
                         let (a, b) = (a.expect("a ratio"), b.expect("a ratio"));
                         assert!((a - b).abs() < 1e-9, "GPU {index} {}: {a} vs {b}", r.uuid);

@@ -357,6 +357,12 @@ pub struct Gpm {
     pub tensor_active: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dram_active: Option<f64>,
+    /// Graphics-engine activity (`NVML_GPM_METRIC_GRAPHICS_UTIL`), read per MIG GPU
+    /// instance, where NVML gives no utilization (dcgm-exporter's
+    /// `DCGM_FI_PROF_GR_ENGINE_ACTIVE` of the instance); absent for a whole GPU, whose
+    /// utilization stands for it, and in recordings made before it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graphics_active: Option<f64>,
 }
 
 /// A process holding memory on a GPU, with its owner where the host can tell.

@@ -154,6 +154,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(metrics_get: *mut nvmlGpmMetricsGet_t
                 nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY => g.sm_occupancy,
                 nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL => g.tensor_active,
                 nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL => g.dram_active,
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL => g.graphics_active,
                 _ => None,
             };
             metric.metricInfo.shortName = std::ptr::null_mut();

@@ -84,14 +84,19 @@ impl AlertBook {
     /// Fingerprints of the alerts that are muted, as Alertmanager's inhibit rules would: every
     /// other alert of a GPU while its `GpuLost` fires (the one that matters is that it is
     /// gone), and `GpuAllocatedIdle` while a `GpuGhostProcess` of the same GPU fires (the
-    /// ghost explains the idle allocation). Muted alerts keep their lifecycle; they are only
-    /// not notified, so a GPU that comes back does not re-fire what was already known.
+    /// ghost explains the idle allocation) — of the same MIG instance (`mig_uuid`) where
+    /// both name one, so a ghost in one instance leaves another's idle allocation heard.
+    /// Muted alerts keep their lifecycle; they are only not notified, so a GPU that comes
+    /// back does not re-fire what was already known.
     pub(crate) fn inhibited(&self) -> BTreeSet<u64> {
-        let firing_on = |name: &str| -> Vec<&str> {
+        let firing_on = |name: &str| -> Vec<(&str, Option<&str>)> {
             self.alerts
                 .values()
                 .filter(|a| a.state == AlertState::Firing && a.name() == name)
-                .filter_map(|a| a.labels.get("uuid").map(String::as_str))
+                .filter_map(|a| {
+                    let uuid = a.labels.get("uuid")?;
+                    Some((uuid.as_str(), a.labels.get("mig_uuid").map(String::as_str)))
+                })
                 .collect()
         };
         let lost = firing_on("GpuLost");
@@ -102,8 +107,12 @@ impl AlertBook {
                 let Some(uuid) = a.labels.get("uuid").map(String::as_str) else {
                     return false;
                 };
-                (a.name() != "GpuLost" && lost.contains(&uuid))
-                    || (a.name() == "GpuAllocatedIdle" && ghosts.contains(&uuid))
+                let mig = a.labels.get("mig_uuid").map(String::as_str);
+                let explained = |&(gpu, ghost_mig): &(&str, Option<&str>)| {
+                    gpu == uuid && (ghost_mig.is_none() || mig.is_none() || ghost_mig == mig)
+                };
+                (a.name() != "GpuLost" && lost.iter().any(|(gpu, _)| *gpu == uuid))
+                    || (a.name() == "GpuAllocatedIdle" && ghosts.iter().any(explained))
             })
             .map(|(fp, _)| *fp)
             .collect()

@@ -7,13 +7,17 @@
 //! holds memory with 0% SM for the whole window while its PID is gone, a zombie, or an
 //! orphan. Where no process list exists (nvidia-smi logs), memory in use above a floor
 //! stands for an allocation.
+//!
+//! On a GPU in MIG mode NVML keeps no per-process utilization (the call answers
+//! NOT_SUPPORTED), so a process in a MIG instance is judged by its GPU instance's GPM SM
+//! activity (see [`sm_idle`]), and its findings name the instance.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::IdleConfig;
-use crate::model::{Allocation, GpuSample, Liveness, ProcessSample};
+use crate::model::{Allocation, GpuSample, Liveness, MigInstance, ProcessSample};
 
 /// What idle tracking remembers about one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -51,10 +55,23 @@ pub struct ProcessFinding {
     pub runtime_seconds: Option<f64>,
     /// How long it has held memory with 0% SM.
     pub idle_seconds: f64,
+    /// On a GPU in MIG mode, the MIG instance it runs in: GPU and compute instance, the
+    /// compute instance's profile (`1g.10gb`, `1c.3g.40gb`) and MIG device UUID, as the
+    /// instance's `gpu_mig_*` series name it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_instance: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_instance: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_uuid: Option<String>,
 }
 
 impl ProcessFinding {
-    fn of(p: &ProcessSample, idle_seconds: f64) -> ProcessFinding {
+    /// `p` found idle for `idle_seconds`, in its MIG instance among `instances` (its GPU's).
+    fn of(p: &ProcessSample, idle_seconds: f64, instances: &[MigInstance]) -> ProcessFinding {
+        let instance = instance_of(p, instances);
         ProcessFinding {
             pid: p.pid,
             memory_bytes: p.used_memory_bytes,
@@ -68,7 +85,20 @@ impl ProcessFinding {
             liveness: p.liveness,
             runtime_seconds: p.runtime_seconds,
             idle_seconds,
+            gpu_instance: instance.map(|i| i.gpu_instance).or(p.gpu_instance),
+            compute_instance: instance.map(|i| i.compute_instance).or(p.compute_instance),
+            profile: instance.map(MigInstance::compute_profile),
+            mig_uuid: instance.map(|i| i.uuid.clone()),
         }
+    }
+
+    /// `MIG 1g.10gb (GI 9, CI 0)` for a process in a MIG instance its GPU listed.
+    pub fn instance_label(&self) -> Option<String> {
+        let (profile, gi) = (self.profile.as_ref()?, self.gpu_instance?);
+        Some(format!(
+            "MIG {profile} (GI {gi}, CI {})",
+            self.compute_instance.unwrap_or(0)
+        ))
     }
 
     /// Who to talk to about it: `namespace/pod`, else the user, else the PID.
@@ -110,6 +140,33 @@ pub struct IdleFindings {
 
 const MIB: u64 = 1 << 20;
 
+/// GPM SM activity under this counts as 0% SM: what NVML's per-process reading, in whole
+/// percent, shows as 0.
+const ZERO_SM_ACTIVITY: f64 = 0.01;
+
+/// The MIG instance among `instances` (its GPU's) that process `p` runs in.
+fn instance_of<'a>(p: &ProcessSample, instances: &'a [MigInstance]) -> Option<&'a MigInstance> {
+    p.gpu_instance?;
+    instances.iter().find(|i| i.runs(p))
+}
+
+/// Whether process `p` used no SM since the last sample: by its own reading where the
+/// source gives one (sources report 0 for a process that did not run). In a MIG instance
+/// NVML gives none (per-process utilization is NOT_SUPPORTED in MIG mode), and nothing is
+/// not evidence of a ghost; there the GPU instance's GPM SM activity stands in for it. It
+/// covers every process of the GPU instance, so a live process beside a dead one keeps
+/// the dead one from being called idle: a ghost may be missed, never made up. A process
+/// with neither reading (no GPM: an A100) is never idle.
+fn sm_idle(p: &ProcessSample, instances: &[MigInstance]) -> bool {
+    match p.sm_utilization {
+        Some(u) => u <= 0.0,
+        None => instance_of(p, instances)
+            .and_then(|i| i.gpm)
+            .and_then(|g| g.sm_active)
+            .is_some_and(|a| a < ZERO_SM_ACTIVITY),
+    }
+}
+
 /// The live processes of a GPU that no scheduler gave out, when `scheduled` (the host's
 /// scheduler listed its allocations this collection: see `Snapshot::scheduled_by`). On such
 /// a host every GPU job should hold an allocation; one that does not was started beside
@@ -120,6 +177,7 @@ pub(crate) fn outside_scheduler(
     processes: &[&ProcessSample],
     allocations: &[&Allocation],
     scheduled: bool,
+    sample: &GpuSample,
 ) -> Vec<ProcessFinding> {
     if !scheduled || !allocations.is_empty() {
         return Vec::new();
@@ -127,7 +185,7 @@ pub(crate) fn outside_scheduler(
     processes
         .iter()
         .filter(|p| !matches!(p.liveness, Liveness::Gone | Liveness::Zombie))
-        .map(|p| ProcessFinding::of(p, 0.0))
+        .map(|p| ProcessFinding::of(p, 0.0, &sample.mig_instances))
         .collect()
 }
 
@@ -186,11 +244,8 @@ pub fn update(
     let mut zero_sm = BTreeMap::new();
     for p in processes {
         let holds = p.used_memory_bytes.is_none_or(|b| b > 0);
-        // Sources report 0 for a process that did not run since the last sample; no value
-        // at all (per-process utilization unsupported, as under MIG) tells nothing, and
-        // nothing is not evidence of a ghost.
-        let idle = p.sm_utilization.is_some_and(|u| u <= 0.0);
-        if holds && idle {
+        let instances = &sample.mig_instances;
+        if holds && sm_idle(p, instances) {
             let since = state.zero_sm_since.get(&p.pid).copied().unwrap_or(now);
             zero_sm.insert(p.pid, since);
             let dead = matches!(
@@ -198,14 +253,14 @@ pub fn update(
                 Liveness::Gone | Liveness::Zombie | Liveness::Orphaned
             );
             if dead && now - since >= window {
-                ghosts.push(ProcessFinding::of(p, (now - since) as f64));
+                ghosts.push(ProcessFinding::of(p, (now - since) as f64, instances));
             }
         }
         if p.runtime_seconds
             .is_some_and(|r| r >= config.long_running.as_secs_f64())
         {
             let idle = zero_sm.get(&p.pid).map_or(0.0, |s| (now - s) as f64);
-            long_running.push(ProcessFinding::of(p, idle));
+            long_running.push(ProcessFinding::of(p, idle, &sample.mig_instances));
         }
     }
     // PIDs that left the GPU are forgotten, so the map stays as small as the process list.
@@ -441,19 +496,19 @@ mod allocation_tests {
             ..ProcessSample::default()
         };
         let (live, gone) = (process(1, Liveness::Running), process(2, Liveness::Gone));
-        let pod = Allocation::default();
-        let found = outside_scheduler(&[&live, &gone], &[], true);
+        let (pod, sample) = (Allocation::default(), GpuSample::default());
+        let found = outside_scheduler(&[&live, &gone], &[], true, &sample);
         assert_eq!(
             found.iter().map(|f| f.pid).collect::<Vec<_>>(),
             [1],
             "ghosts are not jobs"
         );
         assert!(
-            outside_scheduler(&[&live], &[&pod], true).is_empty(),
+            outside_scheduler(&[&live], &[&pod], true, &sample).is_empty(),
             "the pod's GPU"
         );
         assert!(
-            outside_scheduler(&[&live], &[], false).is_empty(),
+            outside_scheduler(&[&live], &[], false, &sample).is_empty(),
             "without a scheduler's list nothing is outside it"
         );
     }

@@ -392,11 +392,9 @@ impl Engine {
                 &allocations,
                 &xids,
             );
-            findings.idle.outside_scheduler = idle::outside_scheduler(
-                &processes,
-                &allocations,
-                !snapshot.scheduled_by.is_empty(),
-            );
+            let scheduled = !snapshot.scheduled_by.is_empty();
+            findings.idle.outside_scheduler =
+                idle::outside_scheduler(&processes, &allocations, scheduled, sample);
         }
         let mut repeated = scratch.mark_seen(self.state.gpus.len());
         // A GPU missing for a week (replaced, or an RMA) is forgotten: it should not stay

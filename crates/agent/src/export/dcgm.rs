@@ -282,7 +282,7 @@ pub(super) const FIELDS: &[Field] = &[
     field(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         Gauge,
-        "Ratio of time the graphics engine is active (from NVML GPU utilization).",
+        "Ratio of time the graphics engine is active (from NVML GPU utilization; on a GPU in MIG mode, per GPU instance from GPM graphics activity).",
         |s| s.utilization.gpu,
     ),
     field(

@@ -5,12 +5,13 @@
 //! dcgm-exporter (in its default "flex" mode) reads a GPU in MIG mode as its GPU instances:
 //! their series carry `GPU_I_PROFILE` (the instance's profile, `1g.10gb`) and `GPU_I_ID`
 //! (NVML's GPU instance id), and its pod mapper puts the pod holding a MIG device on its
-//! instance's series. Here the fields MIG divides (frame buffer, SM/tensor/DRAM activity)
-//! are one series per GPU instance in place of the GPU's, with the labels of the pods that
-//! hold that instance and no other; the readings of the whole board (temperatures, power,
-//! clocks, ECC, XIDs) stay one series of the GPU, once, rather than repeated per instance
-//! with the same value, so sums over a node count each watt and error once. A pod holding
-//! a MIG device is on its instance's series only, never on the GPU's.
+//! instance's series. Here the fields MIG divides (frame buffer, graphics-engine and
+//! SM/tensor/DRAM activity) are one series per GPU instance in place of the GPU's, with the
+//! labels of the pods that hold that instance and no other; the readings of the whole
+//! board (temperatures, power, clocks, ECC, XIDs) stay one series of the GPU, once, rather
+//! than repeated per instance with the same value, so sums over a node count each watt and
+//! error once. A pod holding a MIG device is on its instance's series only, never on the
+//! GPU's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,10 +26,15 @@ const MIB: u64 = 1 << 20;
 type InstanceReading = fn(&MigInstance) -> Option<f64>;
 
 /// The fields a GPU in MIG mode reports per GPU instance, in place of the GPU's.
-pub(crate) const PER_INSTANCE: [(&str, InstanceReading); 7] = [
+pub(crate) const PER_INSTANCE: [(&str, InstanceReading); 8] = [
     ("DCGM_FI_DEV_FB_FREE", |i| mib(i.memory.free_bytes)),
     ("DCGM_FI_DEV_FB_USED", |i| mib(i.memory.used_bytes)),
     ("DCGM_FI_DEV_FB_RESERVED", |i| mib(i.memory.reserved_bytes)),
+    // NVML gives no utilization in MIG mode: the GPU instance's GPM graphics activity, as
+    // dcgm-exporter reads it per instance.
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", |i| {
+        i.gpm.and_then(|g| g.graphics_active)
+    }),
     ("DCGM_FI_PROF_SM_ACTIVE", |i| {
         i.gpm.and_then(|g| g.sm_active)
     }),

@@ -49,7 +49,10 @@ pub fn reference_markdown() -> String {
          while it exists, zeros when nothing runs in it; one created or destroyed appears or \
          goes at the next collection. Memory and activity are its GPU instance's (shared by \
          its compute instances); activity comes from GPM (Hopper and newer), and an instance \
-         without it is never called idle. Idle time and cost are the instance's own, at its \
+         without it is never called idle. NVML gives no per-process utilization in MIG \
+         mode: a process in an instance counts as computing nothing while its GPU instance's \
+         SM activity is under 1%, so a dead one there is a ghost (`gpu_ghost_processes`, and \
+         `GpuGhostProcess` with the instance's labels). Idle time and cost are the instance's own, at its \
          share of the GPU (`gpu_mig_share_ratio`). `gpu_allocation_info` and `gpu_process_*` \
          carry `gpu_instance` and `compute_instance` for what holds or runs in an \
          instance.\n\n\

@@ -131,6 +131,7 @@ impl MigInstance {
                 &mut gpm.sm_occupancy,
                 &mut gpm.tensor_active,
                 &mut gpm.dram_active,
+                &mut gpm.graphics_active,
             ] {
                 r.ratio(Checked::Gpm, ratio);
             }
@@ -217,6 +218,9 @@ mod tests {
         );
         let back: GpuSample = serde_json::from_str(&json).expect("it loads back");
         assert_eq!(back, sample);
+        // GPM recorded before the graphics activity was read loads without it.
+        let gpm: Gpm = serde_json::from_str(r#"{"sm_active":0.5}"#).expect("old GPM");
+        assert_eq!((gpm.sm_active, gpm.graphics_active), (Some(0.5), None));
     }
 
     #[test]

@@ -364,6 +364,7 @@ impl GpuSample {
                 &mut gpm.sm_occupancy,
                 &mut gpm.tensor_active,
                 &mut gpm.dram_active,
+                &mut gpm.graphics_active,
             ] {
                 r.ratio(Checked::Gpm, ratio);
             }

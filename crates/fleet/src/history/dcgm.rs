@@ -109,6 +109,11 @@ pub(super) fn apply(
     }
     let gpu = step.gpu(index, uuid)?;
     gpu.present = true;
+    // A MIG GPU instance's engine activity is not its GPU's utilization (dcgm-exporter
+    // gives none of the GPU in MIG mode).
+    if name == "DCGM_FI_PROF_GR_ENGINE_ACTIVE" && text(labels, "GPU_I_ID").is_some() {
+        return Ok(());
+    }
     let s = &mut gpu.sample;
     if let Some(model) = text(labels, "modelName") {
         s.name = model;

@@ -328,3 +328,34 @@ fn nvlink_errors_summed_over_links_come_back_as_one_link() {
     assert_eq!(links.len(), 1);
     assert_eq!((links[0].replay, links[0].crc_flit), (7, 900));
 }
+
+#[test]
+fn a_gpu_instances_engine_activity_is_not_its_gpus_utilization() {
+    // A GPU in MIG mode: dcgm-exporter (and gpu-sentinel with dcgm_compat) serves
+    // DCGM_FI_PROF_GR_ENGINE_ACTIVE per GPU instance and no utilization of the GPU.
+    let gi = |id| {
+        [
+            ("gpu", "0"),
+            ("UUID", "GPU-m"),
+            ("GPU_I_ID", id),
+            ("GPU_I_PROFILE", "1g.10gb"),
+        ]
+    };
+    let whole = [("gpu", "1"), ("UUID", "GPU-w")];
+    let all = [
+        series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &gi("9"), &[(0, 0.0)]),
+        series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &gi("10"), &[(0, 0.9)]),
+        series("DCGM_FI_DEV_FB_USED", &gi("9"), &[(0, 3.0)]),
+        series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &whole, &[(0, 0.6)]),
+    ];
+    let (snapshots, _) = rebuild_all(Dialect::DcgmExporter, 1, &all);
+    let gpu = |uuid: &str| {
+        snapshots[0]
+            .gpus
+            .iter()
+            .find(|g| g.uuid == uuid)
+            .unwrap_or_else(|| panic!("{uuid}: {:?}", snapshots[0].gpus))
+    };
+    assert_eq!(gpu("GPU-m").utilization.gpu, None);
+    assert_eq!(gpu("GPU-w").utilization.gpu, Some(0.6));
+}

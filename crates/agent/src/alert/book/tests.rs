@@ -62,3 +62,38 @@ fn zero_for_fires_at_once_and_a_return_after_resolving_is_a_new_alert() {
     let a = book.in_state(AlertState::Firing).next().unwrap();
     assert_eq!(a.starts_at, Some(later));
 }
+
+#[test]
+fn a_ghost_in_a_mig_instance_mutes_that_instances_idle_alert_only() {
+    let on = |name: &str, uuid: &str, mig: Option<&str>| {
+        let mut c = candidate(name, 0);
+        c.labels.insert("uuid".into(), uuid.into());
+        if let Some(mig) = mig {
+            c.labels.insert("mig_uuid".into(), mig.into());
+        }
+        c
+    };
+    let mut book = AlertBook::default();
+    book.update(
+        start(),
+        vec![
+            on("GpuGhostProcess", "GPU-a", Some("MIG-9")),
+            on("GpuAllocatedIdle", "GPU-a", Some("MIG-9")),
+            on("GpuAllocatedIdle", "GPU-a", Some("MIG-10")),
+            on("GpuGhostProcess", "GPU-b", None),
+            on("GpuAllocatedIdle", "GPU-b", Some("MIG-3")),
+        ],
+        Duration::from_secs(900),
+    );
+    let muted = book.inhibited();
+    let mut heard: Vec<String> = book
+        .alerts
+        .iter()
+        .filter(|(fp, a)| a.name() == "GpuAllocatedIdle" && !muted.contains(fp))
+        .map(|(_, a)| a.labels["mig_uuid"].clone())
+        .collect();
+    heard.sort();
+    // The ghost in MIG-9 explains MIG-9's idle allocation, not MIG-10's; a ghost of the
+    // whole GPU explains every instance's.
+    assert_eq!(heard, ["MIG-10"]);
+}

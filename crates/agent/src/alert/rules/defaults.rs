@@ -91,7 +91,7 @@ pub fn defaults(risk_threshold: f64) -> Vec<Rule> {
             "warning",
             0,
             Condition::GhostProcess,
-            "GPU {gpu} on {hostname} holds memory for {value} dead process(es)",
+            "GPU {gpu}{instance} on {hostname} holds memory for {value} dead process(es)",
             "The owning process is gone, a zombie or orphaned: kill it or its parent; if memory stays held, reset the GPU.",
         ),
         rule(

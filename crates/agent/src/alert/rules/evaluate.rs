@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{Condition, Field, Rule};
 use crate::alert::LabelSet;
+use crate::engine::idle::ProcessFinding;
 use crate::engine::{Findings, GpuFindings};
 use crate::model::{Allocation, CollectHealth};
 
@@ -52,6 +53,9 @@ pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
                     if rule.condition == Condition::AllocatedIdle {
                         super::instances::allocated_idle(rule, input.hostname, gpu, &mut out);
                     }
+                    if rule.condition == Condition::GhostProcess {
+                        super::instances::ghosts(rule, input.hostname, gpu, &mut out);
+                    }
                 }
             }
         }
@@ -96,24 +100,6 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
             }
         )
     };
-    let processes = |list: &[crate::engine::idle::ProcessFinding]| {
-        list.iter()
-            .map(|p| {
-                let mem = p.memory_bytes.map_or(String::new(), |b| {
-                    format!(", {:.1} GiB", b as f64 / f64::from(1u32 << 30))
-                });
-                format!(
-                    "pid {} ({}{}, {:?}, idle {:.0} min)",
-                    p.pid,
-                    p.owner(),
-                    mem,
-                    p.liveness,
-                    p.idle_seconds / 60.0
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
     match condition {
         Condition::Lost => g.lost.then(|| ("lost".into(), format!("The GPU stopped answering NVML. {}", reasons()))),
         Condition::HardwareXid => (!g.hardware_xids_24h.is_empty()).then(|| {
@@ -141,9 +127,13 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
             };
             (format!("{minutes:.0} min"), format!("{held} while utilization stayed under the idle threshold for {minutes:.0} minutes."))
         }),
-        Condition::GhostProcess => (!g.idle.ghosts.is_empty()).then(|| {
-            (g.idle.ghosts.len().to_string(), format!("Memory held by processes that are gone, zombies or orphans: {}.", processes(&g.idle.ghosts)))
-        }),
+        // Ghosts in MIG instances are alerts of their instances ([`super::instances::ghosts`]).
+        Condition::GhostProcess => {
+            let ghosts: Vec<ProcessFinding> = g.idle.ghosts.iter().filter(|p| p.mig_uuid.is_none()).cloned().collect();
+            (!ghosts.is_empty()).then(|| {
+                (ghosts.len().to_string(), format!("Memory held by processes that are gone, zombies or orphans: {}.", processes(&ghosts)))
+            })
+        }
         Condition::OutsideScheduler => (!g.idle.outside_scheduler.is_empty()).then(|| {
             (g.idle.outside_scheduler.len().to_string(), format!("Running although no pod or job holds the GPU: {}.", processes(&g.idle.outside_scheduler)))
         }),
@@ -160,6 +150,27 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
         | Condition::HealthUnhealthy
         | Condition::HealthDegraded => None,
     }
+}
+
+/// Processes for a description: `pid 4242 (research/trainer-0, 8.0 GiB, Gone, idle 60
+/// min)`, joined with `; `.
+pub(super) fn processes(list: &[ProcessFinding]) -> String {
+    list.iter()
+        .map(|p| {
+            let mem = p.memory_bytes.map_or(String::new(), |b| {
+                format!(", {:.1} GiB", b as f64 / f64::from(1u32 << 30))
+            });
+            format!(
+                "pid {} ({}{}, {:?}, idle {:.0} min)",
+                p.pid,
+                p.owner(),
+                mem,
+                p.liveness,
+                p.idle_seconds / 60.0
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The evidence behind a risk score and when it started: `memory errors (…) for 3 d 4 h

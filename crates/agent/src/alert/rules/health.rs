@@ -2,8 +2,9 @@
 //! does not also raise the degraded one), and one per node component in it, each with the
 //! repair action as the `action` label (the GPU's: the most disruptive its worst
 //! components ask for) and the components behind it, with their reasons, in the
-//! description. The verdicts hold against flapping already; the rule's `for` only keeps
-//! short-lived degradations from paging.
+//! description, followed on a GPU in MIG mode by its instances and their holders. The
+//! verdicts hold against flapping already; the rule's `for` only keeps short-lived
+//! degradations from paging.
 
 use std::fmt::Write as _;
 
@@ -44,7 +45,9 @@ pub(super) fn health_rule(rule: &Rule, input: &RuleInput<'_>, out: &mut Vec<Cand
         .iter()
         .filter(|g| g.health.state == state)
     {
-        let (value, description) = described(gpu.health.components.iter(), state);
+        let (value, mut description) = described(gpu.health.components.iter(), state);
+        // A GPU's verdict is its MIG instances' too: name what a reset or drain takes down.
+        description.push_str(&super::instances::affected(gpu));
         let mut found = candidate(rule, input.hostname, Some(gpu), &value, description);
         found
             .labels

@@ -289,3 +289,81 @@ fn collection_failing_reads_health() {
     assert_eq!(c[0].labels["alertname"], "GpuCollectionFailing");
     assert!(c[0].annotations["description"].contains("ecc"));
 }
+
+#[test]
+fn a_gpu_health_verdict_names_the_mig_instances_it_takes_down() {
+    use crate::engine::GpuFindings;
+    use crate::engine::health::{Action, State, Verdict};
+    use crate::engine::mig::InstanceFindings;
+    let verdict = |state, component: &'static str| Verdict {
+        component: component.into(),
+        state,
+        reason: format!("{component} fails"),
+        action: Action::ResetGpu,
+        since: start(),
+    };
+    let gpu = |index: u32, state, mig: Vec<InstanceFindings>| {
+        let mut g = GpuFindings {
+            index,
+            uuid: format!("GPU-{index}"),
+            up: true,
+            mig,
+            ..GpuFindings::default()
+        };
+        g.health.state = state;
+        g.health.action = Action::ResetGpu;
+        g.health.components = vec![verdict(state, "memory")];
+        g
+    };
+    let held = InstanceFindings {
+        uuid: "MIG-9".into(),
+        gpu_instance: 9,
+        profile: "1g.10gb".into(),
+        present: true,
+        holders: vec![crate::model::Allocation {
+            namespace: Some("serving".into()),
+            pod: Some("llm-0".into()),
+            ..crate::model::Allocation::default()
+        }],
+        ..InstanceFindings::default()
+    };
+    let findings = crate::engine::Findings {
+        at: start(),
+        gpus: vec![
+            gpu(0, State::Unhealthy, vec![held.clone()]),
+            gpu(1, State::Degraded, vec![held]),
+            gpu(2, State::Unhealthy, Vec::new()),
+        ],
+        capacity: Default::default(),
+        placement: Default::default(),
+        health: Default::default(),
+    };
+    let found = evaluate(
+        &defaults(DEFAULT_RISK_THRESHOLD),
+        &RuleInput {
+            findings: &findings,
+            health: None,
+            hostname: "node-1",
+        },
+    );
+    let description = |name: &str, gpu: &str| {
+        found
+            .iter()
+            .find(|c| {
+                c.labels["alertname"] == name
+                    && c.labels.get("gpu").map(String::as_str) == Some(gpu)
+            })
+            .map(|c| c.annotations["description"].clone())
+            .unwrap_or_else(|| panic!("{name} of GPU {gpu}: {found:?}"))
+    };
+    let listed = " MIG instances on it: MIG 1g.10gb (GI 9, CI 0) held by pod serving/llm-0.";
+    for (name, gpu) in [("GpuUnhealthy", "0"), ("GpuDegraded", "1")] {
+        let text = description(name, gpu);
+        assert!(
+            text.starts_with("memory: memory fails (action reset_gpu") && text.ends_with(listed),
+            "{name}: {text}"
+        );
+    }
+    // A GPU without instances says nothing of them.
+    assert!(!description("GpuUnhealthy", "2").contains("MIG"));
+}

@@ -379,3 +379,62 @@ fn instances_created_and_destroyed_are_charged_each_interval_they_close() {
     assert!(close(view.busy, 31.0 / 60.0 * 2.0), "{view:?}");
     assert!(close(view.busy + view.idle, 7.0), "{view:?}");
 }
+
+#[test]
+fn a_dead_process_in_an_idle_instance_is_a_ghost_named_with_its_instance() {
+    use crate::engine::idle::{IdleState, update};
+    use crate::model::Liveness;
+    // NVML gives no per-process utilization in MIG mode: `sm_utilization` is empty, and
+    // the GPU instance's GPM SM activity says whether anything ran in it.
+    let dead = |pid: u32, gi: u32| ProcessSample {
+        pid,
+        used_memory_bytes: Some(5 * GIB),
+        liveness: Liveness::Orphaned,
+        gpu_instance: Some(gi),
+        compute_instance: Some(0),
+        ..ProcessSample::default()
+    };
+    let (idle_gi, busy_gi, no_gpm) = (dead(11, 9), dead(12, 2), dead(13, 10));
+    let live_beside = ProcessSample {
+        liveness: Liveness::Running,
+        ..dead(14, 2)
+    };
+    let sample = gpu(vec![
+        instance(2, 3, Some(0.6), 30 * GIB),
+        instance(9, 1, Some(0.004), 5 * GIB),
+        instance(10, 1, None, 5 * GIB),
+    ]);
+    let mut state = IdleState::default();
+    let processes = [&idle_gi, &busy_gi, &no_gpm, &live_beside];
+    let mut last = None;
+    for minute in 0..=30 {
+        let found = update(
+            &mut state,
+            minute * 60,
+            &sample,
+            &processes,
+            &[],
+            &IdleConfig::default(),
+        );
+        if minute < 30 {
+            assert!(found.ghosts.is_empty(), "not before the window: {minute}");
+        }
+        last = Some(found);
+    }
+    let ghosts = last.expect("30 steps").ghosts;
+    // Only the one in the GPU instance without SM activity: a live process computing
+    // beside a dead one keeps it from being called idle, and no GPM reading is no evidence.
+    assert_eq!(ghosts.iter().map(|g| g.pid).collect::<Vec<_>>(), [11]);
+    let ghost = &ghosts[0];
+    assert_eq!(ghost.idle_seconds, 1800.0);
+    assert_eq!(
+        (ghost.gpu_instance, ghost.compute_instance),
+        (Some(9), Some(0))
+    );
+    assert_eq!(ghost.profile.as_deref(), Some("1g.10gb"));
+    assert_eq!(ghost.mig_uuid.as_deref(), Some("MIG-9"));
+    assert_eq!(
+        ghost.instance_label().as_deref(),
+        Some("MIG 1g.10gb (GI 9, CI 0)")
+    );
+}

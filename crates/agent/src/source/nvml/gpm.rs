@@ -8,7 +8,9 @@
 //! kept handle is freed before the `Nvml` it came from is shut down ([`GpmSamples::release`]).
 //!
 //! A GPU in MIG mode is sampled per GPU instance (`nvmlGpmMigSampleGet`), its samples kept
-//! by (GPU, GPU instance id) and freed when the instance is destroyed.
+//! by (GPU, GPU instance id) and freed when the instance is destroyed. A GPU instance also
+//! gets its graphics-engine activity (`NVML_GPM_METRIC_GRAPHICS_UTIL`): NVML has no
+//! utilization in MIG mode, and it is the instance's `DCGM_FI_PROF_GR_ENGINE_ACTIVE`.
 
 use std::collections::BTreeMap;
 
@@ -35,11 +37,21 @@ pub(crate) struct GpmSamples {
     mig_previous: BTreeMap<(usize, u32), RawSample>,
 }
 
+/// The metrics of a whole GPU, in [`Gpm`]'s order.
 const METRICS: [(GpmMetricId, &str); 4] = [
     (GpmMetricId::SmUtil, "sm_active"),
     (GpmMetricId::SmOccupancy, "sm_occupancy"),
     (GpmMetricId::AnyTensorUtil, "tensor_active"),
     (GpmMetricId::DramBwUtil, "dram_active"),
+];
+
+/// A MIG GPU instance's: the whole GPU's and its graphics-engine activity.
+const MIG_METRICS: [(GpmMetricId, &str); 5] = [
+    METRICS[0],
+    METRICS[1],
+    METRICS[2],
+    METRICS[3],
+    (GpmMetricId::GraphicsUtil, "graphics_active"),
 ];
 
 impl GpmSamples {
@@ -102,7 +114,7 @@ impl GpmSamples {
         });
         let gpm = previous
             .as_ref()
-            .and_then(|previous| ratios(nvml, previous, &current, c));
+            .and_then(|previous| ratios(nvml, previous, &current, &MIG_METRICS, c));
         drop(previous);
         self.mig_previous
             .insert((index, gpu_instance), RawSample(current.into_handle()));
@@ -142,30 +154,31 @@ impl GpmSamples {
         });
         let ratios = previous
             .as_ref()
-            .and_then(|previous| ratios(nvml, previous, &current, c));
+            .and_then(|previous| ratios(nvml, previous, &current, &METRICS, c));
         drop(previous);
         self.previous[index] = Some(RawSample(current.into_handle()));
         ratios
     }
 }
 
-/// The GPM ratios between two samples, 0–1.
+/// The GPM ratios of `metrics` (a prefix of [`MIG_METRICS`]) between two samples, 0–1.
 fn ratios(
     nvml: &Nvml,
     previous: &GpmSample<'_>,
     current: &GpmSample<'_>,
+    metrics: &[(GpmMetricId, &'static str)],
     c: &mut Calls<'_>,
 ) -> Option<Gpm> {
-    let ids: Vec<GpmMetricId> = METRICS.iter().map(|(id, _)| *id).collect();
+    let ids: Vec<GpmMetricId> = metrics.iter().map(|(id, _)| *id).collect();
     let results = c.settle(
         "nvmlGpmMetricsGet",
         "",
         gpm_metrics_get(nvml, previous, current, &ids),
     )?;
-    let mut values = [None; 4];
-    for (i, result) in results.into_iter().enumerate().take(METRICS.len()) {
+    let mut values = [None; MIG_METRICS.len()];
+    for (i, result) in results.into_iter().enumerate().take(metrics.len()) {
         values[i] = c
-            .settle("nvmlGpmMetricsGet", METRICS[i].1, result)
+            .settle("nvmlGpmMetricsGet", metrics[i].1, result)
             .map(|r| (r.value / 100.0).clamp(0.0, 1.0));
     }
     Some(Gpm {
@@ -173,5 +186,6 @@ fn ratios(
         sm_occupancy: values[1],
         tensor_active: values[2],
         dram_active: values[3],
+        graphics_active: values[4],
     })
 }

@@ -309,6 +309,8 @@ impl SimMig {
                         sm_occupancy: Some(round(util * 0.45)),
                         tensor_active: Some(round(tensor)),
                         dram_active: Some(round(copy * 0.9)),
+                        // The engine is busy whenever a kernel runs: the instance's load.
+                        graphics_active: Some(round(util)),
                     }),
                     processes: i.workload.processes(0.0).len() as u32,
                 }

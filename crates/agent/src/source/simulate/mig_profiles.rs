@@ -29,6 +29,9 @@ pub struct GiProfile {
 /// The MIG profiles of one GPU model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MigTable {
+    /// The whole GPU's frame-buffer memory as NVML reports it (`nvidia-smi`'s total), MiB:
+    /// a little more than the full-GPU profile's, which the driver keeps some of.
+    pub total_mib: u64,
     /// Compute slices of the whole GPU.
     pub gpu_slices: u32,
     /// Memory slices of the whole GPU.
@@ -108,8 +111,9 @@ const A100_40GB: &[GiProfile] = &[
     profile((ONE_DOUBLE, 15, "1g.10gb", 1, 2, 9_984, 14, 4)),
 ];
 
-const fn table(profiles: &'static [GiProfile]) -> MigTable {
+const fn table(total_mib: u64, profiles: &'static [GiProfile]) -> MigTable {
     MigTable {
+        total_mib,
         gpu_slices: 7,
         memory_slices: 8,
         profiles,
@@ -120,14 +124,16 @@ const fn table(profiles: &'static [GiProfile]) -> MigTable {
 /// MIG (V100, L40S, anything unknown).
 pub fn table_for(model: &str) -> Option<MigTable> {
     let has = |s: &str| model.contains(s);
+    // Totals: the captured H100 and H200 (as the simulator's whole GPUs of those models
+    // report them) and the A100s' 80 and 40 GiB.
     if has("H200") {
-        Some(table(H200_141GB))
+        Some(table(143_771, H200_141GB))
     } else if has("H100") {
-        Some(table(H100_80GB))
+        Some(table(81_559, H100_80GB))
     } else if has("A100") && has("40GB") {
-        Some(table(A100_40GB))
+        Some(table(40_960, A100_40GB))
     } else if has("A100") {
-        Some(table(A100_80GB))
+        Some(table(81_920, A100_80GB))
     } else {
         None
     }
@@ -184,6 +190,8 @@ mod tests {
             let one = t.profile(1, 1).expect("1g");
             assert_eq!(one.instances * one.slices, t.gpu_slices, "{model}");
             assert!(one.memory_mib * 7 <= full.memory_mib, "{model}");
+            // The whole GPU holds its full-GPU instance.
+            assert!(full.memory_mib < t.total_mib, "{model}");
             let mut ids: Vec<u32> = t.profiles.iter().map(|p| p.id).collect();
             ids.sort_unstable();
             ids.dedup();

@@ -385,7 +385,11 @@ impl Fleet {
                 uuid: gpu.uuid.clone(),
                 pid: p.pid,
                 used_memory_bytes: Some(SimGpu::process_memory(&p)),
-                sm_utilization: Some((p.sm_share * 100.0).round() / 100.0),
+                // In MIG mode NVML keeps no per-process utilization: none, as there.
+                sm_utilization: p
+                    .instance
+                    .is_none()
+                    .then(|| (p.sm_share * 100.0).round() / 100.0),
                 memory_utilization: None,
                 process: Some(p.command.to_string()),
                 command: Some(p.command.to_string()),

@@ -29,6 +29,7 @@ fn healthy() -> GpuSample {
             sm_occupancy: Some(0.4),
             tensor_active: Some(0.5),
             dram_active: Some(0.3),
+            graphics_active: None,
         }),
         collect_seconds: 0.004,
         ..GpuSample::default()

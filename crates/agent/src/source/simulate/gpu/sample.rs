@@ -34,7 +34,13 @@ impl SimGpu {
             },
         };
         let spec = self.spec;
-        let (total, reserved) = (spec.total_mib * MIB, spec.reserved_mib * MIB);
+        // A GPU in MIG mode has its model's memory (the profile table's), whatever model
+        // the rest of its behaviour is drawn from.
+        let total_mib = self
+            .mig
+            .as_ref()
+            .map_or(spec.total_mib, |m| m.table().total_mib);
+        let (total, reserved) = (total_mib * MIB, spec.reserved_mib * MIB);
         let round = |x: f64| (x * 100.0).round() / 100.0;
         sample.utilization = Utilization {
             gpu: Some(round(self.util)),
@@ -137,6 +143,7 @@ impl SimGpu {
             sm_occupancy: Some(round(self.util * 0.45)),
             tensor_active: Some(round(self.tensor)),
             dram_active: Some(round(self.mem_copy * 0.9)),
+            graphics_active: None,
         });
         if let Some(quirks) = self.quirks() {
             if quirks.ecc_disabled {

@@ -121,3 +121,58 @@ fn the_gpu_load_is_the_instances_weighted_by_their_share() {
     let idle = m.step(3.0 * 3600.0 + 60.0, false);
     assert_eq!(idle.util, 0.0);
 }
+
+#[test]
+fn processes_in_mig_instances_carry_no_utilization_as_nvml_gives_none() {
+    let config = crate::config::SimulationConfig {
+        gpus: 3,
+        mig_gpus: 1,
+        faults: Vec::new(),
+        ..crate::config::SimulationConfig::default()
+    };
+    let mut fleet = super::super::Fleet::new(&config, chrono::DateTime::default());
+    fleet.advance(3600.0);
+    let snapshot = fleet.snapshot();
+    let (mig, whole): (Vec<_>, Vec<_>) = snapshot.processes.iter().partition(|p| p.gpu == 0);
+    assert!(!mig.is_empty() && !whole.is_empty());
+    for p in mig {
+        assert!(p.gpu_instance.is_some(), "{p:?}");
+        assert_eq!(p.sm_utilization, None, "{p:?}");
+    }
+    assert!(whole.iter().all(|p| p.sm_utilization.is_some()));
+}
+
+#[test]
+fn a_mig_gpu_has_its_models_memory_and_its_instances_fit_in_it() {
+    for (model, total_mib) in [
+        ("NVIDIA H100 80GB HBM3", 81_559u64),
+        ("NVIDIA H200", 143_771),
+        ("NVIDIA A100-SXM4-80GB", 81_920),
+        ("NVIDIA A100-SXM4-40GB", 40_960),
+    ] {
+        let config = crate::config::SimulationConfig {
+            gpus: 2,
+            mig_gpus: 1,
+            model: model.into(),
+            faults: Vec::new(),
+            ..crate::config::SimulationConfig::default()
+        };
+        let mut fleet = super::super::Fleet::new(&config, chrono::DateTime::default());
+        fleet.advance(3600.0);
+        let gpu = fleet.sample(0).expect("GPU 0");
+        let total = gpu.memory.total_bytes.expect("a total");
+        assert_eq!(total, total_mib << 20, "{model}");
+        // Each GPU instance counted once: its compute instances share its memory.
+        let mut gis = std::collections::BTreeMap::new();
+        for i in &gpu.mig_instances {
+            gis.insert(
+                i.gpu_instance,
+                i.memory.total_bytes.expect("instance total"),
+            );
+        }
+        let cut: u64 = gis.values().sum();
+        assert!(cut > 0 && cut < total, "{model}: {cut} of {total}");
+        let used = gpu.memory.used_bytes.expect("used");
+        assert!(used <= total, "{model}: {used} of {total}");
+    }
+}
