@@ -359,17 +359,23 @@ fn dcgm_report_holds_a_scaled_prometheus_limit_and_splits_what_it_refuses() {
         &["--max-samples", "1000000000"],
         &[("RUST_LOG", "gpu_sentinel_fleet=debug")],
     );
+    assert_split(&split, &stderr, &truth, "Prometheus, split on refusal");
+}
+
+/// A report the store refused pieces of: it says so (the count, a debug line each split)
+/// and its figures are the recording's.
+fn assert_split(split: &Value, stderr: &str, truth: &BTreeMap<String, (f64, f64)>, store: &str) {
     assert!(
         split["store"]["refused"].as_u64().is_some_and(|n| n > 0),
-        "{}",
+        "{store}: {}",
         split["store"]
     );
     assert!(
         stderr.contains("asking for it in two halves"),
-        "a debug line says each split: {stderr}"
+        "{store}: a debug line says each split: {stderr}"
     );
-    assert_teams(&split, &truth, "Prometheus, split on refusal");
-    assert_fleet(&split, "Prometheus, split on refusal");
+    assert_teams(split, truth, store);
+    assert_fleet(split, store);
 }
 
 #[test]
@@ -905,17 +911,7 @@ fn a_mimir_frontends_series_and_length_refusals_are_split_around() {
         &[],
         &[("RUST_LOG", "gpu_sentinel_fleet=debug")],
     );
-    assert!(
-        split["store"]["refused"].as_u64().is_some_and(|n| n > 0),
-        "{}",
-        split["store"]
-    );
-    assert!(
-        stderr.contains("asking for it in two halves"),
-        "a debug line says each split: {stderr}"
-    );
-    assert_teams(&split, &truth, "behind the frontend");
-    assert_fleet(&split, "behind the frontend");
+    assert_split(&split, &stderr, &truth, "behind the frontend");
     assert_eq!(
         split["teams"], direct["teams"],
         "the same teams as the store unrefused"

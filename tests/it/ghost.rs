@@ -6,34 +6,15 @@
 
 use crate::common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::orphan::Orphan;
 use common::{Agent, samples, value};
-
-/// Kills the orphan when the test ends, however it ends.
-struct Orphan(u32);
-
-impl Drop for Orphan {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.0.to_string()).status();
-    }
-}
 
 #[test]
 fn an_orphan_holding_memory_is_flagged_as_a_ghost() {
-    // The shell starts `sleep` in the background, prints its PID and exits: `sleep` is
-    // re-parented (orphaned) while it lives on.
-    let out = Command::new("sh")
-        .args(["-c", "sleep 120 >/dev/null 2>&1 & echo $!"])
-        .stdout(Stdio::piped())
-        .output()
-        .expect("sh runs");
-    let pid: u32 = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("the shell printed the PID");
-    let _orphan = Orphan(pid);
+    let orphan = Orphan::start();
+    let pid = orphan.0;
 
     let processes = format!("1:{pid}:4294967296:0");
     let agent = Agent::on_fake_nvml(

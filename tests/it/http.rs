@@ -361,29 +361,10 @@ fn max_connections_of_zero_is_refused_by_run() {
 
 #[test]
 fn out_of_file_descriptors_a_scrape_is_still_answered_and_the_log_stays_quiet() {
-    use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
     let port = common::free_port();
     // `ulimit -n` in sh sets the hard limit too: the agent cannot raise it.
-    let mut child = Command::new("sh")
-        .args(["-c", "ulimit -n 64 && exec \"$0\" \"$@\""])
-        .arg(common::binary())
-        .args([
-            "run",
-            "--simulate",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sh starts the agent");
-    let began = Instant::now();
-    while get_within(port, "/readyz", Duration::from_secs(2)) != 200 {
-        assert!(began.elapsed() < Duration::from_secs(30), "not ready");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut child = simulated_agent_under(port, "ulimit -n 64");
     let idle = idle_sockets(port, 200);
     std::thread::sleep(Duration::from_millis(500));
     let mut slow = Vec::new();
@@ -442,8 +423,6 @@ fn open_file_limits(pid: &str) -> (u64, u64) {
 
 #[test]
 fn the_soft_open_file_limit_is_raised_to_the_hard_one_at_start() {
-    use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
     let (_, ours) = open_file_limits("self");
     let hard = ours.min(4096);
     assert!(
@@ -451,28 +430,7 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_one_at_start() {
         "the test needs a hard open-file limit above 128, has {ours}"
     );
     let port = common::free_port();
-    let mut child = Command::new("sh")
-        .args([
-            "-c",
-            &format!("ulimit -Sn 64 && ulimit -Hn {hard} && exec \"$0\" \"$@\""),
-        ])
-        .arg(common::binary())
-        .args([
-            "run",
-            "--simulate",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sh starts the agent");
-    let began = Instant::now();
-    while get_within(port, "/readyz", Duration::from_secs(2)) != 200 {
-        assert!(began.elapsed() < Duration::from_secs(30), "not ready");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut child = simulated_agent_under(port, &format!("ulimit -Sn 64 && ulimit -Hn {hard}"));
     // sh exec'd the agent: the child's PID is the agent's.
     let limits = open_file_limits(&child.id().to_string());
     let _ = child.kill();
@@ -490,4 +448,31 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_one_at_start() {
         !stderr.contains("max_connections = 512 lowered"),
         "the cap was lowered to the soft limit:\n{stderr}"
     );
+}
+
+/// `run --simulate` on `port`, started by `sh` after `limits` (ulimit commands), once it is
+/// ready; sh execs the agent, so the child's PID is the agent's.
+fn simulated_agent_under(port: u16, limits: &str) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let child = Command::new("sh")
+        .args(["-c", &format!("{limits} && exec \"$0\" \"$@\"")])
+        .arg(common::binary())
+        .args([
+            "run",
+            "--simulate",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh starts the agent");
+    let began = Instant::now();
+    while get_within(port, "/readyz", Duration::from_secs(2)) != 200 {
+        assert!(began.elapsed() < Duration::from_secs(30), "not ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child
 }

@@ -406,33 +406,14 @@ fn an_empty_compute_instance_beside_a_held_one_is_free_and_charged_to_nobody() {
     }
 }
 
-/// Kills the orphan when the test ends, however it ends.
-struct Orphan(u32);
-
-impl Drop for Orphan {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .arg(self.0.to_string())
-            .status();
-    }
-}
-
 #[test]
 fn an_orphan_holding_memory_in_an_idle_mig_instance_is_a_ghost_of_that_instance() {
     // A real orphan (its shell exits, `sleep` lives on re-parented) that the fake NVML
     // reports holding 4 GiB in GPU 0's empty `1g.10gb` (GI 10). NVML gives no per-process
     // utilization in MIG mode: the GPU instance's GPM SM activity (0: nothing else runs
     // there) is what tells it computes nothing.
-    let out = std::process::Command::new("sh")
-        .args(["-c", "sleep 120 >/dev/null 2>&1 & echo $!"])
-        .stdout(std::process::Stdio::piped())
-        .output()
-        .expect("sh runs");
-    let pid: u32 = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("the shell printed the PID");
-    let _orphan = Orphan(pid);
+    let orphan = crate::common::orphan::Orphan::start();
+    let pid = orphan.0;
     let scenario = format!(
         "[simulation]\ngpus = 3\nmig_gpus = 2\nfaults = []\nspeed = 600.0\n[clock]\n\
          mode = \"wall\"\n[[process]]\ngpu = 0\npid = {pid}\nused_memory_bytes = 4294967296\n\

@@ -4,6 +4,7 @@
 pub mod alerts;
 pub mod history;
 pub mod http_server;
+pub mod orphan;
 pub mod victoria;
 
 use std::io::{Read, Write as _};
