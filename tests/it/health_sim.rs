@@ -167,14 +167,15 @@ fn replay_and_the_live_engine_reach_the_same_verdicts() {
 
 /// Through the binary: a simulated NVLink fault on GPU 1 (its link drawn by the seed), and
 /// the risk alert and the nvlink verdict name the link whose counters grew most, as
-/// `/api/v1/gpus` lists every link's counters.
+/// `/api/v1/gpus` lists every link's counters. The fault fails a simulated day in (72 s
+/// here), so its errors climb for hours before the XID that ends it.
 #[test]
 fn an_nvlink_faults_alert_and_verdict_name_the_failing_link() {
     use crate::common::{Agent, temp_file};
     use std::time::Duration;
     let config = temp_file(
         "nvlink-link-config.toml",
-        "[collect]\nkmsg = \"off\"\n[simulation]\nfaults = [\"nvlink\"]\nspeed = 1200.0\nseed = 7\n",
+        "[collect]\nkmsg = \"off\"\n[simulation]\nfaults = [\"nvlink\"]\nfault_hours = 24.0\nspeed = 1200.0\nseed = 7\n",
     );
     let agent = Agent::start(
         &["--simulate", "--config", &config.display().to_string()],
