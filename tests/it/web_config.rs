@@ -286,6 +286,20 @@ fn wait_ready(agent: &Agent, ca: &[u8]) {
     panic!("the agent did not become ready over TLS within 30s");
 }
 
+/// `run --simulate` serving TLS with the certificate in `certs` (no client certificates,
+/// no users), once it is ready; the agent and the CA to reach it with.
+fn serve_tls(certs: &Certs) -> (Agent, Vec<u8>) {
+    let web =
+        certs.web_config("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
+    let agent = Agent::spawn(
+        &["--simulate", "--web.config.file", web.to_str().unwrap()],
+        &[],
+    );
+    let ca = certs.read("ca.crt");
+    wait_ready(&agent, &ca);
+    (agent, ca)
+}
+
 #[test]
 fn prometheus_scrapes_over_tls_with_basic_auth_and_a_wrong_password_gets_401() {
     let (Some(certs), Some(prometheus)) = (Certs::new("scrape"), tool("prometheus")) else {
@@ -467,14 +481,7 @@ fn a_certificate_rewritten_on_disk_is_served_to_the_next_connection() {
     let (Some(certs), Some(openssl)) = (Certs::new("rotate"), tool("openssl")) else {
         return;
     };
-    let web =
-        certs.web_config("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
-    let mut agent = Agent::spawn(
-        &["--simulate", "--web.config.file", web.to_str().unwrap()],
-        &[],
-    );
-    let ca = certs.read("ca.crt");
-    wait_ready(&agent, &ca);
+    let (mut agent, ca) = serve_tls(&certs);
     let first = der(&certs.read("server.crt"));
     assert_eq!(
         get(agent.port(), "/healthz", &ca, None, None)
@@ -852,14 +859,7 @@ fn a_certificate_near_its_end_is_warned_of_and_its_expiry_exported() {
         return;
     };
     // The test certificates are valid for two days: well within the 14 days warned of.
-    let web =
-        certs.web_config("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
-    let agent = Agent::spawn(
-        &["--simulate", "--web.config.file", web.to_str().unwrap()],
-        &[],
-    );
-    let ca = certs.read("ca.crt");
-    wait_ready(&agent, &ca);
+    let (agent, ca) = serve_tls(&certs);
     let not_after = not_after(&openssl, &certs.path("server.crt"));
     assert_eq!(exported_expiry(agent.port(), &ca), Some(not_after as f64));
     let (_, stderr) = agent.stop();
@@ -904,14 +904,7 @@ fn a_certificate_renewed_to_one_near_its_end_is_warned_of_and_its_expiry_exporte
     };
     // Served first: a certificate good for a year, not warned of.
     let long = certs.serve_for(&openssl, "365");
-    let web =
-        certs.web_config("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
-    let agent = Agent::spawn(
-        &["--simulate", "--web.config.file", web.to_str().unwrap()],
-        &[],
-    );
-    let ca = certs.read("ca.crt");
-    wait_ready(&agent, &ca);
+    let (agent, ca) = serve_tls(&certs);
     assert_eq!(exported_expiry(agent.port(), &ca), Some(long as f64));
 
     // Renewed on disk to one that ends in two days: served, exported and warned of.
