@@ -70,10 +70,7 @@ pub fn judge(input: &Input<'_>, state: &mut GpuHealthState) -> [Option<Found>; 8
         up.and_then(|s| thermal(s, input.hour)),
         up.and_then(|s| power(input.now, s, input.hour, state)),
         up.and_then(|s| links::pcie(s, input.hour, state)),
-        up.and_then(|s| {
-            let failing = input.finding.failing_nvlink.map(|l| l.link);
-            links::nvlink(s, deltas.as_ref(), failing, state)
-        }),
+        up.and_then(|s| links::nvlink(s, deltas.as_ref(), state)),
         xids(input.now, state),
         driver(input, state),
         risk(input),

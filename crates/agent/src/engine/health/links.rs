@@ -29,6 +29,8 @@ pub(crate) struct Deltas {
     nvlink_crc: Option<u64>,
     nvlink_replay: Option<u64>,
     nvlink_recovery: Option<u64>,
+    /// The NVLink whose errors grew most since the previous sample.
+    nvlink_growing: Option<u32>,
 }
 
 /// Growth of a counter, a counter that went down having started over.
@@ -63,6 +65,7 @@ pub(crate) fn note_counters(now: i64, s: &GpuSample, state: &mut GpuHealthState)
         nvlink_recovery: sum(|l| l.recovery),
         ecc_volatile,
     };
+    let nvlink_growing = growing_link(s, &mut state.nvlink_totals);
     // A GPU answering again was reset or rebooted; so was one whose counters started over.
     if state.answered == Some(false) {
         state.reset_at = Some(now);
@@ -80,7 +83,38 @@ pub(crate) fn note_counters(now: i64, s: &GpuSample, state: &mut GpuHealthState)
         nvlink_crc: growth(current.nvlink_crc, before.nvlink_crc),
         nvlink_replay: growth(current.nvlink_replay, before.nvlink_replay),
         nvlink_recovery: growth(current.nvlink_recovery, before.nvlink_recovery),
+        nvlink_growing,
     }
+}
+
+/// The NVLink whose error total grew most since `totals` (the previous sample's, updated
+/// to this one's); ties go to the lower link number. None when none grew.
+fn growing_link(s: &GpuSample, totals: &mut Vec<(u32, u64)>) -> Option<u32> {
+    let mut growing: Option<(u64, u32)> = None;
+    for l in &s.nvlink {
+        let total = l
+            .crc_flit
+            .saturating_add(l.crc_data)
+            .saturating_add(l.replay)
+            .saturating_add(l.recovery);
+        let grew = match totals.iter_mut().find(|(link, _)| *link == l.link) {
+            Some((_, before)) => {
+                let grew = growth(Some(total), Some(*before)).unwrap_or(0);
+                *before = total;
+                grew
+            }
+            None => {
+                totals.push((l.link, total));
+                0
+            }
+        };
+        if grew > 0
+            && growing.is_none_or(|(most, link)| grew > most || (grew == most && l.link < link))
+        {
+            growing = Some((grew, l.link));
+        }
+    }
+    growing.map(|(_, link)| link)
 }
 
 /// Observed time in the last hour before its replay rate is read.
@@ -154,14 +188,7 @@ pub fn pcie(s: &GpuSample, hour: &Sums, state: &mut GpuHealthState) -> Option<Fo
     healthy("PCIe link at the generation and width it reached; replays within the limit")
 }
 
-/// `failing`: the link whose error counters grew most since the last reading (the engine's
-/// counters), named in the reasons that come from error counts.
-pub fn nvlink(
-    s: &GpuSample,
-    deltas: Option<&Deltas>,
-    failing: Option<u32>,
-    state: &mut GpuHealthState,
-) -> Option<Found> {
+pub fn nvlink(s: &GpuSample, deltas: Option<&Deltas>, state: &mut GpuHealthState) -> Option<Found> {
     for l in s.nvlink.iter().filter(|l| l.link < 64) {
         state.nvlinks_seen |= 1 << l.link;
     }
@@ -209,10 +236,11 @@ pub fn nvlink(
             "NVLink fabric registration in progress".into(),
         );
     }
-    let on = failing.map_or(String::new(), |l| {
-        format!(" (link {l} has gained the most errors while watched)")
-    });
     if let Some(d) = deltas {
+        // The reasons below are of this reading's errors: they name the link that had most.
+        let on = d
+            .nvlink_growing
+            .map_or(String::new(), |l| format!(", most on link {l}"));
         if let Some(n) = d.nvlink_recovery.filter(|n| *n > 0) {
             return found(
                 State::Degraded,
@@ -228,7 +256,7 @@ pub fn nvlink(
                 State::Degraded,
                 Action::None,
                 format!(
-                    "{rate:.0} NVLink CRC errors a second, past {NVLINK_CRC_PER_SECOND:.0}{on}"
+                    "{rate:.0} NVLink CRC errors a second{on}, past {NVLINK_CRC_PER_SECOND:.0}"
                 ),
             );
         }

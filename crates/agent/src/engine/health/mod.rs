@@ -218,6 +218,9 @@ pub struct GpuHealthState {
     pub(crate) nvlinks_seen: u64,
     /// The error counters at the previous sample, for their rates.
     pub last: Option<LastCounters>,
+    /// Each NVLink's error total (CRC, replay, recovery) at the previous sample, to name
+    /// the link whose errors grew in a reading.
+    pub(crate) nvlink_totals: Vec<(u32, u64)>,
     /// Unix seconds since which the SM clock has stayed low under load without a reason.
     pub(crate) clocks_low_since: Option<i64>,
     /// Unix seconds of the last reset seen (the GPU answering again, or its volatile

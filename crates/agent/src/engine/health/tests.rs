@@ -578,7 +578,7 @@ fn nvlink_crc_errors_at_a_hundred_a_second_and_replays() {
         "nvlink",
         State::Degraded,
         Action::None,
-        "100 NVLink CRC errors a second, past 100 (link 2 has gained the most errors while watched)",
+        "100 NVLink CRC errors a second, most on link 2, past 100",
     );
     and_back(&mut run, "nvlink", State::Degraded);
 
@@ -589,7 +589,7 @@ fn nvlink_crc_errors_at_a_hundred_a_second_and_replays() {
         "nvlink",
         State::Degraded,
         Action::None,
-        "3 NVLink replay errors since the last reading",
+        "3 NVLink replay errors since the last reading, most on link 4",
     );
     and_back(&mut run, "nvlink", State::Degraded);
 }
