@@ -242,7 +242,7 @@ fn check_config(
         ));
     }
     if certificate.is_some() {
-        remarks.push("a server certificate to renew".to_string());
+        remarks.push("a warning about the server certificate".to_string());
     }
     if remarks.is_empty() {
         output::print(&format!("{}: ok\n", path.display()))

@@ -994,7 +994,7 @@ fn check_config_warns_of_a_certificate_expired_or_near_its_end() {
                         "{days} days, {args:?}:\n{stderr}"
                     );
                     assert!(
-                        stdout.contains(": ok, with a server certificate to renew"),
+                        stdout.contains(": ok, with a warning about the server certificate"),
                         "{days} days, {args:?}:\n{stdout}"
                     );
                 }
