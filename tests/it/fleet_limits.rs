@@ -360,6 +360,12 @@ fn dcgm_report_holds_a_scaled_prometheus_limit_and_splits_what_it_refuses() {
         &[("RUST_LOG", "gpu_sentinel_fleet=debug")],
     );
     assert_split(&split, &stderr, &truth, "Prometheus, split on refusal");
+    // The capacity plan's months before the history: the census of each lists no series,
+    // and nothing is asked for them.
+    assert!(
+        stderr.contains("not asked: the store's index lists no series it reads"),
+        "{stderr}"
+    );
 }
 
 /// A report the store refused pieces of: it says so (the count, a debug line each split)
@@ -954,7 +960,21 @@ fn a_store_refusing_everything_costs_a_bounded_number_of_queries() {
             200,
             r#"{"status":"success","data":["a","b","c","d","e","f","g","h"]}"#,
         ),
-        "/api/v1/series" => Answer::json(200, r#"{"status":"success","data":[]}"#),
+        // The index lists a GPU's series on each host: the queries have something to read.
+        "/api/v1/series" => {
+            let series: Vec<String> = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"]
+                .iter()
+                .flat_map(|family| {
+                    "abcdefgh".chars().map(move |host| {
+                        format!(r#"{{"__name__":"{family}","Hostname":"{host}","gpu":"0"}}"#)
+                    })
+                })
+                .collect();
+            Answer::json(
+                200,
+                &format!(r#"{{"status":"success","data":[{}]}}"#, series.join(",")),
+            )
+        }
         _ => Answer::json(
             422,
             r#"{"status":"error","errorType":"execution","error":"query processing would load too many samples into memory in query execution"}"#,

@@ -282,7 +282,25 @@ fn hostile_store() -> HttpServer {
                 "gpu_failure_risk_contribution"
             ])),
             "/api/v1/label/instance/values" => success(serde_json::json!(["dgx-1:10400"])),
-            "/api/v1/series" => success(serde_json::json!([])),
+            // The index lists what the queries answer: each family's series of each GPU.
+            "/api/v1/series" => success(
+                [
+                    "gpu_utilization_ratio",
+                    "gpu_owner_seconds_total",
+                    "gpu_power_watts",
+                    "gpu_failure_risk_score",
+                    "gpu_failure_risk_contribution",
+                ]
+                .iter()
+                .flat_map(|family| {
+                    HOSTILE.iter().enumerate().map(move |(i, (uuid, _))| {
+                        let mut series = labels(uuid, i);
+                        series["__name__"] = serde_json::json!(family);
+                        series
+                    })
+                })
+                .collect(),
+            ),
             "/api/v1/status/flags" => success(serde_json::json!({})),
             "/api/v1/query" | "/api/v1/query_range" => {
                 let Some((_, fine)) = family_of(&query) else {

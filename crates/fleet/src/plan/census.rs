@@ -25,6 +25,9 @@ pub struct Census {
     pub hosts: Vec<String>,
     /// Series per family: per host (as `hosts` orders them), and those without the label.
     families: HashMap<String, Counts>,
+    /// The span the store's index was asked about; `None` where it was not (a census that
+    /// knows nothing, or one made up by a test).
+    span: Option<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 /// One family's series and GPUs, per host and without a host.
@@ -66,7 +69,15 @@ impl Census {
                 })
                 .collect(),
             hosts,
+            span: None,
         }
+    }
+
+    /// The same census as if the store's index had been asked over `start`..`end` (tests).
+    #[cfg(test)]
+    pub(crate) fn listed_over(mut self, start: DateTime<Utc>, end: DateTime<Utc>) -> Census {
+        self.span = Some((start, end));
+        self
     }
 
     /// The hosts and series of `families` with samples between `start` and `end`.
@@ -127,6 +138,7 @@ impl Census {
         hosts.dedup();
         let mut census = Census {
             host_label: host_label.to_string(),
+            span: Some((start, end)),
             families: families
                 .iter()
                 .map(|f| {
@@ -237,6 +249,28 @@ impl Census {
             } else {
                 0
             }
+    }
+
+    /// Whether the store's index listed no series of any of `families` over a span
+    /// holding `start`..`end`: a query reading only those has nothing to answer there (a
+    /// month before the store's history), and need not be sent. False for a family the
+    /// census was not asked about, and for a census that did not ask the index.
+    pub fn lists_none<'f>(
+        &self,
+        mut families: impl Iterator<Item = &'f str>,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> bool {
+        let Some((from, to)) = self.span else {
+            return false;
+        };
+        from <= start
+            && end <= to
+            && families.all(|family| {
+                self.families.get(family).is_some_and(|counts| {
+                    counts.unlabelled == 0 && counts.per_host.iter().all(|n| *n == 0)
+                })
+            })
     }
 
     /// The host with the most series of `family`, if any.

@@ -183,3 +183,48 @@ fn a_large_query_that_fits_goes_in_two_halves_side_by_side() {
     let small = planner(&client, 16, 8, 1_000_000_000);
     assert_eq!(small.pieces(&query, week.0, week.1).len(), 1);
 }
+
+#[test]
+fn a_query_the_index_lists_no_series_for_is_not_sent() {
+    let client = Client::new(Endpoint::default());
+    let month = (at(0), at(30 * 86_400));
+    let listed = |families: &[(&str, u64)]| {
+        let hosts = (0..4).map(|i| format!("host-{i}")).collect();
+        Census::synthetic("Hostname", hosts, families).listed_over(month.0, month.1)
+    };
+    let planner_of = |census| {
+        Planner::new(
+            &client,
+            Limits::with_max_samples(50_000_000),
+            census,
+            Duration::from_secs(60),
+        )
+    };
+    let query = subquery();
+    // Asked about, none listed: nothing to send within the span the index was asked about.
+    let empty = planner_of(listed(&[("util", 0)]));
+    assert!(empty.pieces(&query, month.0, month.1).is_empty());
+    assert!(empty.pieces(&query, at(86_400), at(2 * 86_400)).is_empty());
+    // Beyond that span the index said nothing: asked.
+    assert!(!empty.pieces(&query, at(-86_400), month.1).is_empty());
+    assert!(!empty.pieces(&query, month.0, at(31 * 86_400)).is_empty());
+    // A family the census was not asked about, one series of it, or an index never asked:
+    // asked.
+    assert!(
+        !planner_of(listed(&[("power", 0)]))
+            .pieces(&query, month.0, month.1)
+            .is_empty()
+    );
+    assert!(
+        !planner_of(listed(&[("util", 1)]))
+            .pieces(&query, month.0, month.1)
+            .is_empty()
+    );
+    let unknown = planner_of(Census::synthetic("Hostname", Vec::new(), &[("util", 0)]));
+    assert!(!unknown.pieces(&query, month.0, month.1).is_empty());
+    assert!(
+        !planner_of(Census::unknown("Hostname"))
+            .pieces(&query, month.0, month.1)
+            .is_empty()
+    );
+}
