@@ -366,6 +366,16 @@ fn dcgm_report_holds_a_scaled_prometheus_limit_and_splits_what_it_refuses() {
         stderr.contains("not asked: the store's index lists no series it reads"),
         "{stderr}"
     );
+    // No MIG instance in this store: no query asks for instances' activity.
+    let answered: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("store answered"))
+        .collect();
+    assert!(!answered.is_empty(), "{stderr}");
+    assert!(
+        answered.iter().all(|l| !l.contains("GPU_I_ID!=")),
+        "{stderr}"
+    );
 }
 
 /// A report the store refused pieces of: it says so (the count, a debug line each split)

@@ -72,6 +72,8 @@ pub struct Reading<'c> {
     /// Whether the held records may be added up: dcgm-exporter's must have been counted
     /// with this report's memory floor and idle threshold.
     pub(crate) held_recorded: bool,
+    /// Whether the store holds dcgm-exporter's MIG instances (`GPU_I_ID`) in its history.
+    pub(crate) gpu_instances: bool,
     pub idle_threshold: f64,
     pub max_samples: u64,
 }
@@ -131,6 +133,14 @@ impl<'c> Reading<'c> {
         let refusals = Arc::<AtomicUsize>::default();
         let planner =
             Planner::new(client, limits.clone(), census, interval).counting_into(refusals.clone());
+        // dcgm-exporter's MIG instances carry `GPU_I_ID`: their activity is read as well.
+        let gpu_instances = match dialect {
+            Dialect::Native => false,
+            Dialect::Dcgm { .. } => client
+                .label_values("GPU_I_ID", "DCGM_FI_DEV_FB_USED", start, spec.to)?
+                .iter()
+                .any(|id| !id.is_empty()),
+        };
         let held_recorded = recorded
             && has(names.held)
             && match dialect {
@@ -149,10 +159,7 @@ impl<'c> Reading<'c> {
                         .contains(&threshold_label(spec.idle_threshold))
                         // The held records count a MIG instance as a whole GPU: a store
                         // with GPU instances is read from raw samples, each at its share.
-                        && client
-                            .label_values("GPU_I_ID", "DCGM_FI_DEV_FB_USED", start, spec.to)?
-                            .iter()
-                            .all(|id| id.is_empty())
+                        && !gpu_instances
                 }
             };
         let mut reading = Reading {
@@ -166,6 +173,7 @@ impl<'c> Reading<'c> {
             names,
             coverage: Coverage::default(),
             held_recorded,
+            gpu_instances,
             idle_threshold: spec.idle_threshold,
             max_samples,
         };
@@ -307,8 +315,9 @@ impl<'c> Reading<'c> {
         per_gpu: bool,
     ) -> anyhow::Result<Vec<Sample>> {
         let (dialect, step, threshold) = (self.dialect, self.step, self.idle_threshold);
+        let instances = self.gpu_instances;
         let raw: Vec<(Query<'_>, Option<&'static str>)> = dialect
-            .usage("", "1s", step, threshold, per_gpu)
+            .usage("", "1s", step, threshold, per_gpu, instances)
             .into_iter()
             .enumerate()
             .map(|(k, (_, state))| {
@@ -318,7 +327,7 @@ impl<'c> Reading<'c> {
                     by_host: true,
                     per_series: false,
                     text: Box::new(move |p| {
-                        dialect.usage(p.hosts, p.window, step, threshold, per_gpu)[k]
+                        dialect.usage(p.hosts, p.window, step, threshold, per_gpu, instances)[k]
                             .0
                             .clone()
                     }),
@@ -438,8 +447,13 @@ impl<'c> Reading<'c> {
                 )
             }),
         };
-        let sum = total(self.over(planner, from, to, recorded_sum.as_ref(), &[(raw_sum, None)])?)
-            + total(self.over(planner, from, to, None, &[(mig_sum, None)])?);
+        // dcgm-exporter's MIG load is that of the instances `GPU_I_ID` marks: none, none.
+        let mig = match dialect {
+            Dialect::Dcgm { .. } if !self.gpu_instances => 0.0,
+            _ => total(self.over(planner, from, to, None, &[(mig_sum, None)])?),
+        };
+        let sum =
+            total(self.over(planner, from, to, recorded_sum.as_ref(), &[(raw_sum, None)])?) + mig;
         let hours = total(self.over(
             planner,
             from,
