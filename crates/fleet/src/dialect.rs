@@ -31,6 +31,31 @@ pub enum Dialect {
     Dcgm { memory_floor_mib: u64 },
 }
 
+/// How a usage query's rows count.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Counted {
+    /// The state they are time in (None: each row carries its `state` label).
+    pub state: Option<&'static str>,
+    /// A state they are also taken off: idle time is held time less busy time.
+    pub less: Option<&'static str>,
+}
+
+impl Counted {
+    /// Rows that carry their state, or have none.
+    pub const AS_LABELLED: Counted = Counted {
+        state: None,
+        less: None,
+    };
+
+    /// Rows of time in `state`.
+    pub fn state(state: &'static str) -> Counted {
+        Counted {
+            state: Some(state),
+            less: None,
+        }
+    }
+}
+
 impl Dialect {
     /// Which dialect the store holds between `from` and `to`; gpu-sentinel's wins when
     /// both are there. One label-values call: the store looks the names up in its index
@@ -211,8 +236,7 @@ impl Dialect {
     }
 
     /// Queries answering GPU-seconds over `window` (at the query's time) on the hosts
-    /// `hosts` matches, with the state each query's rows have (None: the rows carry a
-    /// `state` label). `per_gpu` keeps the `gpu` label; `gpu_instances`: whether the store
+    /// `hosts` matches, with how each query's rows count ([`Counted`]). `per_gpu` keeps the `gpu` label; `gpu_instances`: whether the store
     /// holds MIG instances' series, whose activity then counts too.
     pub fn usage(
         self,
@@ -222,7 +246,7 @@ impl Dialect {
         idle_threshold: f64,
         per_gpu: bool,
         gpu_instances: bool,
-    ) -> Vec<(String, Option<&'static str>)> {
+    ) -> Vec<(String, Counted)> {
         match self {
             Dialect::Native => {
                 let by = if per_gpu {
@@ -235,7 +259,7 @@ impl Dialect {
                         "sum by ({by}) (increase({}[{window}]))",
                         select(OWNER_METRIC, &[hosts])
                     ),
-                    None,
+                    Counted::AS_LABELLED,
                 )]
             }
             Dialect::Dcgm { memory_floor_mib } => {
@@ -267,14 +291,24 @@ impl Dialect {
                 };
                 let resolution = duration(step.as_millis() as i64);
                 let seconds = step.as_secs_f64();
-                let count = |op: &str| {
+                let count = |selected: &str| {
                     format!(
-                        "sum by ({by}) (count_over_time(({held} {op} on(Hostname, gpu, GPU_I_ID) {active})[{window}:{resolution}])) * {seconds}"
+                        "sum by ({by}) (count_over_time({selected}[{window}:{resolution}])) * {seconds}"
                     )
                 };
+                // Idle time is held time less busy time: held time joins nothing, where
+                // asking for idle time itself (`unless`) would join the families at every
+                // step a second time.
+                let busy = format!("({held} and on(Hostname, gpu, GPU_I_ID) {active})");
                 vec![
-                    (count("unless"), Some("idle")),
-                    (count("and"), Some("busy")),
+                    (count(&held), Counted::state("idle")),
+                    (
+                        count(&busy),
+                        Counted {
+                            state: Some("busy"),
+                            less: Some("idle"),
+                        },
+                    ),
                 ]
             }
         }
@@ -330,12 +364,28 @@ mod tests {
             memory_floor_mib: 1024,
         }
         .usage("", "3600s", Duration::from_secs(60), 0.05, false, true);
-        let states: Vec<_> = queries.iter().map(|(_, s)| *s).collect();
-        assert_eq!(states, [Some("idle"), Some("busy")]);
+        // Held time counts as idle, busy time as busy and taken off idle.
+        let counted: Vec<_> = queries.iter().map(|(_, c)| *c).collect();
+        assert_eq!(
+            counted,
+            [
+                Counted::state("idle"),
+                Counted {
+                    state: Some("busy"),
+                    less: Some("idle")
+                }
+            ]
+        );
+        assert_eq!(
+            queries[0].0,
+            "sum by (Hostname, namespace, GPU_I_PROFILE, modelName) (count_over_time((DCGM_FI_DEV_FB_USED > 1024 or DCGM_FI_DEV_FB_USED{pod!=\"\"})[3600s:60s])) * 60"
+        );
         assert!(
-            queries[0]
+            queries[1]
                 .0
-                .contains("unless on(Hostname, gpu, GPU_I_ID) ((DCGM_FI_DEV_GPU_UTIL >= 5) or (DCGM_FI_PROF_SM_ACTIVE{GPU_I_ID!=\"\"} >= 0.05))")
+                .contains("(DCGM_FI_DEV_FB_USED > 1024 or DCGM_FI_DEV_FB_USED{pod!=\"\"}) and on(Hostname, gpu, GPU_I_ID) ((DCGM_FI_DEV_GPU_UTIL >= 5) or (DCGM_FI_PROF_SM_ACTIVE{GPU_I_ID!=\"\"} >= 0.05))"),
+            "{}",
+            queries[1].0
         );
         // A store without GPU instances: utilization alone.
         let whole = Dialect::Dcgm {
@@ -349,17 +399,7 @@ mod tests {
             "{}",
             whole[1].0
         );
-        assert!(!whole[0].0.contains("SM_ACTIVE"), "{}", whole[0].0);
-        assert!(
-            queries[1]
-                .0
-                .contains("DCGM_FI_DEV_FB_USED > 1024 or DCGM_FI_DEV_FB_USED{pod!=\"\"}")
-        );
-        assert!(
-            queries[0].0.ends_with("[3600s:60s])) * 60"),
-            "{}",
-            queries[0].0
-        );
+        assert!(!whole[1].0.contains("SM_ACTIVE"), "{}", whole[1].0);
         let native = Dialect::Native.usage(
             "instance=~\"a|b\"",
             "3600s",

@@ -11,12 +11,12 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
-use super::dialect::Dialect;
+use super::dialect::{Counted, Dialect};
 use super::plan::census::{Census, scrape_interval};
 use super::plan::merge::Sums;
 use super::plan::shard::select;
 use super::plan::{Limits, Planner, Query, Shape};
-use super::prom::{Client, Sample};
+use super::prom::{Client, Sample, misunderstood, refusal};
 use super::recorded::{Coverage, EVERY, Names, threshold_label};
 use super::spec::ReportSpec;
 
@@ -133,13 +133,20 @@ impl<'c> Reading<'c> {
         let refusals = Arc::<AtomicUsize>::default();
         let planner =
             Planner::new(client, limits.clone(), census, interval).counting_into(refusals.clone());
-        // dcgm-exporter's MIG instances carry `GPU_I_ID`: their activity is read as well.
+        // dcgm-exporter's MIG instances carry `GPU_I_ID`: their activity is read as well,
+        // and where the store's index does not say, as if there were some.
         let gpu_instances = match dialect {
             Dialect::Native => false,
-            Dialect::Dcgm { .. } => client
-                .label_values("GPU_I_ID", "DCGM_FI_DEV_FB_USED", start, spec.to)?
-                .iter()
-                .any(|id| !id.is_empty()),
+            Dialect::Dcgm { .. } => {
+                match client.label_values("GPU_I_ID", "DCGM_FI_DEV_FB_USED", start, spec.to) {
+                    Ok(ids) => ids.iter().any(|id| !id.is_empty()),
+                    Err(error) if misunderstood(&error) || refusal(&error).is_some() => {
+                        tracing::debug!("{error:#}; reading MIG instances' activity as well");
+                        true
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
         };
         let held_recorded = recorded
             && has(names.held)
@@ -273,14 +280,14 @@ impl<'c> Reading<'c> {
 
     /// A quantity over `(from, to]` that adds up over time and hosts: `recorded` (when
     /// the records may be used) over the runs of hours the records cover, each of `raw`
-    /// over the rest, every row in the report's labels (`raw`'s with the state given).
+    /// over the rest, every row in the report's labels (`raw`'s counted as each says).
     pub fn over(
         &self,
         planner: &Planner<'_>,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
         recorded: Option<&Query<'_>>,
-        raw: &[(Query<'_>, Option<&'static str>)],
+        raw: &[(Query<'_>, Counted)],
     ) -> anyhow::Result<Vec<Sample>> {
         let mut sums = Sums::default();
         let normalise = |rows: Vec<Sample>, state| {
@@ -299,11 +306,30 @@ impl<'c> Reading<'c> {
             None => vec![(from, to)],
         };
         for (start, end) in gaps {
-            for (query, state) in raw {
-                sums.add(normalise(planner.sum(query, start, end)?, *state));
+            for (query, counted) in raw {
+                let rows = planner.sum(query, start, end)?;
+                if let Some(less) = counted.less {
+                    let taken = rows.iter().map(|row| Sample {
+                        labels: row.labels.clone(),
+                        value: -row.value,
+                    });
+                    sums.add(normalise(taken.collect(), Some(less)));
+                }
+                sums.add(normalise(rows, counted.state));
             }
         }
-        Ok(sums.finish())
+        let mut rows = sums.finish();
+        // A state taken down to nothing (a GPU busy whenever held) has no row, as when the
+        // store answers it.
+        let less: Vec<&str> = raw.iter().filter_map(|(_, c)| c.less).collect();
+        rows.retain(|row| {
+            row.value != 0.0
+                || !row
+                    .labels
+                    .get("state")
+                    .is_some_and(|state| less.contains(&state.as_str()))
+        });
+        Ok(rows)
     }
 
     /// GPU-seconds held in `(from, to]` by owner, host, team and state (and GPU when
@@ -316,11 +342,11 @@ impl<'c> Reading<'c> {
     ) -> anyhow::Result<Vec<Sample>> {
         let (dialect, step, threshold) = (self.dialect, self.step, self.idle_threshold);
         let instances = self.gpu_instances;
-        let raw: Vec<(Query<'_>, Option<&'static str>)> = dialect
+        let raw: Vec<(Query<'_>, Counted)> = dialect
             .usage("", "1s", step, threshold, per_gpu, instances)
             .into_iter()
             .enumerate()
-            .map(|(k, (_, state))| {
+            .map(|(k, (_, counted))| {
                 let query = Query {
                     reads: dialect.held_reads(),
                     shape: self.raw_window(),
@@ -332,7 +358,7 @@ impl<'c> Reading<'c> {
                             .clone()
                     }),
                 };
-                (query, state)
+                (query, counted)
             })
             .collect();
         let by = match (dialect, per_gpu) {
@@ -364,7 +390,13 @@ impl<'c> Reading<'c> {
         };
         let recorded =
             self.held_query(|held, window| format!("sum(sum_over_time({held}[{window}]))"));
-        let rows = self.over(planner, from, to, recorded.as_ref(), &[(raw, None)])?;
+        let rows = self.over(
+            planner,
+            from,
+            to,
+            recorded.as_ref(),
+            &[(raw, Counted::AS_LABELLED)],
+        )?;
         Ok(rows.iter().map(|r| r.value.max(0.0)).sum::<f64>() / 3600.0)
     }
 
@@ -450,16 +482,21 @@ impl<'c> Reading<'c> {
         // dcgm-exporter's MIG load is that of the instances `GPU_I_ID` marks: none, none.
         let mig = match dialect {
             Dialect::Dcgm { .. } if !self.gpu_instances => 0.0,
-            _ => total(self.over(planner, from, to, None, &[(mig_sum, None)])?),
+            _ => total(self.over(planner, from, to, None, &[(mig_sum, Counted::AS_LABELLED)])?),
         };
-        let sum =
-            total(self.over(planner, from, to, recorded_sum.as_ref(), &[(raw_sum, None)])?) + mig;
+        let sum = total(self.over(
+            planner,
+            from,
+            to,
+            recorded_sum.as_ref(),
+            &[(raw_sum, Counted::AS_LABELLED)],
+        )?) + mig;
         let hours = total(self.over(
             planner,
             from,
             to,
             recorded_hours.as_ref(),
-            &[(raw_hours, None)],
+            &[(raw_hours, Counted::AS_LABELLED)],
         )?);
         Ok((sum, hours.round().max(0.0) as usize))
     }
