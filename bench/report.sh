@@ -11,6 +11,11 @@
 #                                             # flags), the history loaded through its import API
 #   TRUTH=1 bench/report.sh …                 # check teams' held and idle GPU-hours (within 2%) and
 #                                             # the night-idle hosts against the recording
+#   TILE_DAYS=1 bench/report.sh 256 7 …       # record 1 day and repeat it, shifted a day at a
+#                                             # time, to fill the 7 (bench/tile_history.sh): a
+#                                             # week at 256 hosts is ~95 min of `record` here;
+#                                             # with BENCH_BLOCKS, the recorded day is kept
+#                                             # (DIR.tile.om) and reused
 #   BENCH_BLOCKS=DIR bench/report.sh …        # keep the TSDB blocks (and the history, with VICTORIA
 #                                             # or TRUTH) in DIR, or reuse them from there
 #   BENCH_BEFORE=BINARY bench/report.sh …     # also time another gpu-sentinel in the same runs
@@ -101,21 +106,64 @@ keep_history=0
 if [ -n "$(find "$data" -mindepth 2 -maxdepth 2 -name meta.json 2>/dev/null)" ]; then
   made="blocks reused from $data"
 else
-  /usr/bin/time -f "%e %M" -o "$work/record.time" "$bin" record --simulate --config "$work/config.toml" \
-    --simulated-duration "${days}d" --interval "$interval" --format openmetrics --hosts "$hosts" \
-    --families "$families" --out "$history" 2>"$work/record.log"
-  read -r record_wall record_rss <"$work/record.time"
-  # Ground truth for the pass: the recording's samples of those families.
-  grep -cE "^${names}\{" "$history" >"$data.samples"
-  om_mib=$(($(stat -c %s "$history") >> 20))
-  /usr/bin/time -f "%e %M" -o "$work/blocks.time" promtool tsdb create-blocks-from openmetrics \
-    -q --max-block-duration=54h "$history" "$data" >/dev/null
-  read -r blocks_wall blocks_rss <"$work/blocks.time"
+  recorded_days=${TILE_DAYS:-$days}
+  [ $((days % recorded_days)) = 0 ] || { echo "TILE_DAYS=$recorded_days does not divide $days days" >&2; exit 1; }
+  [ "$recorded_days" = "$days" ] || [ "${TRUTH:-0}" = 0 ] || {
+    # report_truth.py reads the history it is given, not the tiles.
+    echo "TRUTH=1 and TILE_DAYS do not go together" >&2
+    exit 1
+  }
+  [ "$recorded_days" = "$days" ] || [ "${VICTORIA:-0}" = 0 ] || {
+    # VictoriaMetrics imports the history whole; the tiles are made a block at a time.
+    echo "VICTORIA=1 and TILE_DAYS do not go together" >&2
+    exit 1
+  }
+  recording=$history
+  [ "$recorded_days" = "$days" ] || recording=$data.tile.om
+  record_wall=0 record_rss=0
+  if [ ! -s "$recording" ]; then
+    /usr/bin/time -f "%e %M" -o "$work/record.time" "$bin" record --simulate --config "$work/config.toml" \
+      --simulated-duration "${recorded_days}d" --interval "$interval" --format openmetrics --hosts "$hosts" \
+      --families "$families" --out "$recording" 2>"$work/record.log"
+    read -r record_wall record_rss <"$work/record.time"
+  fi
+  mkdir -p "$data"
+  blocks_began=$(date +%s.%N)
+  if [ "$recording" = "$history" ]; then
+    # Ground truth for the pass: the recording's samples of those families.
+    grep -cE "^${names}\{" "$history" >"$data.samples"
+    om_mib=$(($(stat -c %s "$history") >> 20))
+    /usr/bin/time -f "%e %M" -o "$work/blocks.time" promtool tsdb create-blocks-from openmetrics \
+      -q --max-block-duration=54h "$history" "$data" >/dev/null
+    read -r _ blocks_rss <"$work/blocks.time"
+  else
+    # The tiles one block's span at a time (promtool aligns its blocks to multiples of
+    # the block duration), so blocks from separate runs never overlap.
+    block=$((54 * 3600))
+    first=$(awk '!/^#/ { print int($NF); exit }' "$recording")
+    last=$(($(tail -2 "$recording" | awk '!/^#/ { print int($NF) }') + (days / recorded_days - 1) * recorded_days * 86400))
+    : >"$data.samples.parts"
+    om_mib=0 blocks_rss=0
+    for ((at = first / block * block; at <= last; at += block)); do
+      bench/tile_history.sh "$recording" $((days / recorded_days)) $((recorded_days * 86400)) "$history" "$at" $((at + block))
+      grep -cE "^${names}\{" "$history" >>"$data.samples.parts" || true
+      om_mib=$((om_mib + ($(stat -c %s "$history") >> 20)))
+      /usr/bin/time -f "%e %M" -o "$work/blocks.time" promtool tsdb create-blocks-from openmetrics \
+        -q --max-block-duration=54h "$history" "$data" >/dev/null
+      read -r _ rss <"$work/blocks.time"
+      [ "$rss" -gt "$blocks_rss" ] && blocks_rss=$rss
+      rm "$history"
+    done
+    awk '{ s += $1 } END { print s }' "$data.samples.parts" >"$data.samples"
+    rm "$data.samples.parts"
+  fi
+  blocks_wall=$(awk -v a="$blocks_began" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
   if [ "${TRUTH:-0}" = 1 ]; then
     python3 bench/report_truth.py "$history" "$dialect" "$interval_s" "$hosts" >"$data.truth.json"
   fi
-  [ "$keep_history" = 1 ] || rm "$history"
-  made="record: ${record_wall}s wall, max RSS $((record_rss / 1024)) MiB, ${om_mib} MiB of OpenMetrics
+  [ "$keep_history" = 1 ] || rm -f "$history"
+  [ "$recording" = "$history" ] || [ -n "${BENCH_BLOCKS:-}" ] || rm "$recording"
+  made="record (${recorded_days} d): ${record_wall}s wall, max RSS $((record_rss / 1024)) MiB; ${om_mib} MiB of OpenMetrics
 promtool tsdb create-blocks-from openmetrics: ${blocks_wall}s wall, max RSS $((blocks_rss / 1024)) MiB"
 fi
 # The last recorded sample: the newest raw block's maxTime (exclusive, in milliseconds).
@@ -150,6 +198,8 @@ start_prometheus() {
   exit 1
 }
 
+prom_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
+
 # 2. The hourly rules' records over the whole history, evaluated by a Prometheus on the raw
 # blocks (unlimited) and written as blocks beside them.
 rules_made=""
@@ -161,15 +211,38 @@ if [ "${RULES:-0}" = 1 ] && [ ! -f "$data.rules" ]; then
 import glob, json, sys
 print(min(json.load(open(m))["minTime"] for m in glob.glob(sys.argv[1] + "/*/meta.json")) // 1000)
 ' "$data")
-  # From the first whole hour an hour in: promtool 2.42, started inside an hour, evaluated
-  # the hourly group and wrote no block at all (tests/it/fleet_limits.rs says more).
+  # From the first whole hour of the history, whose record covers the hour the history
+  # starts in, as a store whose rules were loaded before it would hold them (the report
+  # reads that hour's part in the period raw). On the hour: promtool 2.42, started inside
+  # an hour, evaluated the hourly group and wrote no block at all (tests/it/fleet_limits.rs
+  # says more).
   /usr/bin/time -f "%e %M" -o "$work/rules.time" promtool tsdb create-blocks-from rules \
-    --start=$(((first + 7199) / 3600 * 3600)) --end="$end" --url="$url" --output-dir="$work/rules" \
+    --start=$(((first + 3599) / 3600 * 3600)) --end="$end" --url="$url" --output-dir="$work/rules" \
     "$work/hourly.rules.yml" >"$work/rules.log" 2>&1 || { cat "$work/rules.log" >&2; exit 1; }
   stop "$prom"
   prom=""
   mv "$work"/rules/*/ "$data"/
   read -r rules_wall rules_rss <"$work/rules.time"
+  # promtool writes the records as blocks of an hour or two each, a few hundred for a week
+  # beside the raw ones; a Prometheus that evaluated the rules would have compacted them
+  # with its own. This one compacts them about a minute after it starts: let it, before
+  # anything is measured (the blocks loaded unchanged for 150 s and its CPU idle).
+  start_prometheus
+  settled=0 loaded_before="" cpu_before=$(prom_cpu "$prom")
+  for _ in $(seq 360); do
+    sleep 10
+    loaded=$(curl -sf "$url/metrics" | awk '$1 == "prometheus_tsdb_blocks_loaded" { print $2 }') || true
+    cpu=$(prom_cpu "$prom")
+    if [ "$loaded" = "$loaded_before" ] && awk -v a="$cpu_before" -v b="$cpu" 'BEGIN { exit !(b - a < 0.5) }'; then
+      settled=$((settled + 10))
+      [ "$settled" -ge 150 ] && break
+    else
+      settled=0
+    fi
+    loaded_before=$loaded cpu_before=$cpu
+  done
+  stop "$prom"
+  prom=""
   echo "promtool tsdb create-blocks-from rules: ${rules_wall}s wall, max RSS $((rules_rss / 1024)) MiB" >"$data.rules"
 fi
 [ -f "$data.rules" ] && rules_made=$(cat "$data.rules")
@@ -181,7 +254,6 @@ limit_flags=()
 [ -n "${MAX_SAMPLES:-}" ] && limit_flags=(--query.max-samples="$MAX_SAMPLES")
 start_prometheus "${limit_flags[@]}"
 
-prom_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
 rss_mib() { awk '/^VmRSS/ { print int($2 / 1024) }' "/proc/$1/status"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
