@@ -175,17 +175,17 @@ pub struct CounterRates {
 impl CounterRates {
     fn observe(&mut self, p: &Point) {
         let d = &p.deltas;
-        let (at, s) = (p.at, p.seconds);
+        let (hour, s) = (super::rate::hour_of(p.at), p.seconds);
         self.ecc_corrected
-            .observe(at, d.ecc_corrected, s, floor::ECC_CORRECTED);
+            .observe_in(hour, d.ecc_corrected, s, floor::ECC_CORRECTED);
         self.pcie_replays
-            .observe(at, d.pcie_replays, s, floor::PCIE_REPLAYS);
+            .observe_in(hour, d.pcie_replays, s, floor::PCIE_REPLAYS);
         self.nvlink_errors
-            .observe(at, d.nvlink_errors, s, floor::NVLINK_ERRORS);
+            .observe_in(hour, d.nvlink_errors, s, floor::NVLINK_ERRORS);
         self.xid_hardware
-            .observe(at, d.xid_hardware, s, floor::XID_HARDWARE);
+            .observe_in(hour, d.xid_hardware, s, floor::XID_HARDWARE);
         self.failed_calls
-            .observe(at, d.failed_calls, s, floor::FAILED_CALLS);
+            .observe_in(hour, d.failed_calls, s, floor::FAILED_CALLS);
     }
 }
 
