@@ -229,8 +229,7 @@ pub struct Slowdown {
 
 impl RollingDays {
     fn observe(&mut self, p: &Point, windows: &Windows) {
-        let width = windows.week.width();
-        let start = p.at.div_euclid(width) * width;
+        let start = windows.week.bucket_start(p.at);
         if start > self.key {
             // A bucket opened: add up the closed ones again (84 at most, once per 2 hours).
             self.key = start;
