@@ -433,11 +433,13 @@ impl Engine {
             &[&node.driver_version, &node.kernel_log, &node.pci],
             now,
         );
+        // Each GPU's state and action are the worst of its components' (summarised above;
+        // a GPU without components has the least of all), so the worst of those is the
+        // worst of every GPU component, without going over all of them again.
         let (state, action) = gpus
             .iter()
-            .flat_map(|g| &g.health.components)
-            .chain(&components)
-            .map(Verdict::rank)
+            .map(|g| (g.health.state, g.health.action))
+            .chain(components.iter().map(Verdict::rank))
             .max()
             .unwrap_or_default();
         NodeHealth {
