@@ -19,6 +19,10 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use added::Added;
+
+mod added;
+
 /// Running statistics of a gauge: count, sum, sum of squares, extremes (0 while empty,
 /// so the state stays plain JSON numbers).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -35,25 +39,7 @@ impl Stat {
         // Gauges are temperatures, watts, ratios and seconds: far below this. A value past
         // it (a corrupt recording) would overflow the sum of squares into infinity, which
         // JSON cannot hold, and cost the whole saved state on the next load.
-        if !value.is_finite() || value.abs() > 1e12 {
-            return;
-        }
-        if self.n == 0 {
-            self.min = value;
-            self.max = value;
-        } else {
-            self.min = self.min.min(value);
-            self.max = self.max.max(value);
-        }
-        self.n += 1;
-        self.sum += value;
-        self.sumsq += value * value;
-    }
-
-    pub(crate) fn add_opt(&mut self, value: Option<f64>) {
-        if let Some(v) = value {
-            self.add(v);
-        }
+        self.add_believable(added::believable(value));
     }
 
     pub fn merge(&mut self, other: &Stat) {
@@ -154,25 +140,6 @@ pub struct Bucket {
 }
 
 impl Bucket {
-    fn add(&mut self, p: &Point) {
-        self.samples += 1;
-        self.seconds += p.seconds;
-        self.utilization.add_opt(p.utilization);
-        self.temperature.add_opt(p.temperature);
-        if let (Some(m), Some(g)) = (p.memory_temperature, p.temperature) {
-            self.memory_gap.add(m - g);
-        }
-        self.power.add_opt(p.power);
-        self.collect_seconds.add_opt(p.collect_seconds);
-        if p.thermal_slowdown {
-            self.thermal_slowdown_seconds += p.seconds;
-        }
-        if p.power_brake {
-            self.power_brake_seconds += p.seconds;
-        }
-        self.deltas.add(&p.deltas);
-    }
-
     /// Folds `other` into `self` (the start of `self` is kept).
     pub fn merge(&mut self, other: &Bucket) {
         self.samples += other.samples;
@@ -297,6 +264,11 @@ impl From<&Bucket> for Sums {
 struct Memo {
     slots: [Option<(i64, i64, Sums)>; MEMO_SLOTS],
     next: usize,
+    /// The start of the bucket a sample last went into, and the end of its width: a time
+    /// from the one up to the other starts there too, without a division by the width
+    /// (an integer division at every sample of each ring, the slowest instruction of
+    /// adding a sample). Empty at first.
+    bucket: (i64, i64),
 }
 
 /// Runs a ring is summarised over per step: `last_hour` and the capacity window share one,
@@ -337,15 +309,27 @@ impl Ring {
         self.width.max(1)
     }
 
+    /// The start of the bucket a sample at `at` belongs in: `at.div_euclid(width) *
+    /// width`, remembered from the last sample added where it is the same.
+    pub(crate) fn bucket_start(&self, at: i64) -> i64 {
+        let (start, end) = self.memo.bucket;
+        if start <= at && at < end {
+            return start;
+        }
+        let width = self.width();
+        at.div_euclid(width) * width
+    }
+
     /// Sums the ring covers, seconds.
     pub fn span(&self) -> i64 {
         self.width * self.capacity as i64
     }
 
-    fn add(&mut self, p: &Point) {
+    fn add(&mut self, at: i64, p: &Added) {
         // A ring read back from a damaged state file could say 0.
         let width = self.width.max(1);
-        let start = p.at.div_euclid(width) * width;
+        let start = self.bucket_start(at);
+        self.memo.bucket = (start, start.saturating_add(width));
         match self.buckets.back_mut() {
             Some(last) if last.start == start => last.add(p),
             // A sample older than the newest bucket (clock stepped back, out-of-order input)
@@ -496,9 +480,10 @@ impl Default for Windows {
 
 impl Windows {
     pub fn add(&mut self, p: &Point) {
-        self.hour.add(p);
-        self.day.add(p);
-        self.week.add(p);
+        let added = Added::of(p);
+        self.hour.add(p.at, &added);
+        self.day.add(p.at, &added);
+        self.week.add(p.at, &added);
     }
 
     #[cfg(test)]

@@ -30,14 +30,33 @@ pub struct Column {
 /// [`crate::model::sanitize::LARGEST_COUNT`]); a cell beyond it is not read at all.
 const LARGEST_COUNT: f64 = crate::model::sanitize::LARGEST_COUNT as f64;
 
-/// A whole, non-negative, believable number.
+/// A whole, non-negative, believable number. In `0.0..=LARGEST_COUNT` (2^53) the whole
+/// part as an integer is exact and so is it back as an f64: equal to `v` exactly when
+/// `v.fract()` is 0, without the call `fract` (`trunc`) is on a baseline x86-64 target.
 fn whole(v: f64) -> Option<u64> {
-    ((0.0..=LARGEST_COUNT).contains(&v) && v.fract() == 0.0).then_some(v as u64)
+    let believable = (0.0..=LARGEST_COUNT).contains(&v);
+    (believable && (v as i64) as f64 == v).then_some(v as u64)
 }
 
 /// A byte size: believable and non-negative (MiB with decimals round to whole bytes).
 fn bytes(v: f64) -> Option<u64> {
-    (0.0..=LARGEST_COUNT).contains(&v).then(|| v.round() as u64)
+    (0.0..=LARGEST_COUNT).contains(&v).then(|| rounded(v))
+}
+
+/// `v.round() as u64` for `v` in `0.0..=LARGEST_COUNT`: the whole part, and one more where
+/// what is left is a half or more (half away from zero, as `round`; both exact there),
+/// without the call `round` is on a baseline x86-64 target.
+fn rounded(v: f64) -> u64 {
+    let whole = v as i64;
+    (whole + i64::from(v - whole as f64 >= 0.5)) as u64
+}
+
+/// [`small`] of `v.round()`.
+fn small_rounded(v: f64) -> Option<u32> {
+    match (0.0..=LARGEST_COUNT).contains(&v) {
+        true => u32::try_from(rounded(v)).ok(),
+        false => small(v.round()),
+    }
 }
 
 fn small(v: f64) -> Option<u32> {
@@ -253,7 +272,7 @@ pub fn read(
             Field::PowerLimit => got.power_limit = flags.take(number(Unit::Watt)),
             Field::EnforcedPowerLimit => got.enforced_limit = flags.take(number(Unit::Watt)),
             Field::Clock(kind) | Field::ClockMax(kind) => {
-                let mhz = flags.take(number(Unit::Mhz).and_then(|v| small(v.round())));
+                let mhz = flags.take(number(Unit::Mhz).and_then(small_rounded));
                 let clocks = if matches!(field, Field::Clock(_)) {
                     &mut sample.clocks
                 } else {
@@ -398,3 +417,6 @@ fn settle(sample: &mut GpuSample, got: &Gathered, lost: bool) {
         sample.up = false;
     }
 }
+
+#[cfg(test)]
+mod tests;

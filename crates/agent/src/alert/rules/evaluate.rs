@@ -318,13 +318,16 @@ pub(super) fn candidate(
         labels.insert("gpu".into(), index.clone());
         labels.insert("uuid".into(), g.uuid.clone());
     }
-    let summary = rule
-        .summary
-        .replace("{gpu}", &index)
-        .replace("{uuid}", &uuid)
-        .replace("{hostname}", hostname)
-        .replace("{value}", value)
-        .replace("{instance}", "");
+    let summary = fill(
+        &rule.summary,
+        [
+            ("{gpu}", &index),
+            ("{uuid}", &uuid),
+            ("{hostname}", hostname),
+            ("{value}", value),
+            ("{instance}", ""),
+        ],
+    );
     let mut annotations = LabelSet::new();
     annotations.insert("summary".into(), summary);
     annotations.insert("description".into(), description);
@@ -336,6 +339,35 @@ pub(super) fn candidate(
         annotations,
         for_: rule.for_,
     }
+}
+
+/// `template` with each placeholder replaced by its value, placeholder after placeholder
+/// in the order given (as a chain of `str::replace` has it), in one pass where that is the
+/// same: every `{` of the template begins a placeholder and no value holds a `{`. Then each
+/// replacement can only find the template's own placeholders (a match begins at a `{`,
+/// and every `{` left begins one not yet replaced), so the order does not matter. Else the
+/// chain itself. A firing alert's summary is filled at every step: the chain allocated
+/// and searched five times.
+pub(super) fn fill(template: &str, placeholders: [(&str, &str); 5]) -> String {
+    let chain = |template: &str| {
+        (placeholders.iter()).fold(template.to_string(), |s, (from, to)| s.replace(from, to))
+    };
+    if placeholders.iter().any(|(_, to)| to.contains('{')) {
+        return chain(template);
+    }
+    let mut out = String::with_capacity(template.len() + 64);
+    let mut rest = template;
+    while let Some(at) = rest.find('{') {
+        let tail = &rest[at..];
+        let Some((from, to)) = placeholders.iter().find(|(from, _)| tail.starts_with(from)) else {
+            return chain(template);
+        };
+        out.push_str(&rest[..at]);
+        out.push_str(to);
+        rest = &tail[from.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -377,5 +409,43 @@ mod tests {
             !description.contains("temperature_level = 0.20 (+0.10) on link"),
             "{description}"
         );
+    }
+
+    #[test]
+    fn a_summary_is_filled_as_the_chain_of_replacements_fills_it() {
+        let chain = |template: &str, p: [(&str, &str); 5]| {
+            p.iter()
+                .fold(template.to_string(), |s, (from, to)| s.replace(from, to))
+        };
+        let templates = [
+            "GPU {gpu} ({uuid}) on {hostname}: risk {value}{instance}",
+            "no placeholder at all",
+            "",
+            "{gpu}{gpu}{value}",
+            "braces { alone } and {unknown} and {gpu}",
+            "{host{gpu}name}",
+            "{{gpu}}",
+            "ends with {",
+            "{instance}{hostname}",
+        ];
+        let values = [
+            ["3", "GPU-1", "node-1", "0.93", ""],
+            ["", "", "", "", ""],
+            ["1", "GPU-{value}", "h", "v", ""],
+            ["2", "u", "host{gpu}", "}", ""],
+            ["", "{", "{hostname}", "x", ""],
+        ];
+        for template in templates {
+            for v in values {
+                let p = [
+                    ("{gpu}", v[0]),
+                    ("{uuid}", v[1]),
+                    ("{hostname}", v[2]),
+                    ("{value}", v[3]),
+                    ("{instance}", v[4]),
+                ];
+                assert_eq!(fill(template, p), chain(template, p), "{template:?} {v:?}");
+            }
+        }
     }
 }

@@ -163,11 +163,12 @@ struct Written {
 }
 
 impl Written {
-    /// Whether `verdict`, written from `self`, still says what `hold` says from `since`:
-    /// the same fixed text and the same start. The length guards against a text written
+    /// Whether `verdict`, written from `self`, still says what a hold with the fixed text
+    /// `fixed` ([`Hold::fixed_reason`]) says from `since`: the same fixed text and the same
+    /// start. The length guards against a text written
     /// over in between (the fields are public).
-    fn holds(&self, verdict: &Verdict, hold: &Hold, since: i64) -> bool {
-        match (self.reason, hold.fixed_reason()) {
+    fn holds(&self, verdict: &Verdict, fixed: Option<&'static str>, since: i64) -> bool {
+        match (self.reason, fixed) {
             (Some(was), Some(is)) => {
                 std::ptr::eq(was, is) && verdict.reason.len() == is.len() && self.since == since
             }
@@ -318,8 +319,10 @@ fn publish(
     let at = |secs: i64| DateTime::from_timestamp(secs, 0).unwrap_or_default();
     for (i, (name, hold)) in names.iter().zip(holds).enumerate() {
         let secs = hold.since.unwrap_or(now);
+        // Read once: both the check below and the mark written need it.
+        let fixed = hold.fixed_reason();
         let mark = Written {
-            reason: hold.fixed_reason(),
+            reason: fixed,
             since: secs,
         };
         match out.get_mut(i) {
@@ -335,7 +338,7 @@ fn publish(
                 v.action = hold.action;
                 let was = written.as_deref_mut().and_then(|w| w.get_mut(i));
                 // Written from the same fixed text and start: nothing to compare.
-                if was.as_deref().is_some_and(|w| w.holds(v, hold, secs)) {
+                if was.as_deref().is_some_and(|w| w.holds(v, fixed, secs)) {
                     continue;
                 }
                 if v.reason != hold.reason {
@@ -430,11 +433,13 @@ impl Engine {
             &[&node.driver_version, &node.kernel_log, &node.pci],
             now,
         );
+        // Each GPU's state and action are the worst of its components' (summarised above;
+        // a GPU without components has the least of all), so the worst of those is the
+        // worst of every GPU component, without going over all of them again.
         let (state, action) = gpus
             .iter()
-            .flat_map(|g| &g.health.components)
-            .chain(&components)
-            .map(Verdict::rank)
+            .map(|g| (g.health.state, g.health.action))
+            .chain(components.iter().map(Verdict::rank))
             .max()
             .unwrap_or_default();
         NodeHealth {

@@ -90,7 +90,7 @@ impl PowerResidual {
         let scale = limit.filter(|l| *l > 0.0).unwrap_or(self.peak);
         let x = [util, power, util * util, util * power];
         if self.fitted {
-            let k = 1.0 - (-p.seconds / FIT_SECONDS).exp();
+            let k = super::state::weight(p.seconds, FIT_SECONDS);
             for (m, x) in self.moments.iter_mut().zip(x) {
                 *m += (x - *m) * k;
             }

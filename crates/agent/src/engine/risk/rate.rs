@@ -115,12 +115,22 @@ pub struct RateTest {
     multiple: f64,
 }
 
+/// The start of the clock hour of unix time `at`.
+pub(crate) fn hour_of(at: i64) -> i64 {
+    at.div_euclid(HOUR as i64) * HOUR as i64
+}
+
 impl RateTest {
     /// Folds in `count` new events over `seconds` of a sample at `at`; `floor` is the rate
     /// per hour a healthy GPU may show on this counter. Negative or non-finite counts (a
     /// reset counter, a damaged reading) count as none.
     pub fn observe(&mut self, at: i64, count: f64, seconds: f64, floor: f64) {
-        let hour = at.div_euclid(HOUR as i64) * HOUR as i64;
+        self.observe_in(hour_of(at), count, seconds, floor);
+    }
+
+    /// [`RateTest::observe`] of a sample in the clock hour starting at `hour`
+    /// ([`hour_of`] its time): a GPU's counters share one sample's hour.
+    pub(crate) fn observe_in(&mut self, hour: i64, count: f64, seconds: f64, floor: f64) {
         if hour > self.hour {
             if self.hour != 0 {
                 self.close(floor);

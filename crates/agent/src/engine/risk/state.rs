@@ -175,17 +175,17 @@ pub struct CounterRates {
 impl CounterRates {
     fn observe(&mut self, p: &Point) {
         let d = &p.deltas;
-        let (at, s) = (p.at, p.seconds);
+        let (hour, s) = (super::rate::hour_of(p.at), p.seconds);
         self.ecc_corrected
-            .observe(at, d.ecc_corrected, s, floor::ECC_CORRECTED);
+            .observe_in(hour, d.ecc_corrected, s, floor::ECC_CORRECTED);
         self.pcie_replays
-            .observe(at, d.pcie_replays, s, floor::PCIE_REPLAYS);
+            .observe_in(hour, d.pcie_replays, s, floor::PCIE_REPLAYS);
         self.nvlink_errors
-            .observe(at, d.nvlink_errors, s, floor::NVLINK_ERRORS);
+            .observe_in(hour, d.nvlink_errors, s, floor::NVLINK_ERRORS);
         self.xid_hardware
-            .observe(at, d.xid_hardware, s, floor::XID_HARDWARE);
+            .observe_in(hour, d.xid_hardware, s, floor::XID_HARDWARE);
         self.failed_calls
-            .observe(at, d.failed_calls, s, floor::FAILED_CALLS);
+            .observe_in(hour, d.failed_calls, s, floor::FAILED_CALLS);
     }
 }
 
@@ -196,8 +196,35 @@ fn flag(on: bool) -> f64 {
 /// Moves `value` towards `x` as an exponentially weighted mean over time (e-fold `tau`).
 fn ewma(value: &mut f64, x: f64, seconds: f64, tau: f64) {
     if seconds > 0.0 && x.is_finite() {
-        *value += (x - *value) * (1.0 - (-seconds / tau).exp());
+        *value += (x - *value) * weight(seconds, tau);
     }
+}
+
+/// `1.0 - (-seconds / tau).exp()`: the weight of `seconds` of news in a mean of e-fold
+/// `tau`. A sample stands for the same seconds as the one before it, step after step, and
+/// each GPU's sample is weighed at a few fixed `tau`s: the last weights worked out are
+/// remembered on the thread (the same inputs, the same weight to the bit), which spares
+/// most of the five or six `exp` calls of a sample.
+pub(crate) fn weight(seconds: f64, tau: f64) -> f64 {
+    use std::cell::RefCell;
+    const REMEMBERED: usize = 6;
+    /// Seconds, e-fold and weight of the last few worked out, and the slot to write next.
+    type Remembered = ([(f64, f64, f64); REMEMBERED], usize);
+    thread_local! {
+        static LAST: RefCell<Remembered> =
+            const { RefCell::new(([(f64::NAN, f64::NAN, 0.0); REMEMBERED], 0)) };
+    }
+    LAST.with_borrow_mut(|(slots, next)| {
+        // An empty slot's NaN equals nothing; 0.0 and -0.0, which compare equal, give the
+        // same weight.
+        if let Some(&(_, _, w)) = slots.iter().find(|(s, t, _)| *s == seconds && *t == tau) {
+            return w;
+        }
+        let w = 1.0 - (-seconds / tau).exp();
+        slots[*next] = (seconds, tau, w);
+        *next = (*next + 1) % REMEMBERED;
+        w
+    })
 }
 
 /// Counts per rolling day of the last week: day 0 is the week window's newest 2-hour
@@ -229,8 +256,7 @@ pub struct Slowdown {
 
 impl RollingDays {
     fn observe(&mut self, p: &Point, windows: &Windows) {
-        let width = windows.week.width();
-        let start = p.at.div_euclid(width) * width;
+        let start = windows.week.bucket_start(p.at);
         if start > self.key {
             // A bucket opened: add up the closed ones again (84 at most, once per 2 hours).
             self.key = start;
@@ -494,5 +520,25 @@ mod tests {
         assert!(g.at_time(200) < 2.0 && g.at_time(200) > 1.9);
         let later = g.at_time(200 + 3 * DAY);
         assert!((later - g.at_time(200) / std::f64::consts::E).abs() < 1e-9);
+    }
+
+    #[test]
+    fn weights_remembered_are_those_worked_out() {
+        // More pairs than are remembered, interleaved and repeated, each checked to the bit.
+        let taus = [HOUR as f64, DAY as f64, 7200.0, 21_600.0, 1.0, 3.0, 1e9];
+        for round in 0..3 {
+            for (i, tau) in taus.iter().enumerate() {
+                for seconds in [
+                    5.0,
+                    60.0,
+                    0.25 + i as f64,
+                    1e-300,
+                    86_400.0 * f64::from(round),
+                ] {
+                    let fresh = 1.0 - (-seconds / tau).exp();
+                    assert_eq!(weight(seconds, *tau).to_bits(), fresh.to_bits());
+                }
+            }
+        }
     }
 }
