@@ -624,3 +624,102 @@ fn a_node_wide_heat_that_warms_idle_gpus_most_keeps_every_gpu_under_half() {
         assert!(heat < 0.5, "GPU {g}: temperature_vs_baseline {heat}");
     }
 }
+
+/// Runs `days` of the node under a model that weighs every feature 1, so each GPU's
+/// contributions are its features' held values.
+fn run_node_values(
+    days: i64,
+    change: impl FnMut(i64, u32, &mut GpuSample, &mut Vec<u32>),
+) -> Vec<Vec<GpuFindings>> {
+    let model = RiskModel {
+        description: "every feature 1".into(),
+        bias: 0.0,
+        weights: FEATURES
+            .iter()
+            .map(|(name, _)| Weight {
+                feature: (*name).to_string(),
+                weight: 1.0,
+                reason: String::new(),
+            })
+            .collect(),
+    };
+    let mut engine = Engine::new(EngineConfig {
+        risk_model: model,
+        ..EngineConfig::default()
+    });
+    let mut out: Vec<Vec<GpuFindings>> = vec![Vec::new(); GPUS as usize];
+    node_history(days, change, |_, snapshot| {
+        for f in engine.step(snapshot).gpus {
+            out[f.index as usize].push(f);
+        }
+    });
+    out
+}
+
+#[test]
+fn after_a_node_wide_heat_the_idle_gpus_day_long_readings_stay_explained() {
+    // Eight hours of inlet heat in which the idle GPUs warm by 50 degrees and the busy ones
+    // by 22: for the rest of the day the idle ones still carry those hours in their day's
+    // mean deviation, and the node's day-long heat explains them as its hour did.
+    let all = run_node_values(9, anchors::idle_warming_heat);
+    for (g, findings) in all.iter().enumerate().take(3) {
+        let after = findings
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| minute(*i) >= LAST_DAY + 8 * 60)
+            .map(|(_, f)| contribution(f, "temperature_persistent"))
+            .fold(0.0, f64::max);
+        // 2.7 while only the hour's heat explained it.
+        assert!(after < 1.0, "GPU {g}: temperature_persistent {after}");
+    }
+}
+
+#[test]
+fn a_gpu_in_a_hot_aisle_that_always_ran_hot_and_slowed_down_is_its_own_normal() {
+    // GPU 0 runs 20 °C hotter than its neighbours at the same power, at 85-86 °C, and slows
+    // down a fifth of every hour, from the first day: against its peers alone it stands out
+    // every hour; against its own normal it does not.
+    let hot = |m: i64, s: &mut GpuSample| {
+        s.temperature_celsius = s.temperature_celsius.map(|t| t + 20.0);
+        s.memory_temperature_celsius = s.memory_temperature_celsius.map(|t| t + 20.0);
+        if m % 60 < 12 {
+            s.clock_events = Some(ClockEvents(ClockEvents::SW_THERMAL_SLOWDOWN));
+        }
+    };
+    let all = run_node_values(9, |m, g, s, _| {
+        if g == 0 {
+            hot(m, s);
+        }
+    });
+    let after_warm_up = |feature: &str| {
+        all[0]
+            .iter()
+            .enumerate()
+            // Its own baseline needs two loaded days, and what was held before decays.
+            .filter(|(i, _)| minute(*i) >= 4 * DAY_MIN)
+            .map(|(_, f)| contribution(f, feature))
+            .fold(0.0, f64::max)
+    };
+    for feature in ["temperature_vs_peers", "thermal_slowdown_24h"] {
+        let held = after_warm_up(feature);
+        assert!(held < 0.1, "{feature} {held}");
+    }
+    // The same GPU, normal for a week, then so on the last day, stands out.
+    let changed = run_node_values(9, |m, g, s, _| {
+        if g == 0 && m >= LAST_DAY {
+            hot(m, s);
+        }
+    });
+    let last = changed[0].last().unwrap();
+    // 85.5 °C is 5.5 beyond 80 and the node's median: (5.5 − 3) / 5.
+    assert!(
+        contribution(last, "temperature_vs_peers") >= 0.45,
+        "{:?}",
+        last.risk
+    );
+    assert!(
+        contribution(last, "thermal_slowdown_24h") > 2.0,
+        "{:?}",
+        last.risk
+    );
+}
