@@ -91,11 +91,11 @@ pub const FEATURES: [(&str, &str); 30] = [
     ),
     (
         "temperature_vs_peers",
-        "(GPU temperature beyond 80 °C, last hour's mean, beyond the node's median and no further than above its own at similar power, − 3 °C) / 5, when above",
+        "(GPU temperature beyond 80 °C, last hour's mean, beyond the node's median, − 3 °C) / 5, when above",
     ),
     (
         "thermal_slowdown_24h",
-        "ln(1 + percent of the last 24 h in thermal slowdown beyond the node's median), no further than the rise over its own previous days, less what a node running hot over the day explains",
+        "ln(1 + percent of the last 24 h in thermal slowdown beyond the node's median), less what a node running hot explains",
     ),
     (
         "hw_slowdown_share",
@@ -111,7 +111,7 @@ pub const FEATURES: [(&str, &str); 30] = [
     ),
     (
         "power_unstable_hours",
-        "the rate test (nats) of hours whose power residual is over twice the GPU's normal and 2% of the limit beyond it, against the GPU's own rate or one every two days, less the node's median and what a node running hot over the day explains",
+        "the rate test (nats) of hours whose power residual is over twice the GPU's normal and 2% of the limit beyond it, against the GPU's own rate or one every two days, less the node's median and what a node running hot explains",
     ),
     (
         "failed_calls_per_collection",
@@ -135,7 +135,7 @@ pub const FEATURES: [(&str, &str); 30] = [
     ),
     (
         "thermal_slowdown_rise",
-        "ln(1 + percent of the last day's loaded time in thermal slowdown) over the same for the median of the GPU's previous days, less the node's median and what a node running hot over the day explains",
+        "ln(1 + percent of the last day's loaded time in thermal slowdown) over the same for the median of the GPU's previous days, less the node's median and what a node running hot explains",
     ),
     (
         "memory_gap_persistent",
@@ -143,7 +143,7 @@ pub const FEATURES: [(&str, &str); 30] = [
     ),
     (
         "temperature_persistent",
-        "(GPU temperature above the GPU's own at similar power, averaged over about a day, less the node's median, − 2 °C) / 2, when above, less what a node running hot over the day explains",
+        "(GPU temperature above the GPU's own at similar power, averaged over about a day, less the node's median, − 2 °C) / 2, when above, less what a node running hot explains",
     ),
 ];
 
@@ -235,10 +235,6 @@ pub struct Signals {
     pub(crate) link_degraded: f64,
     pub(crate) memory_gap: f64,
     pub(crate) power_erratic: f64,
-    /// How far the GPU runs above its own temperature at similar power (last hour) and
-    /// slows down more than on its own previous days; None until it has that baseline.
-    pub(crate) temperature_own: Option<f64>,
-    pub(crate) thermal_rise_own: Option<f64>,
     /// What the node's GPUs may share, peer-subtracted in [`features`].
     pub shared: Shared,
 }
@@ -313,8 +309,6 @@ impl Signals {
             link_degraded: risk.link_degraded.clamp(0.0, 1.0),
             memory_gap: hour.memory_gap.mean().unwrap_or(0.0),
             power_erratic,
-            temperature_own: risk.temperature.deviation,
-            thermal_rise_own: thermal_rise,
             shared: Shared {
                 collect_slowdown,
                 replay_level,
@@ -330,7 +324,7 @@ impl Signals {
                 gap_persistent: risk.gap.deviation_day.unwrap_or(0.0),
                 temperature_persistent: risk.temperature.deviation_day.unwrap_or(0.0),
                 thermal_share: share(day.thermal_slowdown_seconds),
-                thermal_rise: thermal_rise.unwrap_or(0.0),
+                thermal_rise,
                 hw_slowdown_share: risk.hw_slowdown.clamp(0.0, 1.0),
                 brake_share: share(day.power_brake_seconds),
                 failed_per_collection: if hour.samples > 0 {
@@ -352,14 +346,15 @@ const LOADED_DAY_SECONDS: f64 = 2.0 * 3600.0;
 /// `ln(1 + percent of loaded time in thermal slowdown)` of the last day over the same for
 /// the median of the GPU's previous loaded days: a GPU that always ran into its thermal
 /// limit is its own normal, one whose cooling degrades slows down more day after day.
-/// None while the last day or the previous days lack the load to say.
-fn thermal_rise(days: &RollingDays) -> Option<f64> {
+fn thermal_rise(days: &RollingDays) -> f64 {
     let share = |d: usize| {
         let s = days.slowdown(d);
         (s.loaded >= LOADED_DAY_SECONDS).then(|| (100.0 * (s.thermal / s.loaded).min(1.0)).ln1p())
     };
-    let today = share(0)?;
-    previous_median(days, share).map(|median| (today - median).max(0.0))
+    let Some(today) = share(0) else {
+        return 0.0;
+    };
+    previous_median(days, share).map_or(0.0, |median| (today - median).max(0.0))
 }
 
 /// The median of `value` over the previous days the GPU was watched (None where `value`
@@ -399,16 +394,12 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
     // airflow, slow down first with nothing wrong with them; an idle GPU warms by more
     // degrees than a busy one when the inlet air warms towards its limit; clocks and
     // power swing as they throttle.
-    let (node_heat, node_heat_day) = input.peers.median.as_ref().map_or((0.0, 0.0), |m| {
-        (m.temperature_deviation, m.temperature_persistent)
-    });
-    let explained = |heat: f64| ((heat - NODE_HEAT_FROM) / NODE_HEAT_SPAN).clamp(0.0, 1.0);
-    let unexplained = 1.0 - explained(node_heat);
-    // What a day-long reading shows (a day's share of slowdown, a day's mean deviation,
-    // unstable hours counted over days) the node's heat over about a day explains too: an
-    // idle GPU that warmed by more degrees than its busy peers during hours of node-wide
-    // heat still carries them in its day's mean when the hour's heat is over.
-    let unexplained_day = 1.0 - explained(node_heat.max(node_heat_day));
+    let node_heat = input
+        .peers
+        .median
+        .as_ref()
+        .map_or(0.0, |m| m.temperature_deviation);
+    let unexplained = 1.0 - ((node_heat - NODE_HEAT_FROM) / NODE_HEAT_SPAN).clamp(0.0, 1.0);
     let flag = |on: bool| if on { 1.0 } else { 0.0 };
     let percent = |share: f64| (100.0 * share).ln1p();
     [
@@ -428,31 +419,22 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         own.nvlink_rate,
         ((own.gap_deviation - 5.0) / 5.0).max(0.0),
         ((s.memory_gap - 15.0) / 5.0).max(0.0),
-        // Against the peers, and no further than against its own normal at similar power
-        // or its own previous days, where it has them: a GPU in a hot aisle that always
-        // ran hotter and slowed down more than its neighbours is its own normal.
-        ((own
-            .temperature_excess
-            .min(s.temperature_own.unwrap_or(f64::INFINITY))
-            - 3.0)
-            / 5.0)
-            .max(0.0),
-        unexplained_day
-            * percent(own.thermal_share).min(s.thermal_rise_own.unwrap_or(f64::INFINITY)),
+        ((own.temperature_excess - 3.0) / 5.0).max(0.0),
+        unexplained * percent(own.thermal_share),
         percent(own.hw_slowdown_share),
         percent(own.brake_share),
         unexplained * s.power_erratic,
-        unexplained_day * own.power_unstable,
+        unexplained * own.power_unstable,
         (10.0 * own.failed_per_collection).ln1p(),
         own.failed_rate,
         (own.collect_seconds / SLOW_COLLECTION_SECONDS).ln1p(),
         own.collect_slowdown,
         unexplained * ((own.temperature_deviation - 4.0) / 4.0).max(0.0),
-        unexplained_day * own.thermal_rise,
+        unexplained * own.thermal_rise,
         // Persistence: a few degrees held for a day are a cooling that degrades, where the
         // hour's deviation needs more to stand out of a bursty job's swings.
         ((own.gap_persistent - PERSISTENT_DEGREES) / PERSISTENT_DEGREES).max(0.0),
-        unexplained_day
+        unexplained
             * ((own.temperature_persistent - PERSISTENT_DEGREES) / PERSISTENT_DEGREES).max(0.0),
     ]
 }
