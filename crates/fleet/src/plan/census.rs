@@ -39,6 +39,9 @@ struct Counts {
     /// series change labels with the pod on it.
     gpus: Vec<u64>,
     unlabelled_gpus: u64,
+    /// Counted as another family's series ([`Census::bound`]), not listed: a bound of its
+    /// cost, not a sign that it has none.
+    bounded: bool,
 }
 
 impl Census {
@@ -220,7 +223,8 @@ impl Census {
     /// series all carry), taken over a span that starts the rule's range earlier, `by`'s
     /// series and GPUs per host are at least the record's. Nothing when `by` was not counted.
     pub fn bound(&mut self, family: &str, by: &str) {
-        if let Some(counts) = self.families.get(by).cloned() {
+        if let Some(mut counts) = self.families.get(by).cloned() {
+            counts.bounded = true;
             self.families.insert(family.to_string(), counts);
         }
     }
@@ -254,7 +258,8 @@ impl Census {
     /// Whether the store's index listed no series of any of `families` over a span
     /// holding `start`..`end`: a query reading only those has nothing to answer there (a
     /// month before the store's history), and need not be sent. False for a family the
-    /// census was not asked about, and for a census that did not ask the index.
+    /// census was not asked about or only bounded (records may outlive their raw series
+    /// where a store keeps them longer), and for a census that did not ask the index.
     pub fn lists_none<'f>(
         &self,
         mut families: impl Iterator<Item = &'f str>,
@@ -268,7 +273,9 @@ impl Census {
             && end <= to
             && families.all(|family| {
                 self.families.get(family).is_some_and(|counts| {
-                    counts.unlabelled == 0 && counts.per_host.iter().all(|n| *n == 0)
+                    !counts.bounded
+                        && counts.unlabelled == 0
+                        && counts.per_host.iter().all(|n| *n == 0)
                 })
             })
     }

@@ -220,6 +220,14 @@ fn a_query_the_index_lists_no_series_for_is_not_sent() {
             .pieces(&query, month.0, month.1)
             .is_empty()
     );
+    // A record counted by its raw family's series, none listed: a bound, not an answer.
+    let mut bounded = listed(&[("raw", 0)]);
+    bounded.bound("util", "raw");
+    assert!(
+        !planner_of(bounded)
+            .pieces(&query, month.0, month.1)
+            .is_empty()
+    );
     let unknown = planner_of(Census::synthetic("Hostname", Vec::new(), &[("util", 0)]));
     assert!(!unknown.pieces(&query, month.0, month.1).is_empty());
     assert!(
