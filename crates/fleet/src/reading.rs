@@ -23,6 +23,9 @@ use super::spec::ReportSpec;
 /// The span the capacity plan looks back over: six 30-day months.
 pub const HISTORY: TimeDelta = TimeDelta::days(180);
 
+/// GPU-seconds below which a row taken down by another ([`Counted::less`]) is rounding.
+const LEAST_SECONDS: f64 = 1e-3;
+
 /// The scrape interval assumed where the store's samples do not tell it: Prometheus's
 /// default `scrape_interval`.
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
@@ -320,15 +323,12 @@ impl<'c> Reading<'c> {
         }
         let mut rows = sums.finish();
         // A state taken down to nothing (a GPU busy whenever held) has no row, as when the
-        // store answers it.
+        // store answers it. Nothing there is not always 0.0: MIG shares are applied before
+        // the subtraction and pieces are added as they arrive, so held less busy can leave
+        // a rounding's worth — and less than nothing where samples arrived between the two
+        // queries. A real row is at least a subquery step (a second or more) times a share.
         let less: Vec<&str> = raw.iter().filter_map(|(_, c)| c.less).collect();
-        rows.retain(|row| {
-            row.value != 0.0
-                || !row
-                    .labels
-                    .get("state")
-                    .is_some_and(|state| less.contains(&state.as_str()))
-        });
+        drop_rounding(&mut rows, &less);
         Ok(rows)
     }
 
@@ -532,6 +532,17 @@ impl<'c> Reading<'c> {
     }
 }
 
+/// Drops the rows of the states in `less` that hold less than [`LEAST_SECONDS`].
+fn drop_rounding(rows: &mut Vec<Sample>, less: &[&str]) {
+    rows.retain(|row| {
+        row.value >= LEAST_SECONDS
+            || !row
+                .labels
+                .get("state")
+                .is_some_and(|state| less.contains(&state.as_str()))
+    });
+}
+
 /// The census of `families` over `(start, end]`, the records in `bounded` not listed but
 /// counted as their raw family's series over a span starting the rules' hour earlier (the
 /// raw samples the records of the span were computed from): listing the owner records
@@ -561,3 +572,6 @@ fn take_census(
     }
     Ok(census)
 }
+
+#[cfg(test)]
+mod tests;

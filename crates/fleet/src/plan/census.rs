@@ -25,9 +25,6 @@ pub struct Census {
     pub hosts: Vec<String>,
     /// Series per family: per host (as `hosts` orders them), and those without the label.
     families: HashMap<String, Counts>,
-    /// The span the store's index was asked about; `None` where it was not (a census that
-    /// knows nothing, or one made up by a test).
-    span: Option<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 /// One family's series and GPUs, per host and without a host.
@@ -39,9 +36,6 @@ struct Counts {
     /// series change labels with the pod on it.
     gpus: Vec<u64>,
     unlabelled_gpus: u64,
-    /// Counted as another family's series ([`Census::bound`]), not listed: a bound of its
-    /// cost, not a sign that it has none.
-    bounded: bool,
 }
 
 impl Census {
@@ -72,15 +66,7 @@ impl Census {
                 })
                 .collect(),
             hosts,
-            span: None,
         }
-    }
-
-    /// The same census as if the store's index had been asked over `start`..`end` (tests).
-    #[cfg(test)]
-    pub(crate) fn listed_over(mut self, start: DateTime<Utc>, end: DateTime<Utc>) -> Census {
-        self.span = Some((start, end));
-        self
     }
 
     /// The hosts and series of `families` with samples between `start` and `end`.
@@ -141,7 +127,6 @@ impl Census {
         hosts.dedup();
         let mut census = Census {
             host_label: host_label.to_string(),
-            span: Some((start, end)),
             families: families
                 .iter()
                 .map(|f| {
@@ -223,8 +208,7 @@ impl Census {
     /// series all carry), taken over a span that starts the rule's range earlier, `by`'s
     /// series and GPUs per host are at least the record's. Nothing when `by` was not counted.
     pub fn bound(&mut self, family: &str, by: &str) {
-        if let Some(mut counts) = self.families.get(by).cloned() {
-            counts.bounded = true;
+        if let Some(counts) = self.families.get(by).cloned() {
             self.families.insert(family.to_string(), counts);
         }
     }
@@ -253,31 +237,6 @@ impl Census {
             } else {
                 0
             }
-    }
-
-    /// Whether the store's index listed no series of any of `families` over a span
-    /// holding `start`..`end`: a query reading only those has nothing to answer there (a
-    /// month before the store's history), and need not be sent. False for a family the
-    /// census was not asked about or only bounded (records may outlive their raw series
-    /// where a store keeps them longer), and for a census that did not ask the index.
-    pub fn lists_none<'f>(
-        &self,
-        mut families: impl Iterator<Item = &'f str>,
-        start: DateTime<Utc>,
-        end: DateTime<Utc>,
-    ) -> bool {
-        let Some((from, to)) = self.span else {
-            return false;
-        };
-        from <= start
-            && end <= to
-            && families.all(|family| {
-                self.families.get(family).is_some_and(|counts| {
-                    !counts.bounded
-                        && counts.unlabelled == 0
-                        && counts.per_host.iter().all(|n| *n == 0)
-                })
-            })
     }
 
     /// The host with the most series of `family`, if any.

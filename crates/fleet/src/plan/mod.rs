@@ -208,22 +208,13 @@ impl<'c> Planner<'c> {
 
     /// The pieces of `query` over `start`..`end`, each within the limits as estimated:
     /// windows as long as the points a series allow, then groups of whole hosts as large as
-    /// the rest allows; where one host does not fit a window, shorter windows. None where the
-    /// census lists no series the query reads ([`Census::lists_none`]).
+    /// the rest allows; where one host does not fit a window, shorter windows.
     pub fn pieces(
         &self,
         query: &Query<'_>,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> Vec<Piece> {
-        let reads = query.reads.iter().map(|(family, _)| family.as_str());
-        if self.census.lists_none(reads, start, end) {
-            tracing::debug!(
-                query = %self.text(query, &Piece { hosts: None, start, end, depth: 0 }),
-                "not asked: the store's index lists no series it reads in the span"
-            );
-            return Vec::new();
-        }
         let mut windows = match query.shape {
             Shape::At { .. } => 1,
             _ => self
