@@ -335,6 +335,15 @@ pub struct NvLinkErrors {
 }
 
 impl NvLinkErrors {
+    /// Every error the link counted, saturating: the counters come from outside (a
+    /// replayed recording may hold anything).
+    pub fn total(&self) -> u64 {
+        self.replay
+            .saturating_add(self.recovery)
+            .saturating_add(self.crc_flit)
+            .saturating_add(self.crc_data)
+    }
+
     /// `(error, count)` pairs in the order the exposition renders them.
     pub fn labelled(&self) -> [(&'static str, u64); 4] {
         [

@@ -73,12 +73,7 @@ impl Counters {
         let ecc = &sample.ecc;
         let mut nvlink = None;
         for l in &sample.nvlink {
-            // Saturating: counters come from outside (a replayed recording may hold anything).
-            let total = l
-                .replay
-                .saturating_add(l.recovery)
-                .saturating_add(l.crc_flit)
-                .saturating_add(l.crc_data);
+            let total = l.total();
             nvlink = Some(nvlink.unwrap_or(0u64).saturating_add(total));
             let at = match self.links.iter().position(|g| g.link == l.link) {
                 Some(at) => at,

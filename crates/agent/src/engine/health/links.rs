@@ -92,11 +92,7 @@ pub(crate) fn note_counters(now: i64, s: &GpuSample, state: &mut GpuHealthState)
 fn growing_link(s: &GpuSample, totals: &mut Vec<(u32, u64)>) -> Option<u32> {
     let mut growing: Option<(u64, u32)> = None;
     for l in &s.nvlink {
-        let total = l
-            .crc_flit
-            .saturating_add(l.crc_data)
-            .saturating_add(l.replay)
-            .saturating_add(l.recovery);
+        let total = l.total();
         let grew = match totals.iter_mut().find(|(link, _)| *link == l.link) {
             Some((_, before)) => {
                 let grew = growth(Some(total), Some(*before)).unwrap_or(0);
