@@ -236,8 +236,9 @@ impl Dialect {
     }
 
     /// Queries answering GPU-seconds over `window` (at the query's time) on the hosts
-    /// `hosts` matches, with how each query's rows count ([`Counted`]). `per_gpu` keeps the `gpu` label; `gpu_instances`: whether the store
-    /// holds MIG instances' series, whose activity then counts too.
+    /// `hosts` matches, with how each query's rows count ([`Counted`]). `per_gpu` keeps the
+    /// `gpu` label; `gpu_instances`: whether the store holds MIG instances' series, whose
+    /// activity then counts too.
     pub fn usage(
         self,
         hosts: &str,

@@ -18,7 +18,6 @@ use std::time::Duration;
 use chrono::{DateTime, Datelike, TimeDelta, Timelike, Utc};
 use serde::Serialize;
 
-use super::dialect::Dialect;
 use super::plan::shard::select;
 use super::plan::{Query, Shape};
 use super::prom::{Series, joined};
@@ -174,10 +173,9 @@ impl Hourly {
         let (utilization, power, mig) = std::thread::scope(|scope| {
             let utilization = scope.spawn(|| fetch(&raw_utilization, &recorded_utilization));
             let power = scope.spawn(|| fetch(&raw_power, &recorded_power));
-            // dcgm-exporter's instances carry `GPU_I_ID`: a store with none has no MIG load.
-            let mig = scope.spawn(|| match dialect {
-                Dialect::Dcgm { .. } if !reading.gpu_instances => Ok(Vec::new()),
-                _ => reading.planner.range(&mig, at(0), at(slices - 1)),
+            let mig = scope.spawn(|| match reading.asks_mig_load() {
+                true => reading.planner.range(&mig, at(0), at(slices - 1)),
+                false => Ok(Vec::new()),
             });
             (joined(utilization), joined(power), joined(mig))
         });

@@ -76,7 +76,7 @@ pub struct Reading<'c> {
     /// with this report's memory floor and idle threshold.
     pub(crate) held_recorded: bool,
     /// Whether the store holds dcgm-exporter's MIG instances (`GPU_I_ID`) in its history.
-    pub(crate) gpu_instances: bool,
+    gpu_instances: bool,
     pub idle_threshold: f64,
     pub max_samples: u64,
 }
@@ -479,10 +479,10 @@ impl<'c> Reading<'c> {
                 )
             }),
         };
-        // dcgm-exporter's MIG load is that of the instances `GPU_I_ID` marks: none, none.
-        let mig = match dialect {
-            Dialect::Dcgm { .. } if !self.gpu_instances => 0.0,
-            _ => total(self.over(planner, from, to, None, &[(mig_sum, Counted::AS_LABELLED)])?),
+        let mig = if self.asks_mig_load() {
+            total(self.over(planner, from, to, None, &[(mig_sum, Counted::AS_LABELLED)])?)
+        } else {
+            0.0
         };
         let sum = total(self.over(
             planner,
@@ -499,6 +499,12 @@ impl<'c> Reading<'c> {
             &[(raw_hours, Counted::AS_LABELLED)],
         )?);
         Ok((sum, hours.round().max(0.0) as usize))
+    }
+
+    /// Whether MIG GPUs' load is asked for: dcgm-exporter's instances carry `GPU_I_ID`, so
+    /// a store without any has none to give.
+    pub(crate) fn asks_mig_load(&self) -> bool {
+        !matches!(self.dialect, Dialect::Dcgm { .. }) || self.gpu_instances
     }
 
     /// The shape of a raw held-time query: dcgm-exporter's is a subquery at the step.
