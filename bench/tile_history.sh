@@ -12,8 +12,9 @@ set -euo pipefail
 file=$1 copies=$2 seconds=$3 out=$4 from=${5:-0} to=${6:-99999999999}
 families=$(mktemp -d "$(dirname "$out")/tile.XXXXXX")
 trap 'rm -rf "$families"' EXIT
-# One file a family: a `# TYPE` line starts each; `# EOF` ends the history. The first and
-# last sample of each bound its copies' spans.
+# One file a family: a `# TYPE` line starts each; `# EOF` ends the history. (bench/report.sh
+# asks a block's span at a time, and each call splits the recording again: one more pass
+# over it a block, beside promtool's own.)
 awk -v dir="$families" '
 /^# TYPE / { n++; f = sprintf("%s/%06d.om", dir, n); print > f; next }
 /^# EOF/ { next }
@@ -22,11 +23,12 @@ f != "" { print > f }' "$file"
 : >"$out"
 for family in "$families"/*.om; do
   head -1 "$family" >>"$out"
+  # The family's first and last sample bound each copy's span: copies wholly outside
+  # [FROM, TO) are not read.
+  first=$(sed -n 2p "$family" | awk '{ print int($NF) }')
+  last=$(tail -1 "$family" | awk '{ print int($NF) + 1 }')
   for k in $(seq 0 $((copies - 1))); do
     shift=$((k * seconds))
-    # Copies wholly outside [FROM, TO) are not read.
-    first=$(sed -n 2p "$family" | awk '{ print int($NF) }')
-    last=$(tail -1 "$family" | awk '{ print int($NF) + 1 }')
     if [ -z "$first" ] || [ $((last + shift)) -lt "$from" ] || [ $((first + shift)) -ge "$to" ]; then
       continue
     fi
