@@ -233,7 +233,8 @@ print(min(json.load(open(m))["minTime"] for m in glob.glob(sys.argv[1] + "/*/met
     sleep 10
     loaded=$(curl -sf "$url/metrics" | awk '$1 == "prometheus_tsdb_blocks_loaded" { print $2 }') || true
     cpu=$(prom_cpu "$prom")
-    if [ "$loaded" = "$loaded_before" ] && awk -v a="$cpu_before" -v b="$cpu" 'BEGIN { exit !(b - a < 0.5) }'; then
+    if [ -n "$loaded" ] && [ "$loaded" = "$loaded_before" ] &&
+      awk -v a="$cpu_before" -v b="$cpu" 'BEGIN { exit !(b - a < 0.5) }'; then
       settled=$((settled + 10))
       [ "$settled" -ge 150 ] && break
     else
@@ -241,6 +242,7 @@ print(min(json.load(open(m))["minTime"] for m in glob.glob(sys.argv[1] + "/*/met
     fi
     loaded_before=$loaded cpu_before=$cpu
   done
+  [ "$settled" -ge 150 ] || echo "note: Prometheus was still compacting the blocks after an hour; measuring anyway" >&2
   stop "$prom"
   prom=""
   echo "promtool tsdb create-blocks-from rules: ${rules_wall}s wall, max RSS $((rules_rss / 1024)) MiB" >"$data.rules"
