@@ -199,12 +199,16 @@ mod tests {
         gpu
     }
 
+    fn default_rule(name: &str) -> Rule {
+        super::super::defaults(0.7)
+            .into_iter()
+            .find(|r| r.name == name)
+            .expect("the default rule")
+    }
+
     #[test]
     fn an_idle_instance_is_an_alert_of_its_own_naming_it_and_its_share() {
-        let rule = super::super::defaults(0.7)
-            .into_iter()
-            .find(|r| r.name == "GpuAllocatedIdle")
-            .expect("the default rule");
+        let rule = default_rule("GpuAllocatedIdle");
         let mut out = Vec::new();
         allocated_idle(&rule, "node-1", &gpu_with_idle_instance(), &mut out);
         assert_eq!(out.len(), 1, "only the idle instance");
@@ -246,10 +250,7 @@ mod tests {
     fn a_ghost_in_an_instance_is_an_alert_of_its_own_naming_it() {
         use crate::engine::idle::ProcessFinding;
         use crate::model::Liveness;
-        let rule = super::super::defaults(0.7)
-            .into_iter()
-            .find(|r| r.name == "GpuGhostProcess")
-            .expect("the default rule");
+        let rule = default_rule("GpuGhostProcess");
         let mut gpu = gpu_with_idle_instance();
         let ghost = |pid: u32, instance: Option<(u32, &str, &str)>| ProcessFinding {
             pid,
