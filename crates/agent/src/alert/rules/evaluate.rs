@@ -341,30 +341,26 @@ pub(super) fn candidate(
     }
 }
 
-/// `template` with each placeholder replaced by its value, placeholder after placeholder
-/// in the order given (as a chain of `str::replace` has it), in one pass where that is the
-/// same: every `{` of the template begins a placeholder and no value holds a `{`. Then each
-/// replacement can only find the template's own placeholders (a match begins at a `{`,
-/// and every `{` left begins one not yet replaced), so the order does not matter. Else the
-/// chain itself. A firing alert's summary is filled at every step: the chain allocated
-/// and searched five times.
+/// `template` with each placeholder replaced by its value, in one pass: a `{` that begins
+/// no placeholder is copied as it is, and a value is never searched for placeholders (a
+/// host named `a{gpu}` stays so). A firing alert's summary is filled at every step: a chain
+/// of `str::replace` allocated and searched the text once a placeholder.
 pub(super) fn fill(template: &str, placeholders: [(&str, &str); 5]) -> String {
-    let chain = |template: &str| {
-        (placeholders.iter()).fold(template.to_string(), |s, (from, to)| s.replace(from, to))
-    };
-    if placeholders.iter().any(|(_, to)| to.contains('{')) {
-        return chain(template);
-    }
     let mut out = String::with_capacity(template.len() + 64);
     let mut rest = template;
     while let Some(at) = rest.find('{') {
-        let tail = &rest[at..];
-        let Some((from, to)) = placeholders.iter().find(|(from, _)| tail.starts_with(from)) else {
-            return chain(template);
-        };
         out.push_str(&rest[..at]);
-        out.push_str(to);
-        rest = &tail[from.len()..];
+        let tail = &rest[at..];
+        match placeholders.iter().find(|(from, _)| tail.starts_with(from)) {
+            Some((from, to)) => {
+                out.push_str(to);
+                rest = &tail[from.len()..];
+            }
+            None => {
+                out.push('{');
+                rest = &tail[1..];
+            }
+        }
     }
     out.push_str(rest);
     out
@@ -423,17 +419,15 @@ mod tests {
             "",
             "{gpu}{gpu}{value}",
             "braces { alone } and {unknown} and {gpu}",
-            "{host{gpu}name}",
             "{{gpu}}",
             "ends with {",
             "{instance}{hostname}",
         ];
+        // Values without braces: the one pass and the chain agree.
         let values = [
             ["3", "GPU-1", "node-1", "0.93", ""],
             ["", "", "", "", ""],
-            ["1", "GPU-{value}", "h", "v", ""],
-            ["2", "u", "host{gpu}", "}", ""],
-            ["", "{", "{hostname}", "x", ""],
+            ["2", "u", "host}", "}", ""],
         ];
         for template in templates {
             for v in values {
@@ -447,5 +441,15 @@ mod tests {
                 assert_eq!(fill(template, p), chain(template, p), "{template:?} {v:?}");
             }
         }
+        // A value is not searched for placeholders, where the chain replaced in it too.
+        let p = [
+            ("{gpu}", "1"),
+            ("{uuid}", "GPU-{value}"),
+            ("{hostname}", "a{gpu}"),
+            ("{value}", "v"),
+            ("{instance}", ""),
+        ];
+        assert_eq!(fill("{uuid} on {hostname}", p), "GPU-{value} on a{gpu}");
+        assert_eq!(fill("{host{gpu}name}", p), "{host1name}");
     }
 }
