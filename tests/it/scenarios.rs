@@ -113,6 +113,17 @@ fn csv_logs_replay_with_their_gpus_span_restarts_and_lost_gpus() {
                 .iter()
                 .find(|g| g["uuid"] == truth_gpu["uuid"])
                 .unwrap_or_else(|| panic!("{truth_gpu} not replayed"));
+            // Whether a failure shows anything a day ahead is said for failing GPUs only,
+            // and never for a bus drop, which has nothing to show.
+            let says = &truth_gpu["shows_a_day_ahead"];
+            if truth_gpu["kind"] == "failing" {
+                assert!(says.is_boolean(), "{truth_gpu}");
+                if truth_gpu["predictable"] == false {
+                    assert_eq!(*says, false, "{truth_gpu}");
+                }
+            } else {
+                assert!(says.is_null(), "{truth_gpu}");
+            }
             let lost = truth_gpu["lost_at_failure"] == true;
             assert_eq!(replayed["lost"], lost, "{truth_gpu}\n{replayed}");
             lost_seen += usize::from(lost);

@@ -211,6 +211,7 @@ fn train_on_the_scenario_library_judges_every_held_out_variant() {
     assert!(text.starts_with("16 GPUs ("), "{text}");
     for heading in [
         "By failure family",
+        "by whether their precursor shows anything to warn on a day",
         "Healthy GPUs by what they show",
         "By held-out variant",
     ] {

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::smi_csv::{SmiCsvWriter, Units};
-use super::{DAY, Library, NodeScenario, Polling};
+use super::{DAY, Library, NodeScenario, Polling, TruthKind};
 use crate::model::Snapshot;
 use crate::source::simulate::Failure;
 
@@ -126,7 +126,14 @@ pub fn write_library(
     let path = dir.join("truth.json");
     let mut truth = library.truth();
     for (node, scenario) in truth.nodes.iter_mut().zip(&library.nodes) {
-        node.interval_s = Some(scenario.interval(polling));
+        let interval = scenario.interval(polling);
+        node.interval_s = Some(interval);
+        for gpu in truth.gpus.iter_mut() {
+            if gpu.hostname == scenario.hostname && gpu.label.kind == TruthKind::Failing {
+                gpu.shows_a_day_ahead =
+                    Some(scenario.shows_a_day_ahead(gpu.index as usize, interval));
+            }
+        }
     }
     let truth = serde_json::to_vec_pretty(&truth)?;
     std::fs::write(&path, truth).with_context(|| format!("writing {}", path.display()))?;

@@ -23,6 +23,7 @@ pub mod emit;
 #[cfg(test)]
 mod library_props;
 pub mod smi_csv;
+pub mod visible;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
@@ -278,6 +279,11 @@ pub struct GpuTruth {
     pub label: GpuLabel,
     pub(crate) precursor_start: Option<DateTime<Utc>>,
     pub(crate) failure_at: Option<DateTime<Utc>>,
+    /// Whether the failure's precursor shows something to warn on a day before it
+    /// ([`NodeScenario::shows_a_day_ahead`]), where the library was run at a known interval
+    /// (written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shows_a_day_ahead: Option<bool>,
 }
 
 /// `start` plus `seconds`, saturating.
@@ -308,6 +314,7 @@ impl Library {
                     label: label.clone(),
                     precursor_start: label.precursor_start_s.map(|s| at(start, s)),
                     failure_at: label.failure_s.map(|s| at(start, s)),
+                    shows_a_day_ahead: None,
                 });
             }
         }

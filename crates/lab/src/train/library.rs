@@ -33,9 +33,12 @@ use crate::engine::{Engine, EngineConfig, Findings};
 use crate::scenario::{GpuLabel, Library, NodeScenario, Polling, TruthKind};
 use crate::source::simulate::Failure;
 
+mod report;
+pub use report::{LibraryReport, SHOWS};
+
 use super::anchors::{self, AnchorRows, Constraint};
 use super::ensemble;
-use super::evaluate::{Columns, Figures, Outcome, Table, Tracker, Truth};
+use super::evaluate::{Outcome, Tracker, Truth};
 use super::fit::Fitted;
 use super::parallel::in_parallel;
 use super::search::{Rows, SearchOptions, Track};
@@ -79,6 +82,9 @@ struct GpuRef {
     node: usize,
     index: u32,
     label: GpuLabel,
+    /// A failure whose precursor shows something to warn on a day before it
+    /// ([`NodeScenario::shows_a_day_ahead`]).
+    shows_a_day_ahead: bool,
 }
 
 /// A GPU's features at one moment.
@@ -95,34 +101,6 @@ struct Observed {
     rows: Vec<Row>,
 }
 
-/// Everything a library run found.
-#[derive(Debug, Clone)]
-pub struct LibraryReport {
-    /// Fitted on every GPU: the model to ship.
-    pub model: RiskModel,
-    pub gpus: usize,
-    pub failing: usize,
-    pub rows: usize,
-    /// From the noise × curve folds (failures) and the noise folds (healthy GPUs): by
-    /// failure family, and healthy GPUs by each confounder
-    /// they show (a GPU with two counts in both rows) ...
-    pub by_family: Table,
-    /// The same failures by how long before the failure their precursor starts: a
-    /// precursor of under two days leaves little to warn on a day ahead.
-    pub(crate) by_span: Table,
-    pub(crate) by_confounder: Table,
-    /// ... and every healthy GPU once.
-    pub healthy: Figures,
-    /// One row per held-out variant value (`curve=exponential`, …).
-    pub(crate) by_variant: Table,
-    /// The model in use (the shipped one, models/default-risk.toml), judged on every GPU:
-    /// by family, and every healthy GPU once.
-    pub(crate) shipped_by_family: Table,
-    pub(crate) shipped_healthy: Figures,
-    /// Anchor GPUs every fit was held to.
-    pub anchors: usize,
-}
-
 /// Runs the library: observes, fits and judges every fold, fits the final model.
 pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<LibraryReport> {
     let observed = observe(library, options);
@@ -132,31 +110,15 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         .iter()
         .filter(|g| g.label.kind == TruthKind::Failing)
         .count();
-    let mut report = LibraryReport {
-        model: RiskModel::shipped(),
-        gpus: observed.gpus.len(),
+    let mut report = LibraryReport::new(
+        observed.gpus.len(),
         failing,
-        rows: observed.rows.len(),
-        by_family: Table::default(),
-        by_confounder: Table::default(),
-        healthy: Figures::default(),
-        by_variant: Table::default(),
-        by_span: Table::default(),
-        shipped_by_family: Table::default(),
-        shipped_healthy: Figures::default(),
-        anchors: anchors.len(),
-    };
+        observed.rows.len(),
+        anchors.len(),
+    );
     let every: Vec<usize> = (0..observed.gpus.len()).collect();
     for (g, outcome) in judge(library, options, &RiskModel::shipped(), &observed, &every) {
-        match &outcome {
-            Outcome::Failed { .. } => {
-                let family = observed.gpus[g].label.family.as_deref();
-                report
-                    .shipped_by_family
-                    .add(family.unwrap_or("unnamed"), &outcome);
-            }
-            Outcome::Healthy { .. } => report.shipped_healthy.add(&outcome),
-        }
+        report.add_shipped(&observed.gpus[g], &outcome);
     }
     // The noise folds' models, for a noise × curve fold whose training GPUs hold no failure
     // (a small library): it is judged without the noise model at least.
@@ -178,7 +140,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
                 // curve, the bus drops): a model that saw no GPU whose counts arrive so.
                 let curve = observed.gpus[g].label.variants.curve.is_some();
                 if axis == "noise" && !(curve && matches!(outcome, Outcome::Failed { .. })) {
-                    report.add_headline(&observed.gpus[g].label, &outcome);
+                    report.add_headline(&observed.gpus[g], &outcome);
                 }
             }
         }
@@ -211,7 +173,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
                     .to_model(&format!("fold without noise={noise}, curve={curve}")),
             };
             for (g, outcome) in judge(library, options, &model, &observed, &test) {
-                report.add_headline(&observed.gpus[g].label, &outcome);
+                report.add_headline(&observed.gpus[g], &outcome);
             }
         }
     }
@@ -237,89 +199,6 @@ fn values_of(observed: &Observed, axis: &str) -> Vec<String> {
     values.sort();
     values.dedup();
     values
-}
-
-impl LibraryReport {
-    /// Counts a GPU's outcome in the headline tables (by family, by span, healthy).
-    fn add_headline(&mut self, label: &GpuLabel, outcome: &Outcome) {
-        match outcome {
-            Outcome::Failed { .. } => {
-                let family = label.family.as_deref().unwrap_or("unnamed");
-                self.by_family.add(family, outcome);
-                if let Some(span) = span_class(label) {
-                    self.by_span.add(span, outcome);
-                }
-            }
-            Outcome::Healthy { .. } => {
-                for confounder in confounders(label) {
-                    self.by_confounder.add(&confounder, outcome);
-                }
-                self.healthy.add(outcome);
-            }
-        }
-    }
-
-    /// The evaluation tables, as Markdown with their headings.
-    pub fn tables(&self) -> String {
-        format!(
-            "{} GPUs ({} failing), {} training rows; every figure from folds that never saw \
-             the GPU's variant, every fit held to {} operators' anchor GPUs.\n\n\
-             By failure family (each failure judged by a model fitted without its noise \
-             model and without its precursor curve):\n\n{}\n\
-             The same failures by how long before the failure the precursor starts:\n\n{}\n\
-             Healthy GPUs by what they show, a GPU under each thing it shows (each judged by \
-             a model fitted without its noise model):\n\n{}\n\
-             By held-out variant (one fold per value):\n\n{}\n\
-             The shipped model (models/default-risk.toml) on every GPU, by failure \
-             family:\n\n{}\n\
-             and on every healthy GPU:\n\n{}",
-            self.gpus,
-            self.failing,
-            self.rows,
-            self.anchors,
-            self.by_family
-                .markdown("family", Columns::Failures, Some(&self.by_family.total())),
-            self.by_span
-                .markdown("precursor span", Columns::Failures, None),
-            self.by_confounder
-                .markdown("shows", Columns::Healthy, Some(&self.healthy)),
-            // A GPU is in one fold of each axis: a total over all folds would count it once
-            // per axis.
-            self.by_variant.markdown("held out", Columns::Both, None),
-            self.shipped_by_family.markdown(
-                "family",
-                Columns::Failures,
-                Some(&self.shipped_by_family.total())
-            ),
-            Table::default().markdown("healthy", Columns::Healthy, Some(&self.shipped_healthy)),
-        )
-    }
-}
-
-/// How long before its failure a GPU's precursor starts, as a row of the span table.
-fn span_class(label: &GpuLabel) -> Option<&'static str> {
-    let days = (label.failure_s? - label.precursor_start_s?) / 86_400.0;
-    Some(if days < 2.0 {
-        "under 2 days"
-    } else if days < 5.0 {
-        "2 to 5 days"
-    } else {
-        "5 days or more"
-    })
-}
-
-/// The confounders a healthy GPU shows (`none` for a plain healthy GPU).
-fn confounders(label: &GpuLabel) -> Vec<String> {
-    let names: Vec<String> = label
-        .confounders
-        .iter()
-        .filter_map(|c| serde_json::to_value(c).ok()?.as_str().map(str::to_string))
-        .collect();
-    if names.is_empty() {
-        vec!["none".into()]
-    } else {
-        names
-    }
 }
 
 /// Steps `node` through the library's days with `model`, handing each step's time
@@ -367,13 +246,16 @@ fn observe(library: &Library, options: &LibraryOptions) -> Observed {
         gpus: Vec::new(),
         rows: Vec::new(),
     };
+    let polling = Polling::between(options.shortest_interval, options.interval);
     for (n, (node, rows)) in library.nodes.iter().zip(per_node).enumerate() {
         let base = observed.gpus.len();
+        let interval = node.interval(polling);
         for (i, label) in node.labels.iter().enumerate() {
             observed.gpus.push(GpuRef {
                 node: n,
                 index: i as u32,
                 label: label.clone(),
+                shows_a_day_ahead: node.shows_a_day_ahead(i, interval),
             });
         }
         observed.rows.extend(rows.into_iter().map(|(i, t, x)| Row {
@@ -402,7 +284,10 @@ fn fit_on(
         }
         let failure = match (gpu.label.kind, gpu.label.failure_s) {
             (TruthKind::Failing, Some(at)) if gpu.label.predictable => Some(at),
-            // A failure without precursors teaches nothing either way.
+            // A failure without precursors teaches nothing either way. (One whose precursor
+            // shows nothing a day ahead stays: it may still be warned half a day ahead, and
+            // leaving those out of the fit warned one failure fewer a day ahead on the
+            // seed-1 library, docs/detection.md.)
             (TruthKind::Failing, _) => continue,
             _ => None,
         };
