@@ -129,6 +129,10 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
         }),
         // Ghosts in MIG instances are alerts of their instances ([`super::instances::ghosts`]).
         Condition::GhostProcess => {
+            // Asked of every GPU at every step, nearly always of none.
+            if g.idle.ghosts.is_empty() {
+                return None;
+            }
             let ghosts: Vec<ProcessFinding> = g.idle.ghosts.iter().filter(|p| p.mig_uuid.is_none()).cloned().collect();
             (!ghosts.is_empty()).then(|| {
                 (ghosts.len().to_string(), format!("Memory held by processes that are gone, zombies or orphans: {}.", processes(&ghosts)))
