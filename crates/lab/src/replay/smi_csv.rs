@@ -213,11 +213,7 @@ impl<R: Read> SmiCsvReader<R> {
             .iter()
             .map(|cell| {
                 let (name, unit) = split_header(cell);
-                Column {
-                    name: name.to_string(),
-                    field: Field::lookup(name),
-                    unit,
-                }
+                Column::new(name, unit)
             })
             .collect();
         anyhow::ensure!(

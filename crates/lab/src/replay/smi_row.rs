@@ -12,18 +12,34 @@ use chrono::{DateTime, Utc};
 
 use super::Warnings;
 use super::smi_fields::{
-    Cell, ClockKind, Field, TimestampParser, Unit, bitmask, flag, placeholder, pstate, quantity,
-    text,
+    Cell, ClockKind, Field, TimestampParser, Unit, bare_unit, bitmask, flag, placeholder, pstate,
+    quantity_in, text,
 };
 use super::smi_lines::Cells;
 use crate::model::{ClockEvents, GpuSample, HostInfo, RemappedRows, RetiredPages};
 
-/// One column of the log.
+/// One column of the log, and what reading its cells needs to know of it, worked out once.
 #[derive(Debug, Clone)]
 pub struct Column {
     pub name: String,
     pub field: Option<Field>,
-    pub unit: Unit,
+    /// The unit of a number without one ([`bare_unit`] of the header's).
+    bare: Unit,
+    /// A reading of the GPU ([`is_value_field`]).
+    value_field: bool,
+}
+
+impl Column {
+    /// The column `name` with the unit its header gave (`Unit::None` where none).
+    pub fn new(name: &str, unit: Unit) -> Column {
+        let field = Field::lookup(name);
+        Column {
+            name: name.to_string(),
+            field,
+            bare: field.map_or(unit, |f| bare_unit(unit, f)),
+            value_field: field.is_some_and(is_value_field),
+        }
+    }
 }
 
 /// Counts and byte sizes above this are not believed (the model's bound for counters:
@@ -177,7 +193,7 @@ pub fn read(
         };
         // nvidia-smi separates cells with ", ".
         let cell = cell.trim_ascii();
-        let value_field = is_value_field(field);
+        let value_field = column.value_field;
         value_cells += usize::from(value_field);
         // A placeholder gives no value to any field but the timestamp (whose absence skips
         // the row, below): the recycled sample and `got` already hold none, and an identity
@@ -194,7 +210,7 @@ pub fn read(
             continue;
         }
         let mut flags = Flags::default();
-        let number = |want: Unit| quantity(cell, column.unit, field, want);
+        let number = |want: Unit| quantity_in(cell, column.bare, want);
         match field {
             Field::Timestamp => match timestamps.parse(cell) {
                 Some(t) => at = Some(t),
