@@ -51,7 +51,9 @@ const LARGEST_COUNT: f64 = crate::model::sanitize::LARGEST_COUNT as f64;
 /// `v.fract()` is 0, without the call `fract` (`trunc`) is on a baseline x86-64 target.
 fn whole(v: f64) -> Option<u64> {
     let believable = (0.0..=LARGEST_COUNT).contains(&v);
-    (believable && (v as i64) as f64 == v).then_some(v as u64)
+    // Not negative there: the integer is the same as `v as u64`, without that conversion.
+    let whole = v as i64;
+    (believable && whole as f64 == v).then_some(whole as u64)
 }
 
 /// A byte size: believable and non-negative (MiB with decimals round to whole bytes).
@@ -192,7 +194,7 @@ pub fn read(
             continue;
         };
         // nvidia-smi separates cells with ", ".
-        let cell = cell.trim_ascii();
+        let cell = trimmed(cell);
         let value_field = column.value_field;
         value_cells += usize::from(value_field);
         // A placeholder gives no value to any field but the timestamp (whose absence skips
@@ -368,6 +370,20 @@ pub fn read(
         at: at?,
         has_identity,
     })
+}
+
+/// `cell.trim_ascii()`, looking at no more than its ends where they are not whitespace:
+/// nvidia-smi writes one space after each comma and none at a cell's end. ASCII
+/// whitespace is at or below the space character, so a byte above it is none.
+fn trimmed(cell: &[u8]) -> &[u8] {
+    let cell = match cell {
+        [b' ', rest @ ..] => rest,
+        _ => cell,
+    };
+    match (cell.first(), cell.last()) {
+        (Some(&a), Some(&b)) if a > b' ' && b > b' ' => cell,
+        _ => cell.trim_ascii(),
+    }
 }
 
 /// Whether a field is a reading of the GPU, not its identity, the time or a host-wide cell:
