@@ -87,7 +87,29 @@ impl Hold {
     /// could be judged (the GPU does not answer): the state holds. `hold` is in seconds.
     /// Whether what a verdict publishes of the hold (its state, action, reason or start)
     /// may have changed: false only where none of them did (`seen` is not published).
+    #[inline]
     pub fn update(&mut self, now: i64, found: Option<Found>, hold: i64) -> bool {
+        // Step after step the evidence says what the hold says, with the fixed text it
+        // holds: only when it was seen moves (what the rest of an update comes to then).
+        if let Some(Found {
+            state,
+            action,
+            reason: Reason::Fixed(text),
+        }) = &found
+            && self.since.is_some()
+            && (*state, *action) == (self.state, self.action)
+            && self.fixed.is_some_and(|f| std::ptr::eq(f, *text))
+            && self.reason.len() == text.len()
+        {
+            self.seen = now;
+            return false;
+        }
+        self.fold(now, found, hold)
+    }
+
+    /// [`Hold::update`] of evidence that changes something, or may.
+    #[inline(never)]
+    fn fold(&mut self, now: i64, found: Option<Found>, hold: i64) -> bool {
         let Some(found) = found else {
             if self.since.is_none() {
                 self.since = Some(now);
