@@ -400,7 +400,8 @@ pub(crate) fn bare_unit(header: Unit, field: Field) -> Unit {
 }
 
 /// [`quantity`] with the unit of a bare number, [`bare_unit`], worked out once a column.
-#[inline]
+/// Inlined into the row's reader, where each of most cells of a log is read.
+#[inline(always)]
 pub(crate) fn quantity_in(cell: &[u8], bare: Unit, want: Unit) -> Cell<f64> {
     // The shape nvidia-smi writes (`41`, `69.85 W`, `41%`) in one pass over the digits;
     // anything else is split and read as the general path below has it, to the same value.
