@@ -34,6 +34,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::slots::Scratch;
+use super::window::Sums;
 use super::{Engine, GpuFindings};
 use crate::model::{GpuSample, Snapshot};
 pub(crate) use hold::Hold;
@@ -440,6 +441,7 @@ impl Engine {
         // The node's pci component compares the bus with every GPU the engine knows; only
         // a host that read its bus needs the list.
         let mut known_buses = Vec::new();
+        let no_hour = Sums::default();
         for (i, (finding, &slot)) in gpus.iter_mut().zip(&scratch.slots).enumerate() {
             let sample = sample_of(snapshot, i, &finding.uuid);
             let state = self.state.gpus.slot_mut(slot);
@@ -452,12 +454,13 @@ impl Engine {
             });
             let health = &mut state.health;
             health.note_xids(now, xids.map(|e| e.xid));
-            let hour = scratch.summaries.get(i).map(|s| s.hour).unwrap_or_default();
+            // Read where it is (a copy of the sums was a tenth of judging a GPU).
+            let hour = scratch.summaries.get(i).map_or(&no_hour, |s| &s.hour);
             let input = evidence::Input {
                 now,
                 sample,
                 finding,
-                hour: &hour,
+                hour,
                 risk_threshold: self.config.risk_threshold,
                 pci_gpus,
                 bus_id: &state.pci_bus_id,
