@@ -335,7 +335,9 @@ impl Engine {
     }
 
     /// Hands back a step's findings once read: the next step reuses their allocations (a
-    /// replay steps millions of times; the live agent need not). Findings come out the same.
+    /// replay steps millions of times; the live agent need not). Findings come out the same,
+    /// provided they come back as the step gave them: a GPU's verdicts published from holds
+    /// that did not change since are not written again.
     pub fn recycle(&mut self, findings: Findings) {
         if findings.gpus.capacity() >= self.spare.capacity() {
             self.spare = findings.gpus;

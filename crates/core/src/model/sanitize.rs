@@ -254,6 +254,13 @@ impl GpuSample {
     /// [`Snapshot::sanitize`] for one GPU.
     pub fn sanitize(&mut self) -> RejectedValues {
         let mut r = RejectedValues::default();
+        self.sanitize_into(&mut r);
+        r
+    }
+
+    /// [`GpuSample::sanitize`], what it clears added to `r` (a reader of millions of rows
+    /// keeps one, rather than a new one filled in and handed back for every row).
+    pub fn sanitize_into(&mut self, r: &mut RejectedValues) {
         r.real(
             Checked::Temperature,
             &mut self.temperature_celsius,
@@ -276,7 +283,7 @@ impl GpuSample {
         r.ratio(Checked::UtilizationMemoryCopy, &mut u.memory_copy);
         r.ratio(Checked::UtilizationEncoder, &mut u.encoder);
         r.ratio(Checked::UtilizationDecoder, &mut u.decoder);
-        self.sanitize_memory(&mut r);
+        self.sanitize_memory(r);
         for (field, clocks) in [
             (Checked::Clock, &mut self.clocks),
             (Checked::ClockMax, &mut self.clocks_max),
@@ -371,14 +378,13 @@ impl GpuSample {
         }
         // A MIG instance's memory and activity are checked as its GPU's are.
         for instance in &mut self.mig_instances {
-            instance.sanitize_into(&mut r);
+            instance.sanitize_into(r);
         }
         if !(0.0..=COLLECT_SECONDS).contains(&self.collect_seconds) {
             // Not optional in the model: zero is "nothing measured".
             self.collect_seconds = 0.0;
             r.reject(Checked::CollectSeconds);
         }
-        r
     }
 
     /// Byte counts beyond any GPU, and parts larger than the whole (used, free or

@@ -24,7 +24,7 @@ use super::smi_lines::{Cells, Records};
 use super::smi_round::{Cut, Rounds, Verdict};
 use super::smi_row::{self, Column, recycle};
 use super::{ReadStats, SnapshotReader, Warnings};
-use crate::model::{GpuSample, HostInfo, Snapshot};
+use crate::model::{GpuSample, HostInfo, RejectedValues, Snapshot};
 
 /// How to read a log.
 #[derive(Debug, Clone)]
@@ -162,6 +162,8 @@ pub struct SmiCsvReader<R: Read> {
     /// The end of the log was reached and settled ([`SmiCsvReader::finish`]).
     ended: bool,
     stats: ReadStats,
+    /// What the range checks cleared of the row being joined (empty between rows).
+    rejected: RejectedValues,
 }
 
 /// A row read as one GPU's sample (the rounds' staged sample, [`Rounds::staged`]).
@@ -204,6 +206,7 @@ impl<R: Read> SmiCsvReader<R> {
             last_record_short: false,
             ended: false,
             stats: ReadStats::default(),
+            rejected: RejectedValues::default(),
         }
     }
 
@@ -213,11 +216,7 @@ impl<R: Read> SmiCsvReader<R> {
             .iter()
             .map(|cell| {
                 let (name, unit) = split_header(cell);
-                Column {
-                    name: name.to_string(),
-                    field: Field::lookup(name),
-                    unit,
-                }
+                Column::new(name, unit)
             })
             .collect();
         anyhow::ensure!(
@@ -479,8 +478,12 @@ impl<R: Read> SmiCsvReader<R> {
 
     /// Adds a row (the staged sample) to the current round, its values range-checked first.
     fn join(&mut self, row: GpuRow) {
-        let rejected = self.rounds.staged().sanitize();
-        self.stats.rejected.note(&rejected, row.line);
+        // Counted into the reader's own, empty but where a row had values cleared.
+        self.rounds.staged().sanitize_into(&mut self.rejected);
+        if self.rejected.total() > 0 {
+            self.stats.rejected.note(&self.rejected, row.line);
+            self.rejected = RejectedValues::default();
+        }
         self.stats.samples += 1;
         self.rounds.join(row.at, row.gpu, row.line, row.timed);
     }

@@ -8,9 +8,11 @@
 //! `[Unknown Error]`) or a bare `N/A`: they are absent values, not errors (a row whose every
 //! value reads `[Unknown Error]` is a GPU nvidia-smi could not reach: see [`super::smi_row`]).
 
-use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, Offset as _, Utc};
-
 use crate::model::ClockEvents;
+
+mod timestamp;
+pub(crate) use timestamp::TimestampParser;
+pub use timestamp::parse_offset;
 
 /// Which clock a clock column reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,6 +203,15 @@ pub enum Unit {
 
 impl Unit {
     pub fn parse(text: &[u8]) -> Unit {
+        // The units a number is written with, told apart by their bytes without comparing
+        // slices (a unit is read at most cells of a log).
+        match *text {
+            [b'%'] => return Unit::Percent,
+            [b'W'] => return Unit::Watt,
+            [b'M', b'i', b'B'] => return Unit::Mib,
+            [b'M', b'H', b'z'] => return Unit::Mhz,
+            _ => {}
+        }
         match text {
             b"" => Unit::None,
             b"%" => Unit::Percent,
@@ -255,6 +266,7 @@ impl<T> Cell<T> {
 }
 
 /// Classifies the placeholders nvidia-smi writes instead of a value.
+#[inline]
 pub fn placeholder<T>(cell: &[u8]) -> Option<Cell<T>> {
     match cell.first() {
         None => Some(Cell::Absent),
@@ -324,32 +336,46 @@ fn decimal(text: &[u8]) -> Option<f64> {
 /// shape [`decimal`] reads on its fast path (an optional `-`, 1 to 15 digits, at most one
 /// point with a digit either side of it) and `cell` goes on, if at all, with a byte that
 /// is neither a digit nor a point: the same value [`decimal`] gives that prefix. `None`
-/// for any other shape.
+/// for any other shape. The whole part and the fraction are each read in a loop of their
+/// own (a cell is read at every row: one pass that asked of each byte whether it is the
+/// point cost a third of reading a number).
+#[inline]
 fn leading_decimal(cell: &[u8]) -> Option<(f64, usize)> {
     let negative = cell.first() == Some(&b'-');
     let start = usize::from(negative);
     let mut mantissa = 0u64;
-    let mut count = 0usize;
-    let mut point = None;
-    let mut end = cell.len();
-    for (i, &b) in cell.iter().enumerate().skip(start) {
-        match b {
-            b'0'..=b'9' => {
-                mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
-                count += 1;
-            }
-            b'.' if point.is_none() && i > start => point = Some(i),
-            _ => {
-                end = i;
+    let mut end = start;
+    while let Some(&b) = cell.get(end) {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(digit));
+        end += 1;
+    }
+    let whole = end - start;
+    let mut scale = 0;
+    // A point after at least one digit; digits must follow it.
+    if whole > 0 && cell.get(end) == Some(&b'.') {
+        let point = end;
+        end += 1;
+        while let Some(&b) = cell.get(end) {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
                 break;
             }
+            mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(digit));
+            end += 1;
+        }
+        scale = end - point - 1;
+        if scale == 0 {
+            return None;
         }
     }
-    let scale = point.map(|p| end - p - 1);
-    if !(1..=15).contains(&count) || scale == Some(0) {
+    if !(1..=15).contains(&(whole + scale)) {
         return None;
     }
-    let value = mantissa as f64 / POWERS_OF_TEN[scale.unwrap_or(0)];
+    let value = mantissa as f64 / POWERS_OF_TEN[scale];
     Some((if negative { -value } else { value }, end))
 }
 
@@ -361,12 +387,28 @@ const POWERS_OF_TEN: [f64; 16] = [
 /// converted to `want` (the model's base unit for the field). The cell is not a
 /// [`placeholder`]: a row's reader classifies each cell once, before its value is read.
 pub fn quantity(cell: &[u8], header: Unit, field: Field, want: Unit) -> Cell<f64> {
+    quantity_in(cell, bare_unit(header, field), want)
+}
+
+/// The unit of a number written without one in a column with the header's unit `header`
+/// (`Unit::None` where the header has none) of `field`: the header's, else the field's usual.
+pub(crate) fn bare_unit(header: Unit, field: Field) -> Unit {
+    match header {
+        Unit::None => field.default_unit(),
+        unit => unit,
+    }
+}
+
+/// [`quantity`] with the unit of a bare number, [`bare_unit`], worked out once a column.
+/// Inlined into the row's reader, where each of most cells of a log is read.
+#[inline(always)]
+pub(crate) fn quantity_in(cell: &[u8], bare: Unit, want: Unit) -> Cell<f64> {
     // The shape nvidia-smi writes (`41`, `69.85 W`, `41%`) in one pass over the digits;
     // anything else is split and read as the general path below has it, to the same value.
     let (value, unit) = match leading_decimal(cell) {
         Some((value, end)) if end == cell.len() => (value, Unit::None),
         Some((value, end)) if cell[end] == b' ' => {
-            (value, Unit::parse(cell[end + 1..].trim_ascii()))
+            (value, Unit::parse(unit_text(&cell[end + 1..])))
         }
         Some((value, end)) if cell[end] == b'%' && end + 1 == cell.len() => (value, Unit::Percent),
         _ => {
@@ -378,8 +420,7 @@ pub fn quantity(cell: &[u8], header: Unit, field: Field, want: Unit) -> Cell<f64
         }
     };
     let unit = match unit {
-        Unit::None if header != Unit::None => header,
-        Unit::None => field.default_unit(),
+        Unit::None => bare,
         u => u,
     };
     let converted = match (unit, want) {
@@ -395,6 +436,16 @@ pub fn quantity(cell: &[u8], header: Unit, field: Field, want: Unit) -> Cell<f64
         _ => return Cell::Invalid,
     };
     Cell::Value(converted)
+}
+
+/// `text` without the whitespace around it, looked for only where its first or last byte
+/// is whitespace: a unit after a number (`MiB` of `81559 MiB`) has none, as the reader
+/// trims each cell.
+fn unit_text(text: &[u8]) -> &[u8] {
+    match (text.first(), text.last()) {
+        (Some(a), Some(b)) if !a.is_ascii_whitespace() && !b.is_ascii_whitespace() => text,
+        _ => text.trim_ascii(),
+    }
 }
 
 /// A yes/no cell in any of nvidia-smi's spellings.
@@ -474,112 +525,6 @@ pub fn text(cell: &[u8]) -> Cell<&str> {
         return p;
     }
     std::str::from_utf8(cell).map_or(Cell::Invalid, Cell::Value)
-}
-
-/// Reads nvidia-smi's timestamps fast, remembering the last date (it changes once a day
-/// while rows come every few milliseconds).
-#[derive(Debug, Clone)]
-pub(crate) struct TimestampParser {
-    /// Local time of the log minus UTC.
-    offset: FixedOffset,
-    last_date: [u8; 10],
-    last_day: Option<NaiveDate>,
-}
-
-impl TimestampParser {
-    pub fn new(offset: FixedOffset) -> TimestampParser {
-        TimestampParser {
-            offset,
-            last_date: [0; 10],
-            last_day: None,
-        }
-    }
-
-    /// `2026/07/14 08:12:38.696` (nvidia-smi; local time without a zone, taken at the
-    /// configured offset), or RFC 3339 with its own zone.
-    pub fn parse(&mut self, cell: &[u8]) -> Option<DateTime<Utc>> {
-        if let Some(t) = self.fast(cell) {
-            return Some(t);
-        }
-        let text = std::str::from_utf8(cell).ok()?;
-        if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-            return Some(t.with_timezone(&Utc));
-        }
-        for format in [
-            "%Y/%m/%d %H:%M:%S%.f",
-            "%Y-%m-%d %H:%M:%S%.f",
-            "%Y-%m-%dT%H:%M:%S%.f",
-        ] {
-            if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
-                return self.to_utc(t);
-            }
-        }
-        None
-    }
-
-    fn to_utc(&self, local: NaiveDateTime) -> Option<DateTime<Utc>> {
-        local.checked_sub_offset(self.offset).map(|t| t.and_utc())
-    }
-
-    /// The exact `YYYY/MM/DD HH:MM:SS.mmm` shape, without a general-purpose parser.
-    fn fast(&mut self, cell: &[u8]) -> Option<DateTime<Utc>> {
-        if !(cell.len() == 19 || cell.len() == 23) || cell[4] != b'/' || cell[7] != b'/' {
-            return None;
-        }
-        let digits = |range: std::ops::Range<usize>| -> Option<u32> {
-            let mut n = 0u32;
-            for &b in cell.get(range)? {
-                if !b.is_ascii_digit() {
-                    return None;
-                }
-                n = n * 10 + u32::from(b - b'0');
-            }
-            Some(n)
-        };
-        let day = match self.last_day {
-            Some(day) if cell[..10] == self.last_date => day,
-            _ => {
-                let day =
-                    NaiveDate::from_ymd_opt(digits(0..4)? as i32, digits(5..7)?, digits(8..10)?)?;
-                self.last_date.copy_from_slice(&cell[..10]);
-                self.last_day = Some(day);
-                day
-            }
-        };
-        if cell[10] != b' ' || cell[13] != b':' || cell[16] != b':' {
-            return None;
-        }
-        let millis = if cell.len() == 23 {
-            if cell[19] != b'.' {
-                return None;
-            }
-            digits(20..23)?
-        } else {
-            0
-        };
-        let time =
-            day.and_hms_milli_opt(digits(11..13)?, digits(14..16)?, digits(17..19)?, millis)?;
-        self.to_utc(time)
-    }
-}
-
-/// Parses `--timezone`: `+08:00`, `-05:30`, `Z` or `UTC`.
-pub fn parse_offset(text: &str) -> anyhow::Result<FixedOffset> {
-    let text = text.trim();
-    if text.eq_ignore_ascii_case("utc") || text == "Z" {
-        return Ok(Utc.fix());
-    }
-    let bad = || anyhow::anyhow!("--timezone {text:?}: expected ±HH:MM, e.g. +08:00 or -05:00");
-    let (sign, rest) = match text.as_bytes().first() {
-        Some(b'+') => (1, &text[1..]),
-        Some(b'-') => (-1, &text[1..]),
-        _ => return Err(bad()),
-    };
-    let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
-    let hours: i32 = h.parse().map_err(|_| bad())?;
-    let minutes: i32 = m.parse().map_err(|_| bad())?;
-    anyhow::ensure!(hours <= 14 && minutes < 60, bad());
-    FixedOffset::east_opt(sign * (hours * 3600 + minutes * 60)).ok_or_else(bad)
 }
 
 #[cfg(test)]

@@ -12,18 +12,78 @@ use chrono::{DateTime, Utc};
 
 use super::Warnings;
 use super::smi_fields::{
-    Cell, ClockKind, Field, TimestampParser, Unit, bitmask, flag, placeholder, pstate, quantity,
-    text,
+    Cell, ClockKind, Field, TimestampParser, Unit, bare_unit, bitmask, flag, placeholder, pstate,
+    quantity_in, text,
 };
 use super::smi_lines::Cells;
 use crate::model::{ClockEvents, GpuSample, HostInfo, RemappedRows, RetiredPages};
 
-/// One column of the log.
+/// One column of the log, and what reading its cells needs to know of it, worked out once.
 #[derive(Debug, Clone)]
 pub struct Column {
     pub name: String,
     pub field: Option<Field>,
-    pub unit: Unit,
+    /// The unit of a number without one ([`bare_unit`] of the header's).
+    bare: Unit,
+    /// A reading of the GPU ([`is_value_field`]).
+    value_field: bool,
+    /// The unit the field's number is read in, for a field that is a number.
+    want: Option<Unit>,
+}
+
+impl Column {
+    /// The column `name` with the unit its header gave (`Unit::None` where none).
+    pub fn new(name: &str, unit: Unit) -> Column {
+        let field = Field::lookup(name);
+        Column {
+            name: name.to_string(),
+            field,
+            bare: field.map_or(unit, |f| bare_unit(unit, f)),
+            value_field: field.is_some_and(is_value_field),
+            want: field.and_then(number_unit),
+        }
+    }
+}
+
+/// The unit a field's number is read in (the model's base unit for it); `None` for a field
+/// that is not a number.
+fn number_unit(field: Field) -> Option<Unit> {
+    use Field::*;
+    match field {
+        PowerDraw | PowerDrawAverage | PowerDrawInstant | PowerLimit | EnforcedPowerLimit => {
+            Some(Unit::Watt)
+        }
+        Clock(_) | ClockMax(_) => Some(Unit::Mhz),
+        Index
+        | UtilGpu
+        | UtilMemory
+        | UtilEncoder
+        | UtilDecoder
+        | FanSpeed
+        | MemTotal
+        | MemUsed
+        | MemFree
+        | MemReserved
+        | TempGpu
+        | TempMemory
+        | EccCorrectedVolatile
+        | EccCorrectedAggregate
+        | EccUncorrectedVolatile
+        | EccUncorrectedAggregate
+        | RetiredSbe
+        | RetiredDbe
+        | RemapCorrectable
+        | RemapUncorrectable
+        | PcieGen
+        | PcieGenGpu
+        | PcieWidth
+        | PcieGenMax
+        | PcieWidthMax => Some(Unit::None),
+        Timestamp | Uuid | Name | PciBusId | Serial | DriverVersion | Hostname | MigMode
+        | Pstate | EventsActive | EventBit(_) | RetiredPending | RemapPending | RemapFailure => {
+            None
+        }
+    }
 }
 
 /// Counts and byte sizes above this are not believed (the model's bound for counters:
@@ -35,7 +95,9 @@ const LARGEST_COUNT: f64 = crate::model::sanitize::LARGEST_COUNT as f64;
 /// `v.fract()` is 0, without the call `fract` (`trunc`) is on a baseline x86-64 target.
 fn whole(v: f64) -> Option<u64> {
     let believable = (0.0..=LARGEST_COUNT).contains(&v);
-    (believable && (v as i64) as f64 == v).then_some(v as u64)
+    // Not negative there: the integer is the same as `v as u64`, without that conversion.
+    let whole = v as i64;
+    (believable && whole as f64 == v).then_some(whole as u64)
 }
 
 /// A byte size: believable and non-negative (MiB with decimals round to whole bytes).
@@ -176,8 +238,8 @@ pub fn read(
             continue;
         };
         // nvidia-smi separates cells with ", ".
-        let cell = cell.trim_ascii();
-        let value_field = is_value_field(field);
+        let cell = trimmed(cell);
+        let value_field = column.value_field;
         value_cells += usize::from(value_field);
         // A placeholder gives no value to any field but the timestamp (whose absence skips
         // the row, below): the recycled sample and `got` already hold none, and an identity
@@ -194,7 +256,12 @@ pub fn read(
             continue;
         }
         let mut flags = Flags::default();
-        let number = |want: Unit| quantity(cell, column.unit, field, want);
+        // Read here, the one place a number is read (the field's own unit is the column's),
+        // and taken by the field's arm below.
+        let number = match column.want {
+            Some(want) => quantity_in(cell, column.bare, want),
+            None => Cell::Absent,
+        };
         match field {
             Field::Timestamp => match timestamps.parse(cell) {
                 Some(t) => at = Some(t),
@@ -243,19 +310,19 @@ pub fn read(
                 }
             }
             Field::Index => {
-                if let Some(i) = flags.take(number(Unit::None).and_then(small)) {
+                if let Some(i) = flags.take(number.and_then(small)) {
                     sample.index = i;
                     has_identity = true;
                 }
             }
             Field::MigMode => sample.mig_enabled = flags.take(flag(cell)),
-            Field::UtilGpu => sample.utilization.gpu = flags.take(number(Unit::None)),
-            Field::UtilMemory => sample.utilization.memory_copy = flags.take(number(Unit::None)),
-            Field::UtilEncoder => sample.utilization.encoder = flags.take(number(Unit::None)),
-            Field::UtilDecoder => sample.utilization.decoder = flags.take(number(Unit::None)),
-            Field::FanSpeed => sample.fan_speed_ratio = flags.take(number(Unit::None)),
+            Field::UtilGpu => sample.utilization.gpu = flags.take(number),
+            Field::UtilMemory => sample.utilization.memory_copy = flags.take(number),
+            Field::UtilEncoder => sample.utilization.encoder = flags.take(number),
+            Field::UtilDecoder => sample.utilization.decoder = flags.take(number),
+            Field::FanSpeed => sample.fan_speed_ratio = flags.take(number),
             Field::MemTotal | Field::MemUsed | Field::MemFree | Field::MemReserved => {
-                let value = flags.take(number(Unit::None).and_then(bytes));
+                let value = flags.take(number.and_then(bytes));
                 let memory = &mut sample.memory;
                 match field {
                     Field::MemTotal => memory.total_bytes = value,
@@ -264,15 +331,15 @@ pub fn read(
                     _ => memory.reserved_bytes = value,
                 }
             }
-            Field::TempGpu => sample.temperature_celsius = flags.take(number(Unit::None)),
-            Field::TempMemory => sample.memory_temperature_celsius = flags.take(number(Unit::None)),
-            Field::PowerDraw => got.power_draw = flags.take(number(Unit::Watt)),
-            Field::PowerDrawAverage => got.power_average = flags.take(number(Unit::Watt)),
-            Field::PowerDrawInstant => got.power_instant = flags.take(number(Unit::Watt)),
-            Field::PowerLimit => got.power_limit = flags.take(number(Unit::Watt)),
-            Field::EnforcedPowerLimit => got.enforced_limit = flags.take(number(Unit::Watt)),
+            Field::TempGpu => sample.temperature_celsius = flags.take(number),
+            Field::TempMemory => sample.memory_temperature_celsius = flags.take(number),
+            Field::PowerDraw => got.power_draw = flags.take(number),
+            Field::PowerDrawAverage => got.power_average = flags.take(number),
+            Field::PowerDrawInstant => got.power_instant = flags.take(number),
+            Field::PowerLimit => got.power_limit = flags.take(number),
+            Field::EnforcedPowerLimit => got.enforced_limit = flags.take(number),
             Field::Clock(kind) | Field::ClockMax(kind) => {
-                let mhz = flags.take(number(Unit::Mhz).and_then(small_rounded));
+                let mhz = flags.take(number.and_then(small_rounded));
                 let clocks = if matches!(field, Field::Clock(_)) {
                     &mut sample.clocks
                 } else {
@@ -299,7 +366,7 @@ pub fn read(
             | Field::EccCorrectedAggregate
             | Field::EccUncorrectedVolatile
             | Field::EccUncorrectedAggregate => {
-                let count = flags.take(number(Unit::None).and_then(whole));
+                let count = flags.take(number.and_then(whole));
                 let ecc = &mut sample.ecc;
                 match field {
                     Field::EccCorrectedVolatile => ecc.corrected_volatile = count,
@@ -308,28 +375,20 @@ pub fn read(
                     _ => ecc.uncorrected_aggregate = count,
                 }
             }
-            Field::RetiredSbe => got.retired[0] = flags.take(number(Unit::None).and_then(whole)),
-            Field::RetiredDbe => got.retired[1] = flags.take(number(Unit::None).and_then(whole)),
+            Field::RetiredSbe => got.retired[0] = flags.take(number.and_then(whole)),
+            Field::RetiredDbe => got.retired[1] = flags.take(number.and_then(whole)),
             Field::RetiredPending => got.retired_pending = flags.take(flag(cell)),
-            Field::RemapCorrectable => {
-                got.remap[0] = flags.take(number(Unit::None).and_then(whole))
-            }
-            Field::RemapUncorrectable => {
-                got.remap[1] = flags.take(number(Unit::None).and_then(whole))
-            }
+            Field::RemapCorrectable => got.remap[0] = flags.take(number.and_then(whole)),
+            Field::RemapUncorrectable => got.remap[1] = flags.take(number.and_then(whole)),
             Field::RemapPending => got.remap_pending = flags.take(flag(cell)),
             Field::RemapFailure => got.remap_failure = flags.take(flag(cell)),
-            Field::PcieGen => got.gen_current = flags.take(number(Unit::None).and_then(small)),
-            Field::PcieGenGpu => got.gen_gpu = flags.take(number(Unit::None).and_then(small)),
-            Field::PcieWidth => {
-                sample.pcie.link_width = flags.take(number(Unit::None).and_then(small))
-            }
+            Field::PcieGen => got.gen_current = flags.take(number.and_then(small)),
+            Field::PcieGenGpu => got.gen_gpu = flags.take(number.and_then(small)),
+            Field::PcieWidth => sample.pcie.link_width = flags.take(number.and_then(small)),
             Field::PcieGenMax => {
-                sample.pcie.link_generation_max = flags.take(number(Unit::None).and_then(small))
+                sample.pcie.link_generation_max = flags.take(number.and_then(small))
             }
-            Field::PcieWidthMax => {
-                sample.pcie.link_width_max = flags.take(number(Unit::None).and_then(small))
-            }
+            Field::PcieWidthMax => sample.pcie.link_width_max = flags.take(number.and_then(small)),
         }
         lost |= flags.lost;
         if flags.invalid {
@@ -352,6 +411,20 @@ pub fn read(
         at: at?,
         has_identity,
     })
+}
+
+/// `cell.trim_ascii()`, looking at no more than its ends where they are not whitespace:
+/// nvidia-smi writes one space after each comma and none at a cell's end. ASCII
+/// whitespace is at or below the space character, so a byte above it is none.
+fn trimmed(cell: &[u8]) -> &[u8] {
+    let cell = match cell {
+        [b' ', rest @ ..] => rest,
+        _ => cell,
+    };
+    match (cell.first(), cell.last()) {
+        (Some(&a), Some(&b)) if a > b' ' && b > b' ' => cell,
+        _ => cell.trim_ascii(),
+    }
 }
 
 /// Whether a field is a reading of the GPU, not its identity, the time or a host-wide cell:

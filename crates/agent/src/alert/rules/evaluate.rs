@@ -29,6 +29,17 @@ pub struct RuleInput<'a> {
 /// [`crate::alert::book::AlertBook::inhibited`]).
 pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
     let mut out = Vec::new();
+    // The GPUs no finding-based condition can hold for (most, at most steps), told once a
+    // step rather than by each rule in turn.
+    let lowest_risk = (rules.iter())
+        .filter_map(|r| match r.condition {
+            Condition::RiskHigh(threshold) => Some(threshold),
+            _ => None,
+        })
+        .fold(f64::INFINITY, f64::min);
+    let quiet: Vec<bool> = (input.findings.gpus.iter())
+        .map(|g| quiet(g, lowest_risk))
+        .collect();
     for rule in rules {
         match &rule.condition {
             Condition::ScaleOut | Condition::ScaleIn => node_rule(rule, input, &mut out),
@@ -37,7 +48,11 @@ pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
                 super::health::health_rule(rule, input, &mut out)
             }
             _ => {
-                for gpu in &input.findings.gpus {
+                let skips_quiet = !matches!(rule.condition, Condition::Threshold { .. });
+                for (gpu, &quiet) in input.findings.gpus.iter().zip(&quiet) {
+                    if quiet && skips_quiet {
+                        continue;
+                    }
                     if let Some((value, mut description)) = gpu_condition(&rule.condition, gpu) {
                         // A GPU's health is its MIG instances' too: name what it takes down.
                         if rule.condition != Condition::AllocatedIdle {
@@ -61,6 +76,24 @@ pub fn evaluate(rules: &[Rule], input: &RuleInput<'_>) -> Vec<Candidate> {
         }
     }
     out
+}
+
+/// Whether none of the conditions [`gpu_condition`] and the MIG instances' rules read of a
+/// GPU's findings can hold for `g`: `RiskHigh` at `lowest_risk` or above included, the
+/// added rules' thresholds not (they read any value).
+fn quiet(g: &GpuFindings, lowest_risk: f64) -> bool {
+    let idle = &g.idle;
+    !(g.lost
+        || !g.hardware_xids_24h.is_empty()
+        || g.row_remap_failure
+        || g.uncorrectable_ecc_24h > 0.0
+        || (g.up && g.risk.score >= lowest_risk)
+        || g.thermal_slowdown
+        || idle.allocated_idle
+        || !idle.ghosts.is_empty()
+        || !idle.outside_scheduler.is_empty()
+        || !idle.long_running.is_empty()
+        || !g.mig.is_empty())
 }
 
 /// Value shown in the summary and the description with the numbers, when the condition holds.
@@ -129,6 +162,10 @@ fn gpu_condition(condition: &Condition, g: &GpuFindings) -> Option<(String, Stri
         }),
         // Ghosts in MIG instances are alerts of their instances ([`super::instances::ghosts`]).
         Condition::GhostProcess => {
+            // Asked of every GPU at every step, nearly always of none.
+            if g.idle.ghosts.is_empty() {
+                return None;
+            }
             let ghosts: Vec<ProcessFinding> = g.idle.ghosts.iter().filter(|p| p.mig_uuid.is_none()).cloned().collect();
             (!ghosts.is_empty()).then(|| {
                 (ghosts.len().to_string(), format!("Memory held by processes that are gone, zombies or orphans: {}.", processes(&ghosts)))

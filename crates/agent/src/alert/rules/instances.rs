@@ -65,6 +65,10 @@ pub(super) fn allocated_idle(
 /// One `GpuGhostProcess` candidate per MIG instance of `gpu` that ghosts hold memory in
 /// (the GPU's own candidate counts the ghosts outside any instance).
 pub(super) fn ghosts(rule: &Rule, hostname: &str, gpu: &GpuFindings, out: &mut Vec<Candidate>) {
+    // Asked of every GPU at every step, nearly always of none.
+    if gpu.idle.ghosts.is_empty() {
+        return;
+    }
     let mut by_instance: BTreeMap<&str, Vec<ProcessFinding>> = BTreeMap::new();
     for ghost in &gpu.idle.ghosts {
         if let Some(uuid) = ghost.mig_uuid.as_deref() {

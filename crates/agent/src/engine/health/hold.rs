@@ -85,27 +85,56 @@ impl Hold {
 
     /// Folds one step's evidence in at unix time `now`; `found` is `None` when nothing
     /// could be judged (the GPU does not answer): the state holds. `hold` is in seconds.
-    pub fn update(&mut self, now: i64, found: Option<Found>, hold: i64) {
+    /// Whether what a verdict publishes of the hold (its state, action, reason or start)
+    /// may have changed: false only where none of them did (`seen` is not published).
+    #[inline]
+    pub fn update(&mut self, now: i64, found: Option<Found>, hold: i64) -> bool {
+        // Step after step the evidence says what the hold says, with the fixed text it
+        // holds: only when it was seen moves (what the rest of an update comes to then).
+        if let Some(Found {
+            state,
+            action,
+            reason: Reason::Fixed(text),
+        }) = &found
+            && self.since.is_some()
+            && (*state, *action) == (self.state, self.action)
+            && self.fixed.is_some_and(|f| std::ptr::eq(f, *text))
+            && self.reason.len() == text.len()
+        {
+            self.seen = now;
+            return false;
+        }
+        self.fold(now, found, hold)
+    }
+
+    /// [`Hold::update`] of evidence that changes something, or may.
+    #[inline(never)]
+    fn fold(&mut self, now: i64, found: Option<Found>, hold: i64) -> bool {
         let Some(found) = found else {
             if self.since.is_none() {
                 self.since = Some(now);
                 self.seen = now;
                 set_text(&mut self.reason, NOT_JUDGED);
                 self.fixed = None;
+                return true;
             }
-            return;
+            return false;
         };
         let first = self.since.is_none();
+        let mut changed = false;
         if first || found.state > self.state {
+            changed = self.since != Some(now);
             self.since = Some(now);
         } else if found.state < self.state {
             // Held while the evidence of the current state is recent; a clock that went
             // back (a recording) holds too.
             if now - self.seen < hold {
-                return;
+                return false;
             }
+            changed = self.since != Some(now);
             self.since = Some(now);
         }
+        changed |= (self.state, self.action) != (found.state, found.action);
         self.state = found.state;
         self.action = found.action;
         self.seen = now;
@@ -116,23 +145,27 @@ impl Hold {
                 if self.fixed.is_some_and(|f| std::ptr::eq(f, text))
                     && self.reason.len() == text.len() => {}
             Reason::Fixed(text) => {
-                set_text(&mut self.reason, text);
+                changed |= set_text(&mut self.reason, text);
                 self.fixed = Some(text);
             }
             Reason::Text(text) => {
-                set_text(&mut self.reason, &text);
+                changed |= set_text(&mut self.reason, &text);
                 self.fixed = None;
             }
         }
+        changed
     }
 }
 
-/// Replaces `out` with `text`, reusing its allocation (and skipping the copy when equal).
-fn set_text(out: &mut String, text: &str) {
+/// Replaces `out` with `text`, reusing its allocation (and skipping the copy when equal);
+/// whether it was not equal.
+fn set_text(out: &mut String, text: &str) -> bool {
     if out != text {
         out.clear();
         out.push_str(text);
+        return true;
     }
+    false
 }
 
 #[cfg(test)]
@@ -237,6 +270,32 @@ mod tests {
         fresh.since = h.since;
         fresh.seen = h.seen;
         assert_eq!(fresh, h);
+    }
+
+    #[test]
+    fn an_update_says_whether_what_is_published_of_the_hold_may_have_changed() {
+        let mut h = Hold::default();
+        assert!(h.update(0, None, HOLD), "the first judgement");
+        assert!(!h.update(5, None, HOLD), "nothing judged: the state holds");
+        assert!(h.update(10, super::healthy("all fine"), HOLD));
+        let published = |h: &Hold| (h.state, h.action, h.reason.clone(), h.since);
+        let before = published(&h);
+        assert!(!h.update(20, super::healthy("all fine"), HOLD));
+        assert_eq!(published(&h), before, "only `seen` moved");
+        assert_eq!(h.seen, 20);
+        assert!(h.update(30, found(State::Degraded, Action::ResetGpu, "x"), HOLD));
+        assert!(!h.update(40, found(State::Degraded, Action::ResetGpu, "x"), HOLD));
+        assert!(h.update(50, found(State::Degraded, Action::ResetGpu, "y"), HOLD));
+        assert!(h.update(
+            60,
+            found(State::Degraded, Action::InspectHardware, "y"),
+            HOLD
+        ));
+        // Better evidence within the hold: held, nothing changes.
+        let before = published(&h);
+        assert!(!h.update(70, super::healthy("all fine"), HOLD));
+        assert_eq!(published(&h), before);
+        assert!(h.update(400, super::healthy("all fine"), HOLD));
     }
 
     #[test]

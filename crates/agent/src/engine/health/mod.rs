@@ -34,6 +34,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::slots::Scratch;
+use super::window::Sums;
 use super::{Engine, GpuFindings};
 use crate::model::{GpuSample, Snapshot};
 pub(crate) use hold::Hold;
@@ -145,6 +146,10 @@ pub struct GpuHealth {
     /// where their holds did not change. Not published, and not part of the value.
     #[serde(skip)]
     written: Vec<Written>,
+    /// The GPU's holds these components were last published from, as [`Published::key`]
+    /// named them: while the holds say the same, there is nothing to write. Not published.
+    #[serde(skip)]
+    from: Option<(u64, u64)>,
 }
 
 impl PartialEq for GpuHealth {
@@ -231,6 +236,60 @@ pub struct GpuHealthState {
     pub answered: Option<bool>,
     /// XIDs that ask for something, with their unix time, newest last.
     pub xids: VecDeque<(i64, u32)>,
+    /// Which version of the holds findings were published from (not state).
+    #[serde(skip)]
+    published: Published,
+}
+
+/// Names what the GPU's holds publish, so that findings handed back to the engine
+/// ([`Engine::recycle`]) and written from the same holds again need no rewriting: a serial
+/// that no other GPU state (in this process: a copy, a state read back or a new GPU takes
+/// a new one) has, and a version that [`Hold::update`] moves on whenever what a verdict
+/// shows of a hold may have changed. The holds change only there (their fields are public
+/// for the state file and for tests). Not state: not saved, compared or cloned, as the
+/// window memo is not.
+#[derive(Default)]
+struct Published {
+    /// 0 until first asked for.
+    serial: u64,
+    version: u64,
+}
+
+/// Serials of [`Published`], never reused within a process.
+static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Published {
+    /// Moves the version on where the holds may have changed.
+    fn note(&mut self, changed: bool) {
+        self.version += u64::from(changed);
+    }
+
+    /// The serial and version of the holds as they are now.
+    fn key(&mut self) -> (u64, u64) {
+        if self.serial == 0 {
+            self.serial = SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        (self.serial, self.version)
+    }
+}
+
+impl Clone for Published {
+    /// A copy's holds go their own way: it takes a serial of its own.
+    fn clone(&self) -> Self {
+        Published::default()
+    }
+}
+
+impl PartialEq for Published {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Published")
+    }
 }
 
 /// Counters as last read, for rates and to tell a reset.
@@ -382,6 +441,7 @@ impl Engine {
         // The node's pci component compares the bus with every GPU the engine knows; only
         // a host that read its bus needs the list.
         let mut known_buses = Vec::new();
+        let no_hour = Sums::default();
         for (i, (finding, &slot)) in gpus.iter_mut().zip(&scratch.slots).enumerate() {
             let sample = sample_of(snapshot, i, &finding.uuid);
             let state = self.state.gpus.slot_mut(slot);
@@ -394,21 +454,30 @@ impl Engine {
             });
             let health = &mut state.health;
             health.note_xids(now, xids.map(|e| e.xid));
-            let hour = scratch.summaries.get(i).map(|s| s.hour).unwrap_or_default();
+            // Read where it is (a copy of the sums was a tenth of judging a GPU).
+            let hour = scratch.summaries.get(i).map_or(&no_hour, |s| &s.hour);
             let input = evidence::Input {
                 now,
                 sample,
                 finding,
-                hour: &hour,
+                hour,
                 risk_threshold: self.config.risk_threshold,
                 pci_gpus,
                 bus_id: &state.pci_bus_id,
             };
             let found = evidence::judge(&input, health);
+            let mut changed = false;
             for (held, found) in health.holds_mut().into_iter().zip(found) {
-                held.update(now, found, hold);
+                changed |= held.update(now, found, hold);
             }
+            health.published.note(changed);
+            let key = health.published.key();
             let out = &mut finding.health;
+            // Findings handed back that were published from these very holds, unchanged
+            // since: every verdict, the state and the action are what they say already.
+            if out.from == Some(key) && out.components.len() == GPU_COMPONENTS.len() {
+                continue;
+            }
             let holds = health.holds();
             publish(
                 &mut out.components,
@@ -418,6 +487,7 @@ impl Engine {
                 now,
             );
             (out.state, out.action) = summarise(&out.components);
+            out.from = Some(key);
         }
         let found = node::judge(snapshot, &known_buses);
         let node = &mut self.state.health;

@@ -138,15 +138,13 @@ impl RateTest {
     }
 
     /// [`RateTest::observe`] of a sample in the clock hour starting at `hour`
-    /// ([`hour_of`] its time): a GPU's counters share one sample's hour.
+    /// ([`hour_of`] its time): a GPU's counters share one sample's hour. Inlined, with the
+    /// floor a constant where the counters call it: a few additions a sample, the hour's
+    /// close (once an hour) kept apart.
+    #[inline]
     pub(crate) fn observe_in(&mut self, hour: i64, count: f64, seconds: f64, floor: f64) {
         if hour > self.hour {
-            if self.hour != 0 {
-                self.close(floor);
-            }
-            self.hour = hour;
-            self.count = 0.0;
-            self.seconds = 0.0;
+            self.open(hour, floor);
         }
         // A late sample of an hour already closed falls into the open one.
         if count.is_finite() && count > 0.0 {
@@ -230,6 +228,18 @@ impl RateTest {
     fn remember_multiple(&mut self) {
         let rate = self.mean.max(self.floor);
         self.multiple = bad_hour_multiple(rate / self.unit(rate));
+    }
+
+    /// Closes the open hour, if any, and opens the one starting at `hour`.
+    #[cold]
+    #[inline(never)]
+    fn open(&mut self, hour: i64, floor: f64) {
+        if self.hour != 0 {
+            self.close(floor);
+        }
+        self.hour = hour;
+        self.count = 0.0;
+        self.seconds = 0.0;
     }
 
     fn close(&mut self, floor: f64) {

@@ -330,3 +330,32 @@ timestamp, uuid, utilization.gpu [%], pcie.link.gen.current, pcie.link.gen.max, 
         (Some(3), Some(5), Some(8), Some(16))
     );
 }
+
+#[test]
+fn timestamps_of_one_second_read_as_each_on_its_own() {
+    // The second of the row before is remembered: each time comes out as a parser that
+    // reads it first gives it, across seconds, days, zones and shapes.
+    for zone in ["UTC", "+08:00", "-05:30"] {
+        let offset = parse_offset(zone).unwrap();
+        let mut reused = TimestampParser::new(offset);
+        for cell in [
+            "2026/07/14 08:12:38.002",
+            "2026/07/14 08:12:38.005",
+            "2026/07/14 08:12:38.999",
+            "2026/07/14 08:12:38",
+            "2026/07/14 08:12:38.000",
+            "2026/07/14 08:12:39.000",
+            "2026/07/14 08:12:39.1x0",
+            "2026/07/14 08:12:39.100",
+            "2026/07/15 08:12:39.100",
+            "2026/07/14 23:59:59.998",
+            "2026/07/14 23:59:59.999",
+            "2026/07/15 00:00:00.000",
+            "2026-07-15 00:00:00.001",
+            "2026/07/15 00:00:00.001",
+        ] {
+            let fresh = TimestampParser::new(offset).parse(cell.as_bytes());
+            assert_eq!(reused.parse(cell.as_bytes()), fresh, "{cell} at {zone}");
+        }
+    }
+}
