@@ -13,12 +13,14 @@
 //!
 //! - a milestone no healthy GPU of the library reaches: a remap pending (memory wear, row
 //!   remapping), an uncorrectable error contained by a remap (row remapping), a page retired
-//!   for a double-bit error (page retirement), a link trained down (PCIe), link recoveries
-//!   (NVLink);
+//!   for a double-bit error (page retirement), a link trained down (PCIe);
+//! - more events of the counted precursor expected since its first sign than the largest
+//!   burst a healthy GPU of the library shows of that counter ([`LARGEST_HEALTHY_BURST`]):
+//!   however few the hours they fall in, no healthy burst looks like that;
 //! - at least [`HOURS`] hours expected since its first sign in which the precursor shows:
 //!   an event of the counted precursor (corrected ECC, rows remapped, PCIe replays, NVLink
-//!   CRC errors), or a collection that came slow or failed (GSP) or was power-braked
-//!   (power) at the node's interval. Hours, not events: the engine reads counts by the clock
+//!   CRC errors), or a collection that came slow or failed (GSP) or was power-braked, or a
+//!   power swing at least the family's base ±40 W (power), at the node's interval. Hours, not events: the engine reads counts by the clock
 //!   hour they fall in, capped (a burst is one bad hour), and a healthy GPU of the library
 //!   shows a burst hour of each counter every week or so;
 //! - a temperature precursor moved by at least [`DEGREES`]: the HBM-to-die gap on a model
@@ -42,6 +44,24 @@ use super::NodeScenario;
 pub const HOURS: f64 = 5.0;
 /// Degrees a temperature precursor must have moved by then.
 pub const DEGREES: f64 = 6.0;
+
+/// The largest burst of each counted precursor a healthy GPU of the library shows, events:
+/// corrected ECC 400 in an hour (`ecc_burst`), PCIe replays 120 (a background burst), NVLink
+/// errors 20 (a background burst). Rows remapped: none, so the bar is two, as a remap or
+/// two that a day of noise could bring is no climb yet.
+pub struct LargestHealthyBurst {
+    pub corrected: f64,
+    pub pcie_replays: f64,
+    pub nvlink_errors: f64,
+    pub rows_remapped: f64,
+}
+
+pub const LARGEST_HEALTHY_BURST: LargestHealthyBurst = LargestHealthyBurst {
+    corrected: 400.0,
+    pcie_replays: 120.0,
+    nvlink_errors: 20.0,
+    rows_remapped: 2.0,
+};
 
 const HOUR: f64 = 3_600.0;
 
@@ -69,24 +89,34 @@ fn gpu_shows_a_day_ahead(gpu: &GpuSpec, interval_s: f64) -> bool {
         return false;
     }
     let collections_an_hour = HOUR / interval_s.max(1.0);
+    let b = &LARGEST_HEALTHY_BURST;
+    // Hours that show the precursor, or more events than any healthy burst.
+    let counted = |base: f64, burst: f64| {
+        ahead.hours_with_events(base) >= HOURS || ahead.events(base) > burst
+    };
     match kind {
         FaultKind::MemoryWear => {
-            ahead.progress >= 0.75 || ahead.hours_with_events(SHAPED_BASE.memory_corrected) >= HOURS
+            ahead.progress >= 0.75 || counted(SHAPED_BASE.memory_corrected, b.corrected)
         }
         FaultKind::RowRemap => {
-            ahead.progress >= 0.6 || ahead.hours_with_events(SHAPED_BASE.rows_remapped) >= HOURS
+            ahead.progress >= 0.6 || counted(SHAPED_BASE.rows_remapped, b.rows_remapped)
         }
         FaultKind::PageRetirement => {
-            ahead.progress >= 0.7 || ahead.hours_with_events(SHAPED_BASE.page_corrected) >= HOURS
+            ahead.progress >= 0.7 || counted(SHAPED_BASE.page_corrected, b.corrected)
         }
         FaultKind::PcieLink => {
+            // Both modes train down; only a link that trains down without replaying
+            // replays a tenth as often (the simulator's `pcie`).
             let trains_down = gpu.link_mode != LinkMode::Replays;
-            let base = SHAPED_BASE.pcie_replays * if trains_down { 0.1 } else { 1.0 };
-            (trains_down && ahead.progress >= 0.45) || ahead.hours_with_events(base) >= HOURS
+            let scale = if gpu.link_mode == LinkMode::TrainDown {
+                0.1
+            } else {
+                1.0
+            };
+            (trains_down && ahead.progress >= 0.45)
+                || counted(SHAPED_BASE.pcie_replays * scale, b.pcie_replays)
         }
-        FaultKind::NvLink => {
-            ahead.progress >= 0.6 || ahead.hours_with_events(SHAPED_BASE.nvlink_errors) >= HOURS
-        }
+        FaultKind::NvLink => counted(SHAPED_BASE.nvlink_errors, b.nvlink_errors),
         FaultKind::GspFirmware => {
             // Slow collections from the first sign, failing ones from 40% of the way (the
             // simulator's `gsp`), each a share of the collections.
@@ -102,7 +132,15 @@ fn gpu_shows_a_day_ahead(gpu: &GpuSpec, interval_s: f64) -> bool {
             ahead.hours_with_collections(collections_an_hour, clean) >= HOURS
         }
         FaultKind::PowerDelivery => {
-            let clean = |i: f64, _| 1.0 - (0.03 * i).clamp(0.0, 0.5);
+            // Braked collections, or the draw swinging by the family's base ±40 W or more
+            // (the simulator's `power`: 40 W times the intensity).
+            let clean = |i: f64, _| {
+                if i >= 1.0 {
+                    0.0
+                } else {
+                    1.0 - (0.03 * i).clamp(0.0, 0.5)
+                }
+            };
             ahead.hours_with_collections(collections_an_hour, clean) >= HOURS
         }
         FaultKind::Thermal => {
@@ -154,6 +192,14 @@ impl<'a> Ahead<'a> {
             let length = (self.hours - from).min(1.0);
             (length, (from + length / 2.0) / span_hours)
         })
+    }
+
+    /// Events expected of a counted precursor whose rate at the first sign is `base` an
+    /// hour before the shape multiplies it.
+    fn events(&self, base: f64) -> f64 {
+        self.hours()
+            .map(|(length, x)| length * base * self.shape.intensity(x))
+            .sum()
     }
 
     /// Hours expected to hold at least one event of a counted precursor whose rate at the

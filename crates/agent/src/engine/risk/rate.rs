@@ -88,11 +88,11 @@ pub(crate) const UNIT_RATE: f64 = 1.0;
 
 /// A rate the GPU learnt above its floor is known only to within the noise of the days it
 /// was learnt on, and those can run high or low for days at a time (counts that cluster
-/// by the day, load that shifts): the test expects up to this share more than the learnt
-/// rate before a rise counts, so a link that always replayed at 4 an hour and reads 5 over
-/// a week is its own normal, while a climb to several times its rate still adds up within
-/// a day (a step from 120 to 480 an hour passes 12 nats the day after). Below the floor the
-/// floor is the expectation, as before.
+/// by the day, load that shifts): the test expects this share more than what was learnt
+/// above the floor before a rise counts, so a link that always replayed at 4 an hour and
+/// reads 5 over a week is its own normal, while a climb to several times its rate still
+/// adds up within a day (a step from 120 to 480 an hour passes 12 nats the day after). At
+/// or below the floor the floor is the expectation, as before.
 pub(crate) const LEARNT_RATE_ALLOWANCE: f64 = 0.25;
 
 /// What one counter's test remembers.
@@ -214,20 +214,27 @@ impl RateTest {
     fn open_hour(&self, share: f64, multiple: f64) -> (f64, f64, f64) {
         let rate = self.mean.max(self.floor);
         let unit = self.unit(rate);
-        let expected = (self.mean * (1.0 + LEARNT_RATE_ALLOWANCE)).max(self.floor) * share;
+        let expected = self.expected_rate() * share;
         let multiple = if multiple > 0.0 {
             multiple
         } else {
-            bad_hour_multiple(rate / unit)
+            bad_hour_multiple(self.expected_rate() / unit)
         };
         let most = (multiple * expected).max(1.0);
         (self.count.min(most), expected, unit)
     }
 
-    /// The cap's multiple for the hour that opens after a close.
+    /// The cap's multiple for the hour that opens after a close: an hour capped there gives
+    /// [`BAD_HOUR_NATS`] against the hour's expectation.
     fn remember_multiple(&mut self) {
         let rate = self.mean.max(self.floor);
-        self.multiple = bad_hour_multiple(rate / self.unit(rate));
+        self.multiple = bad_hour_multiple(self.expected_rate() / self.unit(rate));
+    }
+
+    /// Counts an hour is expected to hold: the floor, or the learnt rate with
+    /// [`LEARNT_RATE_ALLOWANCE`] on what it learnt above the floor.
+    fn expected_rate(&self) -> f64 {
+        self.mean.max(self.floor) + LEARNT_RATE_ALLOWANCE * (self.mean - self.floor).max(0.0)
     }
 
     /// Closes the open hour, if any, and opens the one starting at `hour`.

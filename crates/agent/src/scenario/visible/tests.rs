@@ -130,3 +130,36 @@ fn a_gpu_that_does_not_fail_or_drops_without_warning_shows_nothing() {
     let s = shape(Curve::Linear, 10.0, 1.0, 3.0, 8.0);
     assert!(!shows(FaultKind::FellOffBus, Sku::H100, s));
 }
+
+#[test]
+fn a_loud_short_precursor_shows_beyond_any_healthy_burst() {
+    // NVLink errors at about 100 an hour for the 3.6 hours before a day ahead: fewer than
+    // five hours, but far more errors than a healthy burst's 20.
+    let loud = shape(Curve::Linear, 300.0, SHAPED_BASE.nvlink_errors, 3.0, 1.15);
+    assert!(shows(FaultKind::NvLink, Sku::H100, loud));
+    let faint = shape(Curve::Linear, 3.0, SHAPED_BASE.nvlink_errors, 3.0, 1.15);
+    assert!(!shows(FaultKind::NvLink, Sku::H100, faint));
+}
+
+#[test]
+fn a_link_that_trains_down_and_replays_replays_at_the_full_rate() {
+    // 1.3 days: a day ahead the link has not trained down yet (45% of the way); 7.2 hours
+    // at about 7 replays an hour show, a tenth of that (a link that only trains down)
+    // hardly does.
+    let s = shape(Curve::Linear, 20.0, SHAPED_BASE.pcie_replays, 3.0, 1.3);
+    let link =
+        |mode| gpu_shows_a_day_ahead(&failing(FaultKind::PcieLink, Sku::H100, s, mode), 600.0);
+    assert!(link(LinkMode::Both));
+    assert!(link(LinkMode::Replays));
+    assert!(!link(LinkMode::TrainDown));
+}
+
+#[test]
+fn a_remap_or_two_expected_is_no_sign_and_a_handful_is() {
+    // Row remapping on a 1.1-day span: 2.4 hours before a day ahead, at 0.1 an hour times
+    // the shape's rate.
+    let few = shape(Curve::Linear, 1.0, SHAPED_BASE.rows_remapped, 3.0, 1.1);
+    assert!(!shows(FaultKind::RowRemap, Sku::H100, few));
+    let many = shape(Curve::Linear, 3.0, SHAPED_BASE.rows_remapped, 1.0, 1.1);
+    assert!(shows(FaultKind::RowRemap, Sku::H100, many));
+}

@@ -144,6 +144,24 @@ fn a_steady_rate_is_its_own_normal_and_a_rise_of_a_fifth_is_not_a_fault() {
 }
 
 #[test]
+fn a_link_reading_half_again_its_first_days_rate_for_a_week_is_its_own_normal() {
+    // A steady link learnt at 3.7 an hour, then at 1.47 times that for a week, as a
+    // healthy link whose first day ran low does: without the allowance on the learnt rate
+    // the windows read over 5 nats by the week's end (10.8 on the library's GPU that
+    // showed it, whose counts cluster by the day).
+    let s = run(10.0, floor::PCIE_REPLAYS, 11, |t| {
+        if t < 2.0 { 3.7 } else { 5.4 }
+    });
+    let peak = s.iter().copied().fold(0.0, f64::max);
+    assert!(peak < 3.0, "{peak}");
+    // Three times the rate still adds up within a day.
+    let s = run(4.0, floor::PCIE_REPLAYS, 12, |t| {
+        if t < 2.0 { 3.7 } else { 11.1 }
+    });
+    assert!(at_day(&s, 3.0) > 12.0, "{}", at_day(&s, 3.0));
+}
+
+#[test]
 fn healthy_gpus_stay_quiet_for_years() {
     // Isolated corrected errors every two weeks, clustered in twos and threes now and
     // then: 3 years of GPU-days per seed, never near a warning (10 nats).
