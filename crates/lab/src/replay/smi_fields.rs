@@ -343,30 +343,13 @@ fn decimal(text: &[u8]) -> Option<f64> {
 fn leading_decimal(cell: &[u8]) -> Option<(f64, usize)> {
     let negative = cell.first() == Some(&b'-');
     let start = usize::from(negative);
-    let mut mantissa = 0u64;
-    let mut end = start;
-    while let Some(&b) = cell.get(end) {
-        let digit = b.wrapping_sub(b'0');
-        if digit > 9 {
-            break;
-        }
-        mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(digit));
-        end += 1;
-    }
+    let (mut end, mut mantissa) = digits(cell, start, 0);
     let whole = end - start;
     let mut scale = 0;
     // A point after at least one digit; digits must follow it.
     if whole > 0 && cell.get(end) == Some(&b'.') {
         let point = end;
-        end += 1;
-        while let Some(&b) = cell.get(end) {
-            let digit = b.wrapping_sub(b'0');
-            if digit > 9 {
-                break;
-            }
-            mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(digit));
-            end += 1;
-        }
+        (end, mantissa) = digits(cell, end + 1, mantissa);
         scale = end - point - 1;
         if scale == 0 {
             return None;
@@ -377,6 +360,22 @@ fn leading_decimal(cell: &[u8]) -> Option<(f64, usize)> {
     }
     let value = mantissa as f64 / POWERS_OF_TEN[scale];
     Some((if negative { -value } else { value }, end))
+}
+
+/// The decimal digits of `cell` from `from` on, appended to `mantissa`: where they end and
+/// the mantissa with them (wrapping: the caller refuses more than 15 digits).
+#[inline(always)]
+fn digits(cell: &[u8], from: usize, mut mantissa: u64) -> (usize, u64) {
+    let mut end = from;
+    while let Some(&b) = cell.get(end) {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(digit));
+        end += 1;
+    }
+    (end, mantissa)
 }
 
 const POWERS_OF_TEN: [f64; 16] = [
