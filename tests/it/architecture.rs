@@ -36,7 +36,7 @@ const CRATES: &[Crate] = &[
         src: "crates/core/src",
         layers: &[
             // Utilities that know nothing of GPUs.
-            &["sync", "host", "retry_after", "html"],
+            &["sync", "host", "retry_after", "html", "text"],
             &["redact", "state_file"],
             // What a GPU reading is, and the XID catalog it refers to.
             &["xid"],

@@ -7,7 +7,9 @@
 //! both. docs/architecture.md draws the crates and the layers inside them.
 
 // The ground this crate stands on, under the names its modules use (`crate::model`, …).
-use gpu_sentinel_core::{config, host, html, model, redact, retry_after, state_file, sync, xid};
+use gpu_sentinel_core::{
+    config, host, html, model, redact, retry_after, state_file, sync, text, xid,
+};
 
 pub mod advice;
 pub mod agent;

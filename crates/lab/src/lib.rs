@@ -8,7 +8,7 @@ use gpu_sentinel_agent::{alert, engine, export, source};
 // The scenario library: what training fits on, and what the replay's tests read back.
 #[cfg(any(test, feature = "train"))]
 use gpu_sentinel_agent::scenario;
-use gpu_sentinel_core::{config, model};
+use gpu_sentinel_core::{config, model, text};
 
 pub mod backfill;
 pub mod replay;

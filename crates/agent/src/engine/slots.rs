@@ -76,7 +76,10 @@ impl GpuStates {
         new: impl FnOnce() -> GpuState,
     ) -> usize {
         if let Some(&hint) = self.hints.get(position)
-            && self.slots.get(hint).is_some_and(|s| s.uuid == uuid)
+            && self
+                .slots
+                .get(hint)
+                .is_some_and(|s| crate::text::same(&s.uuid, uuid))
         {
             return hint;
         }

@@ -19,6 +19,7 @@ use serde::Serialize;
 use super::ReadStats;
 use crate::engine::{Engine, Findings, GpuFindings, VANISHED_AFTER_SECONDS, kinds_in};
 use crate::model::Snapshot;
+use crate::text::same;
 
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -128,8 +129,11 @@ impl ReportBuilder {
         self.start.get_or_insert(snapshot.at);
         self.end = Some(snapshot.at);
         for (i, gpu) in findings.gpus.iter().enumerate() {
-            let listed = snapshot.gpus.get(i).is_some_and(|s| s.uuid == gpu.uuid)
-                || snapshot.gpus.iter().any(|s| s.uuid == gpu.uuid);
+            let listed = snapshot
+                .gpus
+                .get(i)
+                .is_some_and(|s| same(&s.uuid, &gpu.uuid))
+                || snapshot.gpus.iter().any(|s| same(&s.uuid, &gpu.uuid));
             let (seq, threshold) = (self.snapshots, self.threshold);
             let track = self.track(i, gpu);
             if listed {
@@ -142,7 +146,7 @@ impl ReportBuilder {
     /// The track of `gpu`, found where it was last time (findings keep their order).
     fn track(&mut self, hint: usize, gpu: &GpuFindings) -> &mut Track {
         let at = match self.tracks.get(hint) {
-            Some(t) if t.uuid == gpu.uuid => Some(hint),
+            Some(t) if same(&t.uuid, &gpu.uuid) => Some(hint),
             _ => self.tracks.iter().position(|t| t.uuid == gpu.uuid),
         };
         let at = at.unwrap_or_else(|| {
@@ -164,7 +168,7 @@ impl ReportBuilder {
 
     fn fold(track: &mut Track, gpu: &GpuFindings, at: DateTime<Utc>, threshold: f64) {
         track.index = gpu.index;
-        if track.name != gpu.name && !gpu.name.is_empty() {
+        if !gpu.name.is_empty() && !same(&track.name, &gpu.name) {
             track.name.clone_from(&gpu.name);
         }
         let score = gpu.risk.score;

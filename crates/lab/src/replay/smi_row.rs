@@ -198,7 +198,7 @@ pub fn recycle(sample: &mut GpuSample) {
 /// Sets `target` to the cell's text unless it already holds it (the common case: the same
 /// GPU's identity, round after round). False when the cell is not UTF-8.
 fn set_text(target: &mut String, cell: &[u8]) -> bool {
-    if target.as_bytes() == cell {
+    if crate::text::same(&target, cell) {
         return true;
     }
     let Ok(value) = std::str::from_utf8(cell) else {
@@ -211,7 +211,7 @@ fn set_text(target: &mut String, cell: &[u8]) -> bool {
 
 fn set_opt_text(target: &mut Option<String>, value: &str) {
     match target {
-        Some(t) if t == value => {}
+        Some(t) if crate::text::same(&t, value) => {}
         _ => *target = Some(value.to_string()),
     }
 }

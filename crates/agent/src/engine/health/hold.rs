@@ -160,7 +160,7 @@ impl Hold {
 /// Replaces `out` with `text`, reusing its allocation (and skipping the copy when equal);
 /// whether it was not equal.
 fn set_text(out: &mut String, text: &str) -> bool {
-    if out != text {
+    if !crate::text::same(&out, text) {
         out.clear();
         out.push_str(text);
         return true;

@@ -524,7 +524,7 @@ impl Engine {
 /// order, so it is nearly always the sample at the same position.
 fn sample_of<'a>(snapshot: &'a Snapshot, position: usize, uuid: &str) -> Option<&'a GpuSample> {
     match snapshot.gpus.get(position) {
-        Some(s) if s.uuid == uuid => Some(s),
+        Some(s) if crate::text::same(&s.uuid, uuid) => Some(s),
         _ => snapshot.gpu_by_uuid(uuid),
     }
 }
