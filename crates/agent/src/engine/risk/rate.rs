@@ -32,6 +32,10 @@
 //!   `n ln(n/e) − (n − e)` over the windows where `n > e`: the log-likelihood ratio, in
 //!   nats, of "the rate in this window is n/e times the baseline" against "it is the
 //!   baseline". A sudden ramp shows in the short windows, a slow one in the long ones.
+//!   Where the expectation was learnt above the floor, the ratio is divided by the share
+//!   of the window's variance that the learnt rate's own uncertainty adds (a window as
+//!   long as the hours the rate was learnt over counts half): a day learnt low by chance,
+//!   on counts that cluster by the hour, must not read as days of a rise.
 //! - **The open hour.** The statistic is read with the open hour as observed so far (its
 //!   count, capped at [`BAD_HOUR_NATS`] times its observed share, against its expectation
 //!   so far) wherever that says more than the last close: evidence moves as counts
@@ -201,6 +205,7 @@ impl RateTest {
         let elapsed_hours = (self.hour.saturating_sub(self.closed).max(0) as f64 / HOUR).min(1e4);
         let (capped, expected, unit) = self.open_hour(observed / HOUR, self.multiple);
         let (counted, expected) = (capped / unit, expected / unit);
+        let learnt = self.learnt(unit);
         let best = WINDOW_HOURS
             .iter()
             .enumerate()
@@ -210,7 +215,7 @@ impl RateTest {
                 } else {
                     (-elapsed_hours / tau).exp()
                 };
-                poisson_llr(
+                learnt.llr(
                     self.counted[w] * decay + counted,
                     self.expected[w] * decay + expected,
                 )
@@ -401,11 +406,39 @@ impl RateTest {
     }
 
     fn statistic(&self) -> f64 {
+        let rate = self.mean.max(self.floor);
+        let learnt = self.learnt(self.unit(rate));
         self.counted
             .iter()
             .zip(&self.expected)
-            .map(|(&n, &e)| poisson_llr(n, e))
+            .map(|(&n, &e)| learnt.llr(n, e))
             .fold(0.0, f64::max)
+    }
+
+    /// The hours the baseline's mean is worth: the warm-up's mean weighs as its hours, and
+    /// fades as the exponentially weighted mean takes over, which is worth about two
+    /// e-folds of hours (the inverse of the sum of its squared weights).
+    fn hours_learnt(&self) -> f64 {
+        if self.hours < WARM_UP_HOURS {
+            return 0.0;
+        }
+        let warm = (-(self.hours - WARM_UP_HOURS) / BASELINE_HOURS).exp();
+        1.0 / (warm * warm / WARM_UP_HOURS + (1.0 - warm * warm) / (2.0 * BASELINE_HOURS))
+    }
+
+    /// How well the expectation is known, for counts in units of `unit` counts.
+    fn learnt(&self, unit: f64) -> Learnt {
+        let expected = self.expected_rate();
+        let above = (expected - self.floor).max(0.0);
+        let hours = self.hours_learnt();
+        if above <= 0.0 || expected <= 0.0 || hours <= 0.0 {
+            return Learnt::default();
+        }
+        Learnt {
+            share: above / expected,
+            units_per_hour: expected / unit,
+            hours,
+        }
     }
 
     fn is_sane(&self) -> bool {
@@ -422,6 +455,33 @@ impl RateTest {
                 .iter()
                 .chain(&self.expected)
                 .all(|x| finite(*x))
+    }
+}
+
+/// What a test's expectation was learnt from: the share of it learnt above the floor (the
+/// floor is a prior, known), the expected units an hour, and the hours it was learnt over.
+#[derive(Debug, Clone, Copy, Default)]
+struct Learnt {
+    share: f64,
+    units_per_hour: f64,
+    hours: f64,
+}
+
+impl Learnt {
+    /// The evidence of `n` units counted in a window against `e` expected: the Poisson
+    /// ratio, over the variance the learnt rate's own uncertainty adds to the window's
+    /// count (a quasi-likelihood). A rate learnt over `H` hours is known to within its
+    /// standard error, `√(rate × unit / H)`; a window of `W` hours' exposure expects
+    /// `W × rate` give or take `W` of those, so its count varies by `1 + share × W / H`
+    /// times what Poisson noise alone gives. A window as long as the hours learnt then
+    /// counts half; a baseline learnt at the floor, not at all.
+    fn llr(&self, n: f64, e: f64) -> f64 {
+        let plain = poisson_llr(n, e);
+        if plain <= 0.0 || self.share <= 0.0 || self.units_per_hour <= 0.0 {
+            return plain;
+        }
+        let window_hours = e / self.units_per_hour;
+        plain / (1.0 + self.share * window_hours / self.hours)
     }
 }
 

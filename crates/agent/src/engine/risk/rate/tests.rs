@@ -154,11 +154,13 @@ fn a_link_reading_half_again_its_first_days_rate_for_a_week_is_its_own_normal() 
     });
     let peak = s.iter().copied().fold(0.0, f64::max);
     assert!(peak < 3.0, "{peak}");
-    // Three times the rate still adds up within a day.
+    // Three times the rate still adds up within a day: 7 nats against a rate learnt over
+    // two days (12 while a learnt rate counted as known exactly; one learnt over a week is
+    // known better, as the four-fold step above shows).
     let s = run(4.0, floor::PCIE_REPLAYS, 12, |t| {
         if t < 2.0 { 3.7 } else { 11.1 }
     });
-    assert!(at_day(&s, 3.0) > 12.0, "{}", at_day(&s, 3.0));
+    assert!(at_day(&s, 3.0) > 6.0, "{}", at_day(&s, 3.0));
 }
 
 #[test]
@@ -361,8 +363,8 @@ fn a_steady_rate_whose_counts_come_in_trains_is_its_own_normal() {
     // counts' variance 5 to 7 times their mean, days apart by a fifth): the statistic
     // reached 8 nats on 18 of them (median 5, 32 at worst) while a train in the warm-up
     // was left out as a burst and the baseline's spread shrank towards none as train hours
-    // were cut; now on 8 (median 3.4, 16 at worst: a first day that ran low by chance
-    // still reads as a rise for days, docs/detection.md).
+    // were cut, and a first day that ran low by chance counted as a rate known exactly;
+    // now on 4 (median 3.3, 12 at worst).
     let mut peaks = Vec::new();
     for rate in [1.0, 2.0, 3.0, 5.0] {
         for seed in 0..20 {
@@ -372,7 +374,7 @@ fn a_steady_rate_whose_counts_come_in_trains_is_its_own_normal() {
     }
     peaks.sort_by(f64::total_cmp);
     let over = peaks.iter().filter(|p| **p > 8.0).count();
-    assert!(over <= 9, "{over} over 8 nats: {peaks:?}");
+    assert!(over <= 5, "{over} over 8 nats: {peaks:?}");
     assert!(
         peaks[peaks.len() / 2] < 4.0,
         "median {}",
