@@ -62,11 +62,12 @@ impl Tracker {
         }
     }
 
-    /// The score at `t` (seconds). Steps after the failure are ignored: what the model
+    /// The score at `t` (seconds); true when a warning starts at this step (the score
+    /// rose across the threshold). Steps after the failure are ignored: what the model
     /// says of a dead GPU is not a prediction.
-    pub fn step(&mut self, t: f64, score: f64) {
+    pub fn step(&mut self, t: f64, score: f64) -> bool {
         if self.failed {
-            return;
+            return false;
         }
         self.first_step.get_or_insert(t);
         self.last_step = t;
@@ -74,10 +75,12 @@ impl Tracker {
             if self.warning_since.is_none() {
                 self.warning_since = Some(t);
                 self.onsets += 1;
+                return true;
             }
         } else {
             self.warning_since = None;
         }
+        false
     }
 
     /// The GPU failed at `t`: the warning up now (if any) is the lead it was given.

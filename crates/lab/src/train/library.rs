@@ -34,6 +34,7 @@ use crate::scenario::{GpuLabel, Library, NodeScenario, Polling, TruthKind};
 use crate::source::simulate::Failure;
 
 mod report;
+use report::Crossing;
 pub use report::{LibraryReport, SHOWS};
 
 use super::anchors::{self, AnchorRows, Constraint};
@@ -117,8 +118,9 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         anchors.len(),
     );
     let every: Vec<usize> = (0..observed.gpus.len()).collect();
-    for (g, outcome) in judge(library, options, &RiskModel::shipped(), &observed, &every) {
-        report.add_shipped(&observed.gpus[g], &outcome);
+    for (g, outcome, crossing) in judge(library, options, &RiskModel::shipped(), &observed, &every)
+    {
+        report.add_shipped(&observed.gpus[g], &outcome, crossing.as_ref());
     }
     // The noise folds' models, for a noise × curve fold whose training GPUs hold no failure
     // (a small library): it is judged without the noise model at least.
@@ -134,13 +136,14 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
             let test: Vec<usize> = (0..observed.gpus.len())
                 .filter(|&g| held(&observed.gpus[g]))
                 .collect();
-            for (g, outcome) in judge(library, options, &model, &observed, &test) {
-                report.by_variant.add(&format!("{axis}={value}"), &outcome);
+            let fold = format!("{axis}={value}");
+            for (g, outcome, crossing) in judge(library, options, &model, &observed, &test) {
+                report.by_variant.add(&fold, &outcome);
                 // The noise folds judge the headline's healthy GPUs (and failures without a
                 // curve, the bus drops): a model that saw no GPU whose counts arrive so.
                 let curve = observed.gpus[g].label.variants.curve.is_some();
                 if axis == "noise" && !(curve && matches!(outcome, Outcome::Failed { .. })) {
-                    report.add_headline(&observed.gpus[g], &outcome);
+                    report.add_headline(&observed.gpus[g], &outcome, &fold, crossing.as_ref());
                 }
             }
         }
@@ -172,8 +175,9 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
                 _ => fit_on(&observed, &anchors, options, train)?
                     .to_model(&format!("fold without noise={noise}, curve={curve}")),
             };
-            for (g, outcome) in judge(library, options, &model, &observed, &test) {
-                report.add_headline(&observed.gpus[g], &outcome);
+            let fold = format!("noise={noise}, curve={curve}");
+            for (g, outcome, crossing) in judge(library, options, &model, &observed, &test) {
+                report.add_headline(&observed.gpus[g], &outcome, &fold, crossing.as_ref());
             }
         }
     }
@@ -351,14 +355,15 @@ fn fit_on(
     Ok(fitted)
 }
 
-/// Runs the nodes holding a `test` GPU with `model` and says how each test GPU did.
+/// Runs the nodes holding a `test` GPU with `model` and says how each test GPU did, with
+/// what drove a healthy GPU's score at its first false warning.
 fn judge(
     library: &Library,
     options: &LibraryOptions,
     model: &RiskModel,
     observed: &Observed,
     test: &[usize],
-) -> Vec<(usize, Outcome)> {
+) -> Vec<(usize, Outcome, Option<Crossing>)> {
     let mut by_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for &g in test {
         by_node.entry(observed.gpus[g].node).or_default().push(g);
@@ -367,6 +372,12 @@ fn judge(
     let judged = in_parallel(&nodes, |(n, gpus)| {
         let node = &library.nodes[*n];
         let mut trackers: Vec<Tracker> = vec![Tracker::new(options.threshold); node.labels.len()];
+        let mut first: Vec<Option<Crossing>> = vec![None; node.labels.len()];
+        let healthy: Vec<bool> = node
+            .labels
+            .iter()
+            .map(|l| truth(l) == Truth::Healthy)
+            .collect();
         let uuids: Vec<String> = {
             let fleet = node.fleet(library.options.start);
             (0..node.labels.len())
@@ -382,16 +393,23 @@ fn judge(
                 }
             }
             for f in findings.gpus.iter().filter(|f| f.up) {
-                if let Some(tracker) = trackers.get_mut(f.index as usize) {
-                    tracker.step(t, f.risk.score);
+                let i = f.index as usize;
+                if let Some(tracker) = trackers.get_mut(i)
+                    && tracker.step(t, f.risk.score)
+                    && healthy[i]
+                {
+                    match &mut first[i] {
+                        Some(first) => first.later.push(t),
+                        none => *none = Some(Crossing::of(t, &f.risk)),
+                    }
                 }
             }
         });
         gpus.iter()
             .map(|&g| {
                 let gpu = &observed.gpus[g];
-                let tracker = &trackers[gpu.index as usize];
-                (g, tracker.finish(&truth(&gpu.label)))
+                let i = gpu.index as usize;
+                (g, trackers[i].finish(&truth(&gpu.label)), first[i].take())
             })
             .collect::<Vec<_>>()
     });

@@ -12,8 +12,9 @@
 //!   day reads 3, 1, 4, 6, 5, 9 — and could not see a link that goes from healthy to dead
 //!   in two days.
 //! - **The GPU's own baseline.** The mean hourly count over a warm-up of a day, less the
-//!   hours that stand ten times above the rest (a burst in the warm-up is not the normal;
-//!   trains of replays all day are), then an exponentially weighted mean (e-fold a week) that may grow by at
+//!   hours that stand ten times above the rest in the rest's own units (a burst in the
+//!   warm-up is not the normal; trains of replays all day are, and a train is no burst
+//!   among hours whose counts come in trains), then an exponentially weighted mean (e-fold a week) that may grow by at
 //!   most [`GROWTH_PER_DAY`] a day, so a fault that builds over days stays visible instead
 //!   of becoming the new normal, while a link that always replayed at 120 an hour is its
 //!   own normal. Below a floor per counter (a prior: what a healthy GPU may show) the
@@ -23,12 +24,18 @@
 //!   in clusters), and a Poisson test on a high rate would call a rise of a fifth
 //!   significant. Counts are therefore scaled to units of the larger of one count, the
 //!   baseline's hourly rate over [`UNIT_RATE`], and the baseline's own index of dispersion
-//!   (variance over mean of its hourly counts): at high rates only relative rises count.
+//!   (variance over mean of its hourly counts, whose growth is held like the mean's but
+//!   which does not shrink as a train's hour is cut): at high rates only relative rises
+//!   count.
 //! - **The test.** For each window (exponentially weighted, e-fold 6 h, 12 h, 1, 2, 4 and
 //!   8 days) the counted units `n` and the expected units `e`; the statistic is the largest
 //!   `n ln(n/e) − (n − e)` over the windows where `n > e`: the log-likelihood ratio, in
 //!   nats, of "the rate in this window is n/e times the baseline" against "it is the
 //!   baseline". A sudden ramp shows in the short windows, a slow one in the long ones.
+//!   Where the expectation was learnt above the floor, the ratio is divided by the share
+//!   of the window's variance that the learnt rate's own uncertainty adds (a window as
+//!   long as the hours the rate was learnt over counts half): a day learnt low by chance,
+//!   on counts that cluster by the hour, must not read as days of a rise.
 //! - **The open hour.** The statistic is read with the open hour as observed so far (its
 //!   count, capped at [`BAD_HOUR_NATS`] times its observed share, against its expectation
 //!   so far) wherever that says more than the last close: evidence moves as counts
@@ -86,6 +93,10 @@ const BASELINE_HOURS: f64 = 7.0 * 24.0;
 /// are scaled down so that only relative rises count.
 pub(crate) const UNIT_RATE: f64 = 1.0;
 
+/// Standard errors of a Poisson count's index of dispersion that the baseline's index must
+/// pass before its counts count as clustered ([`RateTest::unit`]).
+const CHANCE_SPREADS: f64 = 2.0;
+
 /// A rate the GPU learnt above its floor is known only to within the noise of the days it
 /// was learnt on, and those can run high or low for days at a time (counts that cluster
 /// by the day, load that shifts): the test expects this share more than what was learnt
@@ -108,6 +119,10 @@ pub struct RateTest {
     mean: f64,
     square: f64,
     hours: f64,
+    /// The mean and mean square of the hours, exponentially weighted like the baseline's
+    /// but without their growth held: the spread is read from them (absent from state
+    /// saved before it existed: taken as the baseline's).
+    free: Option<[f64; 2]>,
     /// During the warm-up, each hour's count per full hour and its observed share.
     warming: Vec<[f64; 2]>,
     /// Per window: counted units and expected units, decayed to the last closed hour.
@@ -190,6 +205,7 @@ impl RateTest {
         let elapsed_hours = (self.hour.saturating_sub(self.closed).max(0) as f64 / HOUR).min(1e4);
         let (capped, expected, unit) = self.open_hour(observed / HOUR, self.multiple);
         let (counted, expected) = (capped / unit, expected / unit);
+        let learnt = self.learnt(unit);
         let best = WINDOW_HOURS
             .iter()
             .enumerate()
@@ -199,7 +215,7 @@ impl RateTest {
                 } else {
                     (-elapsed_hours / tau).exp()
                 };
-                poisson_llr(
+                learnt.llr(
                     self.counted[w] * decay + counted,
                     self.expected[w] * decay + expected,
                 )
@@ -300,7 +316,10 @@ impl RateTest {
     }
 
     /// One hour of the warm-up; at its end the baseline is the mean of the hours less the
-    /// bursts among them (each [`BURST_FACTOR`] times above the rest).
+    /// bursts among them (each [`BURST_FACTOR`] times above the rest, in the rest's own
+    /// units: where the other hours' counts come in trains, as many times their index of
+    /// dispersion more, so that a train is not taken for a burst and left out of a
+    /// baseline that then reads the next trains as a rise).
     fn warm_up(&mut self, x: f64, share: f64, floor: f64) {
         self.warming.push([x, share]);
         self.hours += share;
@@ -317,12 +336,17 @@ impl RateTest {
         let most = (self.warming.len() as f64 * MOST_BURSTS) as usize;
         for [x, share] in self.warming.iter().rev().take(most) {
             let rest = weight - share;
-            let others = if rest > 0.0 {
-                (sum - x * share) / rest
+            let (others, others_square) = if rest > 0.0 {
+                ((sum - x * share) / rest, (squares - x * x * share) / rest)
+            } else {
+                (0.0, 0.0)
+            };
+            let dispersion = if others > 0.0 {
+                (others_square - others * others).max(0.0) / others
             } else {
                 0.0
             };
-            if *x <= BURST_FACTOR * others.max(floor) {
+            if *x <= BURST_FACTOR * others.max(floor) * dispersion.max(1.0) {
                 break;
             }
             sum -= x * share;
@@ -336,10 +360,21 @@ impl RateTest {
         }
     }
 
+    /// The variance of the baseline's hourly counts.
+    fn variance(&self) -> f64 {
+        (self.square - self.mean * self.mean).max(0.0)
+    }
+
     /// The counts one unit of evidence stands for at baseline `rate`.
     fn unit(&self, rate: f64) -> f64 {
         let dispersion = if self.mean > 0.0 {
-            (self.square - self.mean * self.mean).max(0.0) / self.mean
+            // Counts that arrive one by one (Poisson) show an index of 1 give or take
+            // `√((1/m + 2) / N)` over `N` hours at `m` an hour: only what stands beyond
+            // [`CHANCE_SPREADS`] of that is clustering. A GPU whose first days held one
+            // hour with two corrected errors is not one whose errors come in pairs.
+            let hours = self.hours.clamp(1.0, 2.0 * BASELINE_HOURS);
+            let chance = ((1.0 / self.mean + 2.0) / hours).sqrt();
+            self.variance() / self.mean - CHANCE_SPREADS * chance
         } else {
             0.0
         };
@@ -352,25 +387,65 @@ impl RateTest {
         self.hours += share;
         let k = share / BASELINE_HOURS;
         let growth = GROWTH_PER_DAY * share / 24.0;
+        // The spread comes from moments learnt freely, its growth held like the mean's.
+        // Holding the mean square itself each hour cut every hour of a train of counts
+        // (one such hour moves a week's mean square by far more than an hour's growth) and
+        // kept every quiet hour: on a GPU whose counts come in trains the spread fell
+        // towards none within two weeks, the unit to one count, and its own normal read
+        // as a rise of many nats.
+        let [free_mean, free_square] = self.free.unwrap_or([self.mean, self.square]);
+        let free_mean = free_mean + (x - free_mean) * k;
+        let free_square = free_square + (x * x - free_square) * k;
+        self.free = Some([free_mean, free_square]);
+        let variance_was = self.variance();
         let mean = self.mean + (x - self.mean) * k;
         self.mean = mean.min(self.mean * (1.0 + growth) + floor * growth);
-        let square = self.square + (x * x - self.square) * k;
-        let most = self.square * (1.0 + growth) + floor * floor * growth;
-        self.square = square.min(most).max(self.mean * self.mean);
+        let variance = (free_square - free_mean * free_mean).max(0.0);
+        let most = variance_was * (1.0 + growth) + floor * floor * growth;
+        self.square = self.mean * self.mean + variance.min(most);
     }
 
     fn statistic(&self) -> f64 {
+        let rate = self.mean.max(self.floor);
+        let learnt = self.learnt(self.unit(rate));
         self.counted
             .iter()
             .zip(&self.expected)
-            .map(|(&n, &e)| poisson_llr(n, e))
+            .map(|(&n, &e)| learnt.llr(n, e))
             .fold(0.0, f64::max)
+    }
+
+    /// The hours the baseline's mean is worth: the warm-up's mean weighs as its hours, and
+    /// fades as the exponentially weighted mean takes over, which is worth about two
+    /// e-folds of hours (the inverse of the sum of its squared weights).
+    fn hours_learnt(&self) -> f64 {
+        if self.hours < WARM_UP_HOURS {
+            return 0.0;
+        }
+        let warm = (-(self.hours - WARM_UP_HOURS) / BASELINE_HOURS).exp();
+        1.0 / (warm * warm / WARM_UP_HOURS + (1.0 - warm * warm) / (2.0 * BASELINE_HOURS))
+    }
+
+    /// How well the expectation is known, for counts in units of `unit` counts.
+    fn learnt(&self, unit: f64) -> Learnt {
+        let expected = self.expected_rate();
+        let above = (expected - self.floor).max(0.0);
+        let hours = self.hours_learnt();
+        if above <= 0.0 || expected <= 0.0 || hours <= 0.0 {
+            return Learnt::default();
+        }
+        Learnt {
+            share: above / expected,
+            units_per_hour: expected / unit,
+            hours,
+        }
     }
 
     fn is_sane(&self) -> bool {
         let finite = |x: f64| x.is_finite() && x >= 0.0;
         finite(self.mean)
             && finite(self.square)
+            && self.free.is_none_or(|l| l.iter().all(|x| finite(*x)))
             && finite(self.hours)
             && finite(self.llr)
             && self.warming.len() <= (WARM_UP_HOURS * HOUR / MIN_HOUR_SECONDS) as usize + 1
@@ -380,6 +455,33 @@ impl RateTest {
                 .iter()
                 .chain(&self.expected)
                 .all(|x| finite(*x))
+    }
+}
+
+/// What a test's expectation was learnt from: the share of it learnt above the floor (the
+/// floor is a prior, known), the expected units an hour, and the hours it was learnt over.
+#[derive(Debug, Clone, Copy, Default)]
+struct Learnt {
+    share: f64,
+    units_per_hour: f64,
+    hours: f64,
+}
+
+impl Learnt {
+    /// The evidence of `n` units counted in a window against `e` expected: the Poisson
+    /// ratio, over the variance the learnt rate's own uncertainty adds to the window's
+    /// count (a quasi-likelihood). A rate learnt over `H` hours is known to within its
+    /// standard error, `√(rate × unit / H)`; a window of `W` hours' exposure expects
+    /// `W × rate` give or take `W` of those, so its count varies by `1 + share × W / H`
+    /// times what Poisson noise alone gives. A window as long as the hours learnt then
+    /// counts half; a baseline learnt at the floor, not at all.
+    fn llr(&self, n: f64, e: f64) -> f64 {
+        let plain = poisson_llr(n, e);
+        if plain <= 0.0 || self.share <= 0.0 || self.units_per_hour <= 0.0 {
+            return plain;
+        }
+        let window_hours = e / self.units_per_hour;
+        plain / (1.0 + self.share * window_hours / self.hours)
     }
 }
 

@@ -1,6 +1,6 @@
 //! What a library run found, and its tables.
 
-use crate::engine::risk::RiskModel;
+use crate::engine::risk::{Assessment, RiskModel, is_likelihood_ratio};
 use crate::scenario::GpuLabel;
 
 use super::super::evaluate::{Columns, Figures, LEAD, Outcome, Table};
@@ -29,6 +29,11 @@ pub struct LibraryReport {
     pub(crate) missed: Vec<(usize, u32, String)>,
     /// Failures warned a day ahead though their precursor showed nothing by then.
     pub(crate) lucky: Vec<(usize, u32, String)>,
+    /// Healthy GPUs the headline's folds warned on, one line each: what they show, their
+    /// variants, the fold, how often the score crossed and what drove its first crossing.
+    pub(crate) false_alarms: Vec<(usize, u32, String)>,
+    /// The same under the shipped model.
+    pub(crate) shipped_false_alarms: Vec<(usize, u32, String)>,
     pub(crate) by_confounder: Table,
     /// ... and every healthy GPU once.
     pub healthy: Figures,
@@ -57,6 +62,8 @@ impl LibraryReport {
             by_sign: Table::default(),
             missed: Vec::new(),
             lucky: Vec::new(),
+            false_alarms: Vec::new(),
+            shipped_false_alarms: Vec::new(),
             by_confounder: Table::default(),
             healthy: Figures::default(),
             by_variant: Table::default(),
@@ -67,21 +74,41 @@ impl LibraryReport {
         }
     }
 
-    /// Counts the shipped model's outcome on a GPU.
-    pub(super) fn add_shipped(&mut self, gpu: &GpuRef, outcome: &Outcome) {
+    /// Counts the shipped model's outcome on a GPU (`crossing`: what drove a healthy GPU's
+    /// first false warning, if it had one).
+    pub(super) fn add_shipped(
+        &mut self,
+        gpu: &GpuRef,
+        outcome: &Outcome,
+        crossing: Option<&Crossing>,
+    ) {
         match outcome {
             Outcome::Failed { .. } => {
                 let family = gpu.label.family.as_deref().unwrap_or("unnamed");
                 self.shipped_by_family.add(family, outcome);
                 self.shipped_by_sign.add(sign_class(gpu), outcome);
             }
-            Outcome::Healthy { .. } => self.shipped_healthy.add(outcome),
+            Outcome::Healthy { false_warnings, .. } => {
+                self.shipped_healthy.add(outcome);
+                if *false_warnings > 0 {
+                    let line =
+                        false_alarm_line(gpu, "none (shipped model)", *false_warnings, crossing);
+                    self.shipped_false_alarms.push((gpu.node, gpu.index, line));
+                }
+            }
         }
     }
 
     /// Counts a GPU's outcome in the headline tables (by family, by span, by sign,
-    /// healthy).
-    pub(super) fn add_headline(&mut self, gpu: &GpuRef, outcome: &Outcome) {
+    /// healthy), judged in `fold` (the variants held out), with what drove a healthy GPU's
+    /// first false warning (`crossing`).
+    pub(super) fn add_headline(
+        &mut self,
+        gpu: &GpuRef,
+        outcome: &Outcome,
+        fold: &str,
+        crossing: Option<&Crossing>,
+    ) {
         let label = &gpu.label;
         match outcome {
             Outcome::Failed { lead, .. } => {
@@ -111,16 +138,20 @@ impl LibraryReport {
                     list.push((gpu.node, gpu.index, missed_line(gpu, *lead)));
                 }
             }
-            Outcome::Healthy { .. } => {
+            Outcome::Healthy { false_warnings, .. } => {
                 for confounder in confounders(label) {
                     self.by_confounder.add(&confounder, outcome);
                 }
                 self.healthy.add(outcome);
+                if *false_warnings > 0 {
+                    let line = false_alarm_line(gpu, fold, *false_warnings, crossing);
+                    self.false_alarms.push((gpu.node, gpu.index, line));
+                }
             }
         }
     }
 
-    /// Failures listed by node and GPU, one a line.
+    /// GPUs listed by node and GPU, one a line.
     fn list(failures: &[(usize, u32, String)]) -> String {
         let mut sorted = failures.to_vec();
         sorted.sort_by_key(|f| (f.0, f.1));
@@ -147,11 +178,15 @@ impl LibraryReport {
              then:\n\n{}\n\
              Healthy GPUs by what they show, a GPU under each thing it shows (each judged by \
              a model fitted without its noise model):\n\n{}\n\
+             The healthy GPUs warned on (node, GPU: what it shows; model, noise, workload; \
+             the fold; false warnings; at the first, the score and its largest held terms, \
+             feature value → log-odds, a rate test's value in nats):\n\n{}\n\
              By held-out variant (one fold per value):\n\n{}\n\
              The shipped model (models/default-risk.toml) on every GPU, by failure \
              family:\n\n{}\n\
              by whether the precursor shows anything a day ahead:\n\n{}\n\
-             and on every healthy GPU:\n\n{}",
+             and on every healthy GPU:\n\n{}\n\
+             the healthy GPUs it warned on:\n\n{}",
             self.gpus,
             self.failing,
             self.rows,
@@ -166,6 +201,7 @@ impl LibraryReport {
             Self::list(&self.lucky),
             self.by_confounder
                 .markdown("shows", Columns::Healthy, Some(&self.healthy)),
+            Self::list(&self.false_alarms),
             // A GPU is in one fold of each axis: a total over all folds would count it once
             // per axis.
             self.by_variant.markdown("held out", Columns::Both, None),
@@ -177,6 +213,7 @@ impl LibraryReport {
             self.shipped_by_sign
                 .markdown("a day ahead", Columns::Failures, None),
             Table::default().markdown("healthy", Columns::Healthy, Some(&self.shipped_healthy)),
+            Self::list(&self.shipped_false_alarms),
         )
     }
 }
@@ -242,4 +279,97 @@ fn confounders(label: &GpuLabel) -> Vec<String> {
     } else {
         names
     }
+}
+
+/// Held terms a false warning's line names.
+const TERMS_SHOWN: usize = 4;
+
+/// What drove a score at the step it crossed the threshold.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Crossing {
+    /// Seconds from the library's start.
+    pub t: f64,
+    pub score: f64,
+    /// The rule that set the score, if one did.
+    pub rule: Option<String>,
+    /// The largest positive held terms: feature, its value, its log-odds.
+    pub terms: Vec<(String, f64, f64)>,
+    /// When the later crossings came, seconds from the library's start.
+    pub later: Vec<f64>,
+}
+
+impl Crossing {
+    /// From the assessment at the crossing.
+    pub(crate) fn of(t: f64, risk: &Assessment) -> Crossing {
+        Crossing {
+            t,
+            score: risk.score,
+            rule: risk.rule.clone(),
+            terms: risk
+                .top(TERMS_SHOWN)
+                .map(|c| (c.feature.to_string(), c.value, c.contribution))
+                .collect(),
+            later: Vec::new(),
+        }
+    }
+}
+
+/// `node 2 GPU 6: gpu_reset, driver_reload; H100, overdispersed, training; fold
+/// noise=overdispersed; 3 false warnings, the first on day 12.4 at 0.74:
+/// pcie_replays_rate 7.1 nats → +2.9, …` for a healthy GPU warned on.
+fn false_alarm_line(
+    gpu: &GpuRef,
+    fold: &str,
+    false_warnings: u32,
+    crossing: Option<&Crossing>,
+) -> String {
+    let v = &gpu.label.variants;
+    let first = crossing.map_or(String::new(), |c| {
+        let terms: Vec<String> = c
+            .terms
+            .iter()
+            .map(|(feature, value, logit)| {
+                let nats = crate::engine::risk::FEATURES
+                    .iter()
+                    .position(|(n, _)| n == feature)
+                    .is_some_and(is_likelihood_ratio);
+                let unit = if nats { " nats" } else { "" };
+                format!("{feature} {value:.2}{unit} → {logit:+.2}")
+            })
+            .collect();
+        let rule = c
+            .rule
+            .as_deref()
+            .map_or(String::new(), |r| format!(" (rule {r})"));
+        let later: Vec<String> = c
+            .later
+            .iter()
+            .map(|t| format!("{:.1}", t / 86_400.0))
+            .collect();
+        let later = if later.is_empty() {
+            String::new()
+        } else {
+            format!(" (later ones on days {})", later.join(", "))
+        };
+        format!(
+            ", the first on day {:.1} at {:.2}{rule}: {}{later}",
+            c.t / 86_400.0,
+            c.score,
+            if terms.is_empty() {
+                "no term".into()
+            } else {
+                terms.join(", ")
+            }
+        )
+    });
+    format!(
+        "node {} GPU {}: {}; {}, {}, {}; fold {fold}; {false_warnings} false warning{}{first}",
+        gpu.node + 1,
+        gpu.index,
+        confounders(&gpu.label).join(", "),
+        v.sku.name(),
+        v.noise,
+        v.workload,
+        if false_warnings == 1 { "" } else { "s" },
+    )
 }

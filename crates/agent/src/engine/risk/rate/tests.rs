@@ -154,11 +154,13 @@ fn a_link_reading_half_again_its_first_days_rate_for_a_week_is_its_own_normal() 
     });
     let peak = s.iter().copied().fold(0.0, f64::max);
     assert!(peak < 3.0, "{peak}");
-    // Three times the rate still adds up within a day.
+    // Three times the rate still adds up within a day: 7 nats against a rate learnt over
+    // two days (12 while a learnt rate counted as known exactly; one learnt over a week is
+    // known better, as the four-fold step above shows).
     let s = run(4.0, floor::PCIE_REPLAYS, 12, |t| {
         if t < 2.0 { 3.7 } else { 11.1 }
     });
-    assert!(at_day(&s, 3.0) > 12.0, "{}", at_day(&s, 3.0));
+    assert!(at_day(&s, 3.0) > 6.0, "{}", at_day(&s, 3.0));
 }
 
 #[test]
@@ -324,4 +326,77 @@ fn the_likelihood_ratio_is_zero_at_or_below_the_expectation() {
     assert_eq!(poisson_llr(2.0, 2.0), 0.0);
     assert_eq!(poisson_llr(3.0, 0.0), 0.0);
     assert!((poisson_llr(2.0, 1.0) - (2.0 * 2f64.ln() - 1.0)).abs() < 1e-12);
+}
+
+/// A steady `rate` an hour whose events come in trains of 2 to 6, the rate itself varying
+/// by a gamma factor (mean 1, variance ½) from one three-hour block to the next: replays in
+/// trains, a load that shifts. One sample a minute for `days`; the statistic at the end
+/// of each hour.
+fn run_clustered(days: f64, seed: u64, rate: f64) -> Vec<f64> {
+    use rand_distr::Gamma;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let Ok(gamma) = Gamma::new(2.0, 0.5) else {
+        panic!("a gamma of shape 2");
+    };
+    let mut test = RateTest::default();
+    let mut out = Vec::new();
+    let start = 1_700_000_000 / 3600 * 3600;
+    let mut factor = 1.0;
+    for m in 0..(days * 1440.0) as i64 {
+        if m % 180 == 0 {
+            factor = gamma.sample(&mut rng);
+        }
+        let trains = rate * factor / 4.0 / 60.0;
+        let n = Poisson::new(trains).map_or(0.0, |p| p.sample(&mut rng)) as u64;
+        let count: u64 = (0..n).map(|_| rng.random_range(2..=6)).sum();
+        test.observe(start + m * 60, count as f64, 60.0, floor::PCIE_REPLAYS);
+        if (m + 1) % 60 == 0 {
+            out.push(test.llr());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_steady_rate_whose_counts_come_in_trains_is_its_own_normal() {
+    // 80 GPU-months of links replaying 1 to 5 times an hour, steady, in trains (hourly
+    // counts' variance 5 to 7 times their mean, days apart by a fifth): the statistic
+    // reached 8 nats on 18 of them (median 5, 32 at worst) while a train in the warm-up
+    // was left out as a burst and the baseline's spread shrank towards none as train hours
+    // were cut, and a first day that ran low by chance counted as a rate known exactly;
+    // now on 4 (median 3.3, 12 at worst).
+    let mut peaks = Vec::new();
+    for rate in [1.0, 2.0, 3.0, 5.0] {
+        for seed in 0..20 {
+            let s = run_clustered(30.0, seed, rate);
+            peaks.push(s.iter().copied().fold(0.0, f64::max));
+        }
+    }
+    peaks.sort_by(f64::total_cmp);
+    let over = peaks.iter().filter(|p| **p > 8.0).count();
+    assert!(over <= 5, "{over} over 8 nats: {peaks:?}");
+    assert!(
+        peaks[peaks.len() / 2] < 4.0,
+        "median {}",
+        peaks[peaks.len() / 2]
+    );
+    // A climb on such a link still stands out: three times its rate for two days, after a
+    // week at its rate.
+    let mut climbs = Vec::new();
+    for seed in 0..8 {
+        let mut rng = SmallRng::seed_from_u64(100 + seed);
+        let mut test = RateTest::default();
+        let start = 1_700_000_000 / 3600 * 3600;
+        let mut peak: f64 = 0.0;
+        for m in 0..(9 * 1440) {
+            let rate = if m >= 7 * 1440 { 9.0 } else { 3.0 };
+            let n = Poisson::new(rate / 4.0 / 60.0).map_or(0.0, |p| p.sample(&mut rng)) as u64;
+            let count: u64 = (0..n).map(|_| rng.random_range(2..=6)).sum();
+            test.observe(start + m * 60, count as f64, 60.0, floor::PCIE_REPLAYS);
+            peak = peak.max(test.llr());
+        }
+        climbs.push(peak);
+    }
+    climbs.sort_by(f64::total_cmp);
+    assert!(climbs[climbs.len() / 2] > 8.0, "{climbs:?}");
 }
