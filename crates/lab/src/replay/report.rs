@@ -147,7 +147,7 @@ impl ReportBuilder {
     fn track(&mut self, hint: usize, gpu: &GpuFindings) -> &mut Track {
         let at = match self.tracks.get(hint) {
             Some(t) if same(&t.uuid, &gpu.uuid) => Some(hint),
-            _ => self.tracks.iter().position(|t| t.uuid == gpu.uuid),
+            _ => self.tracks.iter().position(|t| same(&t.uuid, &gpu.uuid)),
         };
         let at = at.unwrap_or_else(|| {
             self.tracks.push(Track {
@@ -212,7 +212,7 @@ impl ReportBuilder {
                 });
                 for i in stopped {
                     let track = &mut self.tracks[i];
-                    if let Some(gpu) = findings.gpus.iter().find(|g| g.uuid == track.uuid) {
+                    if let Some(gpu) = findings.gpus.iter().find(|g| same(&g.uuid, &track.uuid)) {
                         // Stamped at the end of the log: nothing after it is known.
                         Self::fold(track, gpu, end, self.threshold);
                     }

@@ -12,10 +12,10 @@
 //!   day reads 3, 1, 4, 6, 5, 9 — and could not see a link that goes from healthy to dead
 //!   in two days.
 //! - **The GPU's own baseline.** The mean hourly count over a warm-up of a day, less the
-//!   hours that stand ten times above the rest in the rest's own units (a burst in the
-//!   warm-up is not the normal; trains of replays all day are, and a train is no burst
-//!   among hours whose counts come in trains), then an exponentially weighted mean (e-fold a week) that may grow by at
-//!   most [`GROWTH_PER_DAY`] a day, so a fault that builds over days stays visible instead
+//!   hours that stand ten times above the rest in the ordinary hours' own units (a burst
+//!   in the warm-up is not the normal; trains of replays all day are, and a train is no
+//!   burst among hours whose counts come in trains), then an exponentially weighted mean
+//!   (e-fold a week) that may grow by at most [`GROWTH_PER_DAY`] a day, so a fault that builds over days stays visible instead
 //!   of becoming the new normal, while a link that always replayed at 120 an hour is its
 //!   own normal. Below a floor per counter (a prior: what a healthy GPU may show) the
 //!   floor is the expectation. Before the warm-up ends the test gives nothing, never a
@@ -32,10 +32,12 @@
 //!   `n ln(n/e) − (n − e)` over the windows where `n > e`: the log-likelihood ratio, in
 //!   nats, of "the rate in this window is n/e times the baseline" against "it is the
 //!   baseline". A sudden ramp shows in the short windows, a slow one in the long ones.
-//!   Where the expectation was learnt above the floor, the ratio is divided by the share
-//!   of the window's variance that the learnt rate's own uncertainty adds (a window as
-//!   long as the hours the rate was learnt over counts half): a day learnt low by chance,
-//!   on counts that cluster by the hour, must not read as days of a rise.
+//!   Where the expectation was learnt above the floor, the ratio is divided by the factor
+//!   by which the learnt rate's own uncertainty inflates the window count's variance,
+//!   `1 + share above the floor × window hours / hours learnt` (a window as long as the
+//!   hours learnt counts half where all of the rate was learnt above the floor, more where
+//!   less was): a day learnt low by chance, on counts that cluster by the hour, must not
+//!   read as days of a rise.
 //! - **The open hour.** The statistic is read with the open hour as observed so far (its
 //!   count, capped at [`BAD_HOUR_NATS`] times its observed share, against its expectation
 //!   so far) wherever that says more than the last close: evidence moves as counts
@@ -316,10 +318,10 @@ impl RateTest {
     }
 
     /// One hour of the warm-up; at its end the baseline is the mean of the hours less the
-    /// bursts among them (each [`BURST_FACTOR`] times above the rest, in the rest's own
-    /// units: where the other hours' counts come in trains, as many times their index of
-    /// dispersion more, so that a train is not taken for a burst and left out of a
-    /// baseline that then reads the next trains as a rise).
+    /// bursts among them (each [`BURST_FACTOR`] times above the rest, in the ordinary
+    /// hours' own units: where the hours that cannot be bursts come in trains, as many
+    /// times their index of dispersion more, so that a train is not taken for a burst and
+    /// left out of a baseline that then reads the next trains as a rise).
     fn warm_up(&mut self, x: f64, share: f64, floor: f64) {
         self.warming.push([x, share]);
         self.hours += share;
@@ -334,19 +336,18 @@ impl RateTest {
             weight += share;
         }
         let most = (self.warming.len() as f64 * MOST_BURSTS) as usize;
+        // The units bursts are judged in: the clustering of the hours that cannot be
+        // bursts (all but the `most` highest). Read from the others of each candidate
+        // instead, two bursts would each count the other's spread and both stay in.
+        let ordinary = dispersion_of(&self.warming[..self.warming.len() - most]);
         for [x, share] in self.warming.iter().rev().take(most) {
             let rest = weight - share;
-            let (others, others_square) = if rest > 0.0 {
-                ((sum - x * share) / rest, (squares - x * x * share) / rest)
-            } else {
-                (0.0, 0.0)
-            };
-            let dispersion = if others > 0.0 {
-                (others_square - others * others).max(0.0) / others
+            let others = if rest > 0.0 {
+                (sum - x * share) / rest
             } else {
                 0.0
             };
-            if *x <= BURST_FACTOR * others.max(floor) * dispersion.max(1.0) {
+            if *x <= BURST_FACTOR * others.max(floor) * ordinary.max(1.0) {
                 break;
             }
             sum -= x * share;
@@ -369,8 +370,11 @@ impl RateTest {
     fn unit(&self, rate: f64) -> f64 {
         let dispersion = if self.mean > 0.0 {
             // Counts that arrive one by one (Poisson) show an index of 1 give or take
-            // `√((1/m + 2) / N)` over `N` hours at `m` an hour: only what stands beyond
-            // [`CHANCE_SPREADS`] of that is clustering. A GPU whose first days held one
+            // about `√(2 / N)` over `N` hours (its standard error); the band used,
+            // `√((1/m + 2) / N)` at `m` an hour, is wider where counts are rare, on
+            // purpose: at a few a day an hour holds 0 or 1 and one hour with two moves the
+            // index by far more than that error says. Only what stands beyond
+            // [`CHANCE_SPREADS`] of the band is clustering: a GPU whose first days held one
             // hour with two corrected errors is not one whose errors come in pairs.
             let hours = self.hours.clamp(1.0, 2.0 * BASELINE_HOURS);
             let chance = ((1.0 / self.mean + 2.0) / hours).sqrt();
@@ -458,6 +462,19 @@ impl RateTest {
     }
 }
 
+/// The index of dispersion (variance over mean) of hourly counts `[count, share of the
+/// hour observed]`, weighted by their shares; 0 where they hold no count.
+fn dispersion_of(hours: &[[f64; 2]]) -> f64 {
+    let (sum, squares, weight) = hours.iter().fold((0.0, 0.0, 0.0), |(s, q, w), [x, share]| {
+        (s + x * share, q + x * x * share, w + share)
+    });
+    if weight <= 0.0 || sum <= 0.0 {
+        return 0.0;
+    }
+    let mean = sum / weight;
+    (squares / weight - mean * mean).max(0.0) / mean
+}
+
 /// What a test's expectation was learnt from: the share of it learnt above the floor (the
 /// floor is a prior, known), the expected units an hour, and the hours it was learnt over.
 #[derive(Debug, Clone, Copy, Default)]
@@ -469,12 +486,13 @@ struct Learnt {
 
 impl Learnt {
     /// The evidence of `n` units counted in a window against `e` expected: the Poisson
-    /// ratio, over the variance the learnt rate's own uncertainty adds to the window's
-    /// count (a quasi-likelihood). A rate learnt over `H` hours is known to within its
+    /// ratio, divided by the factor by which the learnt rate's own uncertainty inflates
+    /// the window count's variance (a quasi-likelihood). A rate learnt over `H` hours is known to within its
     /// standard error, `√(rate × unit / H)`; a window of `W` hours' exposure expects
     /// `W × rate` give or take `W` of those, so its count varies by `1 + share × W / H`
     /// times what Poisson noise alone gives. A window as long as the hours learnt then
-    /// counts half; a baseline learnt at the floor, not at all.
+    /// counts half where all of the rate was learnt above the floor (`share` 1), more where
+    /// less was; a baseline learnt at the floor is not discounted at all.
     fn llr(&self, n: f64, e: f64) -> f64 {
         let plain = poisson_llr(n, e);
         if plain <= 0.0 || self.share <= 0.0 || self.units_per_hour <= 0.0 {

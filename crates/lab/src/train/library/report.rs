@@ -316,7 +316,7 @@ impl Crossing {
 
 /// `node 2 GPU 6: gpu_reset, driver_reload; H100, overdispersed, training; fold
 /// noise=overdispersed; 3 false warnings, the first on day 12.4 at 0.74:
-/// pcie_replays_rate 7.1 nats → +2.9, …` for a healthy GPU warned on.
+/// pcie_replays_rate 7.10 nats → +2.90, …` for a healthy GPU warned on.
 fn false_alarm_line(
     gpu: &GpuRef,
     fold: &str,

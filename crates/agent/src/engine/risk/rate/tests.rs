@@ -241,6 +241,24 @@ fn a_burst_in_the_warm_up_is_not_the_normal() {
     assert!(at_day(&s, 4.5) > 10.0, "{}", at_day(&s, 4.5));
 }
 
+#[test]
+fn two_bursts_in_the_warm_up_are_not_the_normal_either() {
+    // Two hours of 500 replays in a quiet link's first day: each must not count as
+    // the other's normal spread, or both stay in the baseline and the later rise reads
+    // as nothing for weeks.
+    let s = run(6.0, floor::PCIE_REPLAYS, 8, |t| {
+        if (2.0 / 24.0..3.0 / 24.0).contains(&t) || (10.0 / 24.0..11.0 / 24.0).contains(&t) {
+            500.0
+        } else if t >= 4.0 {
+            20.0
+        } else {
+            0.2
+        }
+    });
+    assert!(at_day(&s, 3.9) < 2.0, "{}", at_day(&s, 3.9));
+    assert!(at_day(&s, 4.5) > 10.0, "{}", at_day(&s, 4.5));
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
 
