@@ -193,6 +193,12 @@ const SLOW_COLLECTION_SECONDS: f64 = 0.25;
 /// load on the host must not read as a failing GSP.
 const COLLECTION_FLOOR_SECONDS: f64 = 0.05;
 
+/// Collections the last hour must hold before its collection time says anything: the
+/// first read after the agent or the driver starts again, or after a gap in a log, is
+/// slow (the driver loads, caches are cold), and alone in its hour it would read as a
+/// GPU slowing down. A slowing GSP slows every collection of the hour.
+const HOUR_COLLECTIONS: u32 = 3;
+
 /// PCIe replays in a day that healthy links show now and then (one burst of a hundred in
 /// a day weighs little); day counts are compared on the scale of `ln(1 + count / this)`.
 const ORDINARY_REPLAYS_PER_DAY: f64 = 240.0;
@@ -282,7 +288,10 @@ impl Signals {
         let rows = sample.and_then(|s| s.remapped_rows);
         let pages = sample.and_then(|s| s.retired_pages);
         let nvlink_hour = per_hour(day.deltas.nvlink_errors, day.seconds);
-        let collect_now = hour.collect_seconds.mean();
+        let collect_now = match hour.collect_seconds.n >= HOUR_COLLECTIONS {
+            true => hour.collect_seconds.mean(),
+            false => None,
+        };
         let collect_slowdown = match (collect_now, base.collect_seconds.mean()) {
             (Some(now), Some(base)) if now > base.max(COLLECTION_FLOOR_SECONDS) => {
                 (now / base.max(COLLECTION_FLOOR_SECONDS)).ln()

@@ -624,3 +624,44 @@ fn a_node_wide_heat_that_warms_idle_gpus_most_keeps_every_gpu_under_half() {
         assert!(heat < 0.5, "GPU {g}: temperature_vs_baseline {heat}");
     }
 }
+
+#[test]
+fn a_slow_first_collection_after_a_gap_is_no_slowing_gpu() {
+    // The agent (or the log) stops for an hour; the first read after it takes 0.29 s where
+    // reads took milliseconds (the driver loads, caches are cold). Alone in its hour it
+    // must not read as a GPU whose calls slow down; a GSP that slows every call still does.
+    let gap = (6 * DAY_MIN)..(6 * DAY_MIN + 70);
+    let after = gap.end; // a step of the history: 70 minutes is a multiple of STEP_MIN
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut right_after = None;
+    node_history(
+        7,
+        |m, g, s, _| {
+            if g == 0 && m == after {
+                s.collect_seconds = 0.29;
+            }
+        },
+        |m, snapshot| {
+            if gap.contains(&m) {
+                return;
+            }
+            let findings = engine.step(snapshot);
+            if m == after {
+                right_after = findings.gpus.into_iter().find(|f| f.uuid == "GPU-0");
+            }
+        },
+    );
+    let first = right_after.expect("GPU 0 stepped right after the gap");
+    assert_eq!(
+        contribution(&first, "collect_slowdown"),
+        0.0,
+        "{:?}",
+        first.risk
+    );
+    assert_eq!(
+        contribution(&first, "collect_seconds_level"),
+        0.0,
+        "{:?}",
+        first.risk
+    );
+}
