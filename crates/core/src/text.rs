@@ -6,9 +6,9 @@
 /// AVX-512) reads its operands with a masked load even when told to compare nothing; at
 /// an unmapped address that load takes a fault-suppression assist. On the benchmark
 /// machine (AMD EPYC, glibc 2.36) a zero-length compare of two dangling pointers took
-/// 85 ns, a compare of two real ones 3 ns, and the comparisons of empty names and
-/// reasons done once a GPU a step were about a tenth of a narrow log's replay
-/// (BENCHMARKS.md, replay).
+/// 77–85 ns, a compare of two real ones 2–3 ns (bench/memcmp-empty.sh), and the
+/// comparisons of empty names and reasons done once a GPU a step were about a tenth of a
+/// narrow log's replay (BENCHMARKS.md, replay).
 #[inline]
 pub fn same(a: impl AsRef<[u8]>, b: impl AsRef<[u8]>) -> bool {
     let (a, b) = (a.as_ref(), b.as_ref());
