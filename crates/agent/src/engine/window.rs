@@ -176,7 +176,7 @@ pub struct Ring {
 }
 
 /// What a step reads of a span of a window: a [`Bucket`]'s sums and counts, without the
-/// extremes and squares no feature reads, so that summarising a GPU's windows at every
+/// squares and the extremes no feature reads, so that summarising a GPU's windows at every
 /// sample adds up a few numbers rather than whole buckets. Each field is what the same
 /// merge of [`Bucket`]s holds, to the bit.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -189,6 +189,8 @@ pub struct Sums {
     /// Memory minus GPU temperature, where both are known.
     pub(crate) memory_gap: Mean,
     pub collect_seconds: Mean,
+    /// The slowest collection (0 when none): one slow read is no slow hour.
+    pub(crate) collect_slowest: f64,
     pub(crate) thermal_slowdown_seconds: f64,
     pub(crate) power_brake_seconds: f64,
     pub(crate) deltas: Deltas,
@@ -235,6 +237,7 @@ impl Sums {
         for (mine, theirs) in stats {
             mine.merge(theirs.n, theirs.sum);
         }
+        self.collect_slowest = self.collect_slowest.max(other.collect_slowest);
         self.thermal_slowdown_seconds += other.thermal_slowdown_seconds;
         self.power_brake_seconds += other.power_brake_seconds;
         self.deltas.add(&other.deltas);
@@ -251,6 +254,10 @@ impl From<&Bucket> for Sums {
             temperature: mean(&b.temperature),
             memory_gap: mean(&b.memory_gap),
             collect_seconds: mean(&b.collect_seconds),
+            collect_slowest: match b.collect_seconds.n {
+                0 => 0.0,
+                _ => b.collect_seconds.max,
+            },
             thermal_slowdown_seconds: b.thermal_slowdown_seconds,
             power_brake_seconds: b.power_brake_seconds,
             deltas: b.deltas,

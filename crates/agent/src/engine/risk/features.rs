@@ -123,11 +123,11 @@ pub const FEATURES: [(&str, &str); 30] = [
     ),
     (
         "collect_seconds_level",
-        "ln(1 + mean collection time of this GPU, last hour, beyond the node's median ÷ 0.25 s)",
+        "ln(1 + mean collection time of this GPU, last hour without its slowest collection, beyond the node's median ÷ 0.25 s)",
     ),
     (
         "collect_slowdown",
-        "ln(collection time, last hour ÷ the week's baseline or 50 ms if more), when slower, beyond the node's median",
+        "ln(collection time, last hour without its slowest collection ÷ the week's baseline or 50 ms if more), when slower, beyond the node's median",
     ),
     (
         "temperature_vs_baseline",
@@ -193,10 +193,11 @@ const SLOW_COLLECTION_SECONDS: f64 = 0.25;
 /// load on the host must not read as a failing GSP.
 const COLLECTION_FLOOR_SECONDS: f64 = 0.05;
 
-/// Collections the last hour must hold before its collection time says anything: the
-/// first read after the agent or the driver starts again, or after a gap in a log, is
-/// slow (the driver loads, caches are cold), and alone in its hour it would read as a
-/// GPU slowing down. A slowing GSP slows every collection of the hour.
+/// Collections the last hour must hold before its collection time says anything, which
+/// is then their mean without the slowest one: the first read after the agent or the
+/// driver starts again, or after a gap in a log, is slow (the driver loads, caches are
+/// cold), and alone in its hour, or beside two ordinary reads, it would read as a GPU
+/// slowing down. A slowing GSP slows every collection of the hour.
 const HOUR_COLLECTIONS: u32 = 3;
 
 /// PCIe replays in a day that healthy links show now and then (one burst of a hundred in
@@ -288,10 +289,9 @@ impl Signals {
         let rows = sample.and_then(|s| s.remapped_rows);
         let pages = sample.and_then(|s| s.retired_pages);
         let nvlink_hour = per_hour(day.deltas.nvlink_errors, day.seconds);
-        let collect_now = match hour.collect_seconds.n >= HOUR_COLLECTIONS {
-            true => hour.collect_seconds.mean(),
-            false => None,
-        };
+        let collect = &hour.collect_seconds;
+        let collect_now = (collect.n >= HOUR_COLLECTIONS)
+            .then(|| (collect.sum - hour.collect_slowest) / f64::from(collect.n - 1));
         let collect_slowdown = match (collect_now, base.collect_seconds.mean()) {
             (Some(now), Some(base)) if now > base.max(COLLECTION_FLOOR_SECONDS) => {
                 (now / base.max(COLLECTION_FLOOR_SECONDS)).ln()

@@ -628,12 +628,13 @@ fn a_node_wide_heat_that_warms_idle_gpus_most_keeps_every_gpu_under_half() {
 #[test]
 fn a_slow_first_collection_after_a_gap_is_no_slowing_gpu() {
     // The agent (or the log) stops for an hour; the first read after it takes 0.29 s where
-    // reads took milliseconds (the driver loads, caches are cold). Alone in its hour it
-    // must not read as a GPU whose calls slow down; a GSP that slows every call still does.
+    // reads took milliseconds (the driver loads, caches are cold). Alone in its hour, or
+    // beside two ordinary reads (a mean of 0.1 s), it must not read as a GPU whose calls
+    // slow down; a GSP that slows every call still does.
     let gap = (6 * DAY_MIN)..(6 * DAY_MIN + 70);
     let after = gap.end; // a step of the history: 70 minutes is a multiple of STEP_MIN
     let mut engine = Engine::new(EngineConfig::default());
-    let mut right_after = None;
+    let mut hour_after = Vec::new();
     node_history(
         7,
         |m, g, s, _| {
@@ -646,22 +647,22 @@ fn a_slow_first_collection_after_a_gap_is_no_slowing_gpu() {
                 return;
             }
             let findings = engine.step(snapshot);
-            if m == after {
-                right_after = findings.gpus.into_iter().find(|f| f.uuid == "GPU-0");
+            if (after..after + 60).contains(&m) {
+                hour_after.extend(findings.gpus.into_iter().find(|f| f.uuid == "GPU-0"));
             }
         },
     );
-    let first = right_after.expect("GPU 0 stepped right after the gap");
     assert_eq!(
-        contribution(&first, "collect_slowdown"),
-        0.0,
-        "{:?}",
-        first.risk
+        hour_after.len(),
+        12,
+        "GPU 0 stepped through the hour after the gap"
     );
-    assert_eq!(
-        contribution(&first, "collect_seconds_level"),
-        0.0,
-        "{:?}",
-        first.risk
-    );
+    for f in &hour_after {
+        for feature in ["collect_slowdown", "collect_seconds_level"] {
+            // Within rounding: the hour's sum less its slowest read is not the sum of the
+            // others to the bit.
+            let c = contribution(f, feature);
+            assert!(c.abs() < 1e-9, "{feature} {c}: {:?}", f.risk);
+        }
+    }
 }

@@ -71,3 +71,32 @@ fn out_of_order_samples_do_not_rewrite_history() {
     assert_eq!(w.hour.buckets().count(), 1);
     assert_eq!(w.last_hour(10_000).deltas.ecc_corrected, 2.0);
 }
+
+proptest::proptest! {
+    /// A step's sums are the summary's, read over and over as the memo fills, and the
+    /// slowest collection is the summary's maximum.
+    #[test]
+    fn sums_are_the_summarys_sums(
+        samples in proptest::collection::vec((1i64..900, 0.0f64..3.0, proptest::bool::ANY), 1..400),
+    ) {
+        let mut w = Windows::default();
+        let mut at = 1_700_000_000;
+        for (step, collect, up) in samples {
+            at += step;
+            w.add(&Point {
+                at,
+                seconds: step as f64,
+                utilization: Some(0.5),
+                collect_seconds: up.then_some(collect),
+                ..Point::default()
+            });
+            for span in [600, 3600] {
+                let summary = w.hour.summary(at, span);
+                let sums = w.hour.sums(at, span);
+                proptest::prop_assert_eq!(sums, Sums::from(&summary));
+                let slowest = if summary.collect_seconds.n == 0 { 0.0 } else { summary.collect_seconds.max };
+                proptest::prop_assert_eq!(sums.collect_slowest, slowest);
+            }
+        }
+    }
+}
