@@ -27,7 +27,7 @@ use crate::model::GpuSample;
 /// Every feature the model can weigh, with what it measures. The order is the order of
 /// [`features`]' output, of training columns and of the held terms in saved state: new
 /// features are appended, never inserted, so state saved by an older agent loads.
-pub const FEATURES: [(&str, &str); 30] = [
+pub const FEATURES: [(&str, &str); 31] = [
     (
         "ecc_corrected_days",
         "rolling days of the last 7 with corrected ECC errors, each counting up to 1 at 3 errors",
@@ -130,6 +130,10 @@ pub const FEATURES: [(&str, &str); 30] = [
         "ln(collection time, last hour without its slowest collection ÷ the week's baseline or 50 ms if more), when slower, beyond the node's median",
     ),
     (
+        "collect_slow_rate",
+        "the rate test (nats) of collections taking 0.25 s or more, against the GPU's own rate or one a day, less the node's median",
+    ),
+    (
         "temperature_vs_baseline",
         "(GPU temperature above the GPU's own at similar power, last hour, less the node's median, − 4 °C) / 4, when above, less what a node running hot explains",
     ),
@@ -187,7 +191,7 @@ pub fn is_likelihood_ratio(i: usize) -> bool {
 
 /// The collection time at which a GPU's NVML calls count as slow: healthy reads take
 /// milliseconds, GSP RPC timeouts take seconds.
-const SLOW_COLLECTION_SECONDS: f64 = 0.25;
+pub(crate) const SLOW_COLLECTION_SECONDS: f64 = 0.25;
 
 /// Below this mean collection time a GPU is not slow, whatever its baseline: a moment's
 /// load on the host must not read as a failing GSP.
@@ -325,6 +329,7 @@ impl Signals {
                 nvlink_rate: rates.nvlink_errors.llr(),
                 xid_rate: rates.xid_hardware.llr(),
                 failed_rate: rates.failed_calls.llr(),
+                slow_rate: rates.slow_collections.llr(),
                 power_unstable: power.unstable.llr(),
                 nvlink_level: nvlink_hour.ln1p(),
                 gap_deviation: risk.gap.deviation.unwrap_or(0.0),
@@ -438,6 +443,7 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         own.failed_rate,
         (own.collect_seconds / SLOW_COLLECTION_SECONDS).ln1p(),
         own.collect_slowdown,
+        own.slow_rate,
         unexplained * ((own.temperature_deviation - 4.0) / 4.0).max(0.0),
         unexplained * own.thermal_rise,
         // Persistence: a few degrees held for a day are a cooling that degrades, where the

@@ -51,15 +51,16 @@ impl Family {
 
     /// The e-fold time of held evidence, seconds (docs/detection.md states them): memory
     /// wear builds over days and a one-off burst should be gone within a day or two;
-    /// link errors over hours to days; temperatures and power over hours; slow or failing
-    /// NVML calls matter while they happen.
+    /// link errors over hours to days; temperatures and power over hours; a GSP going bad
+    /// slows and fails NVML calls in episodes hours apart (a host's moment of load is left
+    /// out before: the node's median, the hour's slowest read).
     pub(crate) fn hold_seconds(self) -> f64 {
         const H: f64 = 3600.0;
         match self {
             Family::Memory => 24.0 * H,
             Family::Xid | Family::Pcie | Family::NvLink => 12.0 * H,
             Family::Cooling | Family::Power => 6.0 * H,
-            Family::Structural => 3.0 * H,
+            Family::Structural => 12.0 * H,
         }
     }
 

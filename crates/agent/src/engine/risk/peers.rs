@@ -21,6 +21,8 @@ pub struct Shared {
     pub(crate) nvlink_rate: f64,
     pub(crate) xid_rate: f64,
     pub(crate) failed_rate: f64,
+    /// Slow collections' rate test, nats: a host under load slows every GPU's reads.
+    pub(crate) slow_rate: f64,
     /// Unstable power hours' rate test, nats.
     pub(crate) power_unstable: f64,
     /// `ln(1 + NVLink errors per hour)`.
@@ -50,7 +52,7 @@ pub struct Shared {
     pub(crate) temperature_persistent: f64,
 }
 
-const FIELDS: usize = 19;
+const FIELDS: usize = 20;
 
 impl Shared {
     fn to_array(self) -> [f64; FIELDS] {
@@ -74,6 +76,7 @@ impl Shared {
             self.xid_rate,
             self.failed_rate,
             self.power_unstable,
+            self.slow_rate,
         ]
     }
 
@@ -98,6 +101,7 @@ impl Shared {
             xid_rate: a[16],
             failed_rate: a[17],
             power_unstable: a[18],
+            slow_rate: a[19],
         }
     }
 }

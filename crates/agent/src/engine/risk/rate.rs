@@ -1,7 +1,7 @@
 //! Error counters read as noisy rates: "did this GPU's rate go up, and stay up?"
 //!
 //! Every error counter the risk model reads (corrected ECC, PCIe replays, NVLink errors,
-//! hardware XIDs, failed NVML calls, and hours of unstable power) is one [`RateTest`]: the
+//! hardware XIDs, failed and slow NVML collections, and hours of unstable power) is one [`RateTest`]: the
 //! counts of each clock hour, capped, against the GPU's own baseline rate, scanned over
 //! windows of six hours to eight days with a Poisson likelihood ratio.
 //!
@@ -553,6 +553,11 @@ pub mod floor {
     pub(crate) const XID_HARDWARE: f64 = 1.0 / (30.0 * 24.0);
     /// Failed NVML calls: one an hour (a driver busy at a moment).
     pub(crate) const FAILED_CALLS: f64 = 1.0;
+    /// Collections of 0.25 s or more: one a day (a host busy at a moment). An agent that
+    /// polls every few seconds learns its own rate above it; at a cadence of minutes a
+    /// higher floor would leave an hour of one or two slow reads little to say (each hour
+    /// counts at most [`super::BAD_HOUR_NATS`]).
+    pub(crate) const SLOW_COLLECTIONS: f64 = 1.0 / 24.0;
     /// Hours of unstable power: one every two days.
     pub(crate) const UNSTABLE_HOURS: f64 = 1.0 / 48.0;
 }

@@ -19,6 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::cadence::Cadence;
+use super::features::SLOW_COLLECTION_SECONDS;
 use super::hold::Hold;
 use super::power::PowerResidual;
 use super::rate::{RateTest, floor};
@@ -170,6 +171,9 @@ pub struct CounterRates {
     pub(crate) nvlink_errors: RateTest,
     pub(crate) xid_hardware: RateTest,
     pub failed_calls: RateTest,
+    /// Collections of [`SLOW_COLLECTION_SECONDS`] or more: a GSP going bad slows read
+    /// after read, hour after hour, where a host's moment of load slows one.
+    pub(crate) slow_collections: RateTest,
 }
 
 impl CounterRates {
@@ -186,6 +190,11 @@ impl CounterRates {
             .observe_in(hour, d.xid_hardware, s, floor::XID_HARDWARE);
         self.failed_calls
             .observe_in(hour, d.failed_calls, s, floor::FAILED_CALLS);
+        let slow = p
+            .collect_seconds
+            .is_some_and(|c| c >= SLOW_COLLECTION_SECONDS);
+        self.slow_collections
+            .observe_in(hour, flag(slow), s, floor::SLOW_COLLECTIONS);
     }
 }
 

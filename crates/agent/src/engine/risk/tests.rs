@@ -666,3 +666,78 @@ fn a_slow_first_collection_after_a_gap_is_no_slowing_gpu() {
         }
     }
 }
+
+/// [`run_node`] under a model that weighs `feature` 1 and nothing else: its findings carry
+/// the feature's held value whatever the shipped model weighs it.
+fn run_node_reading(
+    feature: &str,
+    days: i64,
+    change: impl FnMut(i64, u32, &mut GpuSample, &mut Vec<u32>),
+) -> Vec<Vec<GpuFindings>> {
+    let model = RiskModel::parse(&format!(
+        "bias = -4.5\n[[weight]]\nfeature = \"{feature}\"\nweight = 1.0\nreason = \"read\"\n"
+    ))
+    .unwrap();
+    let mut engine = Engine::new(EngineConfig {
+        risk_model: model,
+        ..EngineConfig::default()
+    });
+    let mut out: Vec<Vec<GpuFindings>> = vec![Vec::new(); GPUS as usize];
+    node_history(days, change, |_, snapshot| {
+        for f in engine.step(snapshot).gpus {
+            let i = f
+                .uuid
+                .strip_prefix("GPU-")
+                .and_then(|i| i.parse::<usize>().ok());
+            if let Some(i) = i {
+                out[i].push(f);
+            }
+        }
+    });
+    out
+}
+
+#[test]
+fn slow_reads_that_come_back_hour_after_hour_read_as_a_rate_and_one_now_and_then_does_not() {
+    // A GSP going bad: from day 7, one read in ten of GPU 0 takes 1.5 s (one or two an
+    // hour at this history's 5-minute cadence, never more than one in an hour's mean
+    // without its slowest). GPU 1: one 0.29 s read every other day, a host's moment.
+    let node = run_node_reading("collect_slow_rate", 8, |m, g, s, _| {
+        if g == 0 && m >= LAST_DAY && m % (10 * STEP_MIN) == 0 {
+            s.collect_seconds = 1.5;
+        }
+        if g == 1 && m % (2 * DAY_MIN) == 333 * STEP_MIN {
+            s.collect_seconds = 0.29;
+        }
+    });
+    let read = |f: &GpuFindings| contribution(f, "collect_slow_rate");
+    let gsp = &node[0];
+    let before = gsp[..(LAST_DAY / STEP_MIN) as usize]
+        .iter()
+        .map(read)
+        .fold(0.0, f64::max);
+    assert_eq!(before, 0.0, "nothing slow before day 7");
+    let half_day = &gsp[((LAST_DAY + DAY_MIN / 2) / STEP_MIN) as usize];
+    assert!(
+        read(half_day) > 5.0,
+        "12 h of slow reads: {}",
+        read(half_day)
+    );
+    assert!(
+        read(gsp.last().unwrap()) > 10.0,
+        "{}",
+        read(gsp.last().unwrap())
+    );
+    let hiccups = node[1].iter().map(read).fold(0.0, f64::max);
+    assert!(hiccups < 1.5, "a slow read every other day: {hiccups} nats");
+    // The same reads on every GPU of the node: the host, not a GPU.
+    let host = run_node_reading("collect_slow_rate", 8, |m, _, s, _| {
+        if m >= LAST_DAY && m % (10 * STEP_MIN) == 0 {
+            s.collect_seconds = 1.5;
+        }
+    });
+    for (g, gpu) in host.iter().enumerate() {
+        let most = gpu.iter().map(read).fold(0.0, f64::max);
+        assert_eq!(most, 0.0, "GPU {g}: {most}");
+    }
+}
