@@ -9,7 +9,7 @@
 //! Only a ring's newest bucket ever changes (samples, even out-of-order ones, land in it),
 //! so the merge of a run of older, closed buckets stays valid until a bucket opens or falls
 //! out of the window. Each ring remembers a few such merges ([`Memo`]) of the sums a step
-//! reads ([`Sums`]: a bucket without its extremes and squares): a step's summary of a span
+//! reads ([`Sums`]: a bucket without its squares and most extremes): a step's summary of a span
 //! then costs one merge of a few numbers instead of up to 96 merges of whole buckets, which
 //! is what lets `replay` run the engine over a week-long nvidia-smi log in seconds. The
 //! memo is not state: it is not persisted, compared or cloned, and a summary comes out the
@@ -254,6 +254,8 @@ impl From<&Bucket> for Sums {
             temperature: mean(&b.temperature),
             memory_gap: mean(&b.memory_gap),
             collect_seconds: mean(&b.collect_seconds),
+            // Collection times are never negative (the snapshot's range check clamps
+            // them), so 0 stands for "none" and the merge's max is the slowest.
             collect_slowest: match b.collect_seconds.n {
                 0 => 0.0,
                 _ => b.collect_seconds.max,

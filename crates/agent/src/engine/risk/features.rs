@@ -3,7 +3,8 @@
 //!
 //! Three normalisations replace absolute levels:
 //! - **rates with their uncertainty**: every error counter (corrected ECC, PCIe replays,
-//!   NVLink errors, hardware XIDs, failed NVML calls, hours of unstable power) is read as a
+//!   NVLink errors, hardware XIDs, failed and slow NVML collections, hours of unstable
+//!   power) is read as a
 //!   noisy rate against the GPU's own baseline, a likelihood ratio in nats of "the rate went
 //!   up and stayed up" over hourly counts that are capped, so a one-off burst is one bad
 //!   hour and a climb is many ([`super::rate`]);
@@ -25,9 +26,10 @@ use crate::engine::window::{DAY, Summaries};
 use crate::model::GpuSample;
 
 /// Every feature the model can weigh, with what it measures. The order is the order of
-/// [`features`]' output, of training columns and of the held terms in saved state: new
-/// features are appended, never inserted, so state saved by an older agent loads.
-pub const FEATURES: [(&str, &str); 31] = [
+/// [`features`]' output and of training columns. Saved state names its held terms
+/// (`Hold`), so a feature may go anywhere in the list and state saved by an older agent
+/// still loads.
+pub const FEATURES: [(&str, &str); 32] = [
     (
         "ecc_corrected_days",
         "rolling days of the last 7 with corrected ECC errors, each counting up to 1 at 3 errors",
@@ -148,6 +150,10 @@ pub const FEATURES: [(&str, &str); 31] = [
     (
         "temperature_persistent",
         "(GPU temperature above the GPU's own at similar power, averaged over about a day, less the node's median, − 2 °C) / 2, when above, less what a node running hot explains",
+    ),
+    (
+        "memory_gap_lasting",
+        "(memory − GPU temperature above the GPU's own gap at similar utilization, averaged over about three days, less the node's median, − 2 °C) / 2, when above",
     ),
 ];
 
@@ -337,6 +343,7 @@ impl Signals {
                 temperature_deviation: risk.temperature.deviation.unwrap_or(0.0),
                 gap_persistent: risk.gap.deviation_day.unwrap_or(0.0),
                 temperature_persistent: risk.temperature.deviation_day.unwrap_or(0.0),
+                gap_lasting: risk.gap.deviation_days.unwrap_or(0.0),
                 thermal_share: share(day.thermal_slowdown_seconds),
                 thermal_rise,
                 hw_slowdown_share: risk.hw_slowdown.clamp(0.0, 1.0),
@@ -451,5 +458,6 @@ pub fn features(input: &RiskInput<'_>) -> [f64; FEATURES.len()] {
         ((own.gap_persistent - PERSISTENT_DEGREES) / PERSISTENT_DEGREES).max(0.0),
         unexplained
             * ((own.temperature_persistent - PERSISTENT_DEGREES) / PERSISTENT_DEGREES).max(0.0),
+        ((own.gap_lasting - PERSISTENT_DEGREES) / PERSISTENT_DEGREES).max(0.0),
     ]
 }

@@ -52,8 +52,8 @@ impl Family {
     /// The e-fold time of held evidence, seconds (docs/detection.md states them): memory
     /// wear builds over days and a one-off burst should be gone within a day or two;
     /// link errors over hours to days; temperatures and power over hours; a GSP going bad
-    /// slows and fails NVML calls in episodes hours apart (a host's moment of load is left
-    /// out before: the node's median, the hour's slowest read).
+    /// slows and fails NVML calls in episodes hours apart, which the NVML calls' rate
+    /// tests count (the readings of one hour hold for [`MOMENTARY_HOLD_SECONDS`]).
     pub(crate) fn hold_seconds(self) -> f64 {
         const H: f64 = 3600.0;
         match self {
@@ -76,7 +76,7 @@ pub(crate) const EVIDENCE_STARTS: f64 = 1.5;
 pub(crate) const EVIDENCE_ENDS: f64 = 1.0;
 
 /// The held contributions of one GPU.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Hold {
     /// Unix seconds of the last assessment.
@@ -89,6 +89,17 @@ pub struct Hold {
     held: [f64; FEATURES.len()],
     /// Unix seconds each family's evidence started, while it lasts.
     since: [Option<i64>; FAMILIES.len()],
+}
+
+// Written out: the standard library derives `Default` for arrays of up to 32 only.
+impl Default for Hold {
+    fn default() -> Hold {
+        Hold {
+            at: None,
+            held: [0.0; FEATURES.len()],
+            since: [None; FAMILIES.len()],
+        }
+    }
 }
 
 /// The features of agents that saved their held terms as a list, in that list's order:
@@ -205,7 +216,7 @@ impl Hold {
         // One decay factor per family, not per feature, and only for a family with a term
         // to decay: most terms of a healthy GPU are zero at most steps, and a term at zero
         // stays at zero without one.
-        let mut decay: [Option<f64>; FAMILIES.len()] = [None; FAMILIES.len()];
+        let mut decay: [Option<f64>; FAMILIES.len() + 1] = [None; FAMILIES.len() + 1];
         for (i, (held, &raw)) in self.held.iter_mut().zip(raw).enumerate() {
             // A term at +0 with nothing new stays at +0 and adds nothing to its family: most
             // terms of a healthy GPU at most steps, skipped without the work below.
@@ -216,8 +227,9 @@ impl Hold {
             let decayed = if *held == 0.0 {
                 *held
             } else {
-                let factor = *decay[family.index()]
-                    .get_or_insert_with(|| (-elapsed / family.hold_seconds()).exp());
+                let slot = HOLD_SLOT[i];
+                let factor =
+                    *decay[slot].get_or_insert_with(|| (-elapsed / slot_hold_seconds(slot)).exp());
                 *held * factor
             };
             // Only evidence for risk is held; a term that lowers the score (a fitted
@@ -300,6 +312,47 @@ const fn family_by_name(name: &str) -> Family {
     }
 }
 
+/// The e-fold of the held NVML-call readings of one hour (failed calls per collection, the
+/// collection time's level and slowdown): a driver reload or an hour of load on a host
+/// whose node has no median to take away is one bad hour, gone within hours; what comes
+/// back hour after hour is the rate tests' to hold, for their family's time.
+const MOMENTARY_HOLD_SECONDS: f64 = 3.0 * 3600.0;
+
+/// The slot of [`HOLD_SLOT`] past the families': the momentary NVML-call readings.
+const MOMENTARY: usize = FAMILIES.len();
+
+/// Where each feature's held term decays, in FEATURES order: its family's index, or
+/// [`MOMENTARY`] for the structural readings that are not rate tests.
+const HOLD_SLOT: [usize; FEATURES.len()] = {
+    let mut out = [0; FEATURES.len()];
+    let mut i = 0;
+    while i < FEATURES.len() {
+        let name = FEATURES[i].0.as_bytes();
+        let family = family_by_name(FEATURES[i].0);
+        let rate = name.len() >= 5 && {
+            let tail = name.len() - 5;
+            name[tail] == b'_'
+                && name[tail + 1] == b'r'
+                && name[tail + 2] == b'a'
+                && name[tail + 3] == b't'
+                && name[tail + 4] == b'e'
+        };
+        out[i] = match family {
+            Family::Structural if !rate => MOMENTARY,
+            _ => family as usize,
+        };
+        i += 1;
+    }
+    out
+};
+
+/// The e-fold of slot `slot` of [`HOLD_SLOT`], seconds.
+fn slot_hold_seconds(slot: usize) -> f64 {
+    FAMILIES
+        .get(slot)
+        .map_or(MOMENTARY_HOLD_SECONDS, |f| f.hold_seconds())
+}
+
 /// The family of each feature, in FEATURES order.
 const FAMILY_OF: [Family; FEATURES.len()] = {
     let mut out = [Family::Structural; FEATURES.len()];
@@ -378,6 +431,35 @@ mod tests {
         let held = hold.apply(1_000 + 2 * 86_400 + 60, &raw, &mut evidence);
         assert_eq!(held[memory], 6.0);
         assert_eq!(evidence[0].since, 1_000 + 2 * 86_400 + 60);
+    }
+
+    #[test]
+    fn an_hour_of_failing_calls_fades_within_hours_and_calls_failing_hour_after_hour_hold() {
+        // A driver reload on a node with no median: one hour's failed calls weigh 14 and
+        // are gone within hours; the rate tests of the same family, which count what comes
+        // back hour after hour, hold for half a day.
+        let mut hold = Hold::default();
+        let mut evidence = Vec::new();
+        let mut raw = [0.0; FEATURES.len()];
+        let momentary = [
+            "failed_calls_per_collection",
+            "collect_seconds_level",
+            "collect_slowdown",
+        ];
+        let rates = ["failed_calls_rate", "collect_slow_rate"];
+        for name in momentary.iter().chain(&rates) {
+            raw[index(name)] = 14.0;
+        }
+        hold.apply(0, &raw, &mut evidence);
+        let held = hold.apply(12 * 3600, &[0.0; FEATURES.len()], &mut evidence);
+        for name in momentary {
+            let expected = 14.0 * (-4.0f64).exp();
+            assert!((held[index(name)] - expected).abs() < 1e-9, "{name}");
+        }
+        for name in rates {
+            let expected = 14.0 / std::f64::consts::E;
+            assert!((held[index(name)] - expected).abs() < 1e-9, "{name}");
+        }
     }
 
     #[test]

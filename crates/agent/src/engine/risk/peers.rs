@@ -50,9 +50,11 @@ pub struct Shared {
     /// The gap's and the GPU temperature's deviations averaged over about a day, °C.
     pub(crate) gap_persistent: f64,
     pub(crate) temperature_persistent: f64,
+    /// The gap's deviation averaged over about three days, °C.
+    pub(crate) gap_lasting: f64,
 }
 
-const FIELDS: usize = 20;
+const FIELDS: usize = 21;
 
 impl Shared {
     fn to_array(self) -> [f64; FIELDS] {
@@ -77,6 +79,7 @@ impl Shared {
             self.failed_rate,
             self.power_unstable,
             self.slow_rate,
+            self.gap_lasting,
         ]
     }
 
@@ -102,6 +105,7 @@ impl Shared {
             failed_rate: a[17],
             power_unstable: a[18],
             slow_rate: a[19],
+            gap_lasting: a[20],
         }
     }
 }

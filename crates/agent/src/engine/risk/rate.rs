@@ -376,7 +376,9 @@ impl RateTest {
             // index by far more than that error says. Only what stands beyond
             // [`CHANCE_SPREADS`] of the band is clustering: a GPU whose first days held one
             // hour with two corrected errors is not one whose errors come in pairs.
-            let hours = self.hours.clamp(1.0, 2.0 * BASELINE_HOURS);
+            // `N` is the hours the moments weigh, not the hours observed: the warm-up's
+            // hours weigh alike, then each hour less as a week's mean moves on.
+            let hours = self.hours_learnt().clamp(1.0, 2.0 * BASELINE_HOURS);
             let chance = ((1.0 / self.mean + 2.0) / hours).sqrt();
             self.variance() / self.mean - CHANCE_SPREADS * chance
         } else {

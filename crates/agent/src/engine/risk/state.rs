@@ -101,7 +101,7 @@ impl RiskState {
             (p.utilization, p.temperature, p.memory_temperature)
         {
             self.gap
-                .observe(util, UTILIZATION_BANDS, memory - gpu, p.seconds, 1.0);
+                .observe(util, UTILIZATION_BANDS, memory - gpu, p.seconds, 1.0, true);
         }
         // The die's temperature at a given power is the cooling's thermal resistance: the
         // same whatever job draws it, so it is compared at similar power, not utilization.
@@ -113,7 +113,7 @@ impl RiskState {
             && scale > 0.0
         {
             self.temperature
-                .observe(power / scale, POWER_BANDS, gpu, p.seconds, 1.0);
+                .observe(power / scale, POWER_BANDS, gpu, p.seconds, 1.0, false);
         }
         let events = sample.clock_events.unwrap_or_default();
         let generic = events.intersects(ClockEvents::HW_SLOWDOWN)
@@ -407,6 +407,9 @@ impl Baseline {
     }
 }
 
+/// E-fold, in days, of the lasting deviations ([`BandedBaseline::deviation_days`]).
+const LASTING_DAYS: f64 = 3.0;
+
 /// Utilization bands the memory–GPU gap is learnt in: HBM and die heat differently with
 /// load, so the gap is compared only with the gap at similar load.
 const UTILIZATION_BANDS: usize = 4;
@@ -428,11 +431,17 @@ pub struct BandedBaseline {
     pub(crate) deviation: Option<f64>,
     /// The same averaged over about a day: what persists rather than what passes.
     pub(crate) deviation_day: Option<f64>,
+    /// The same averaged over about three days, where asked for: what keeps rising past
+    /// the baseline's drift. A step of a few degrees (another job, a moved rack) is learnt
+    /// by the baseline within days and stays low here; a cooling that degrades keeps
+    /// ahead of it. Absent from state saved before it existed: it starts again.
+    pub(crate) deviation_days: Option<f64>,
 }
 
 impl BandedBaseline {
     /// Folds in `reading` at `level` (0–1, of `bands` equal bands) over `seconds`; the
-    /// baseline may drift by `drift_per_day` once warm.
+    /// baseline may drift by `drift_per_day` once warm; `lasting`: keep the three-day
+    /// deviation too.
     fn observe(
         &mut self,
         level: f64,
@@ -440,6 +449,7 @@ impl BandedBaseline {
         reading: f64,
         seconds: f64,
         drift_per_day: f64,
+        lasting: bool,
     ) {
         if !level.is_finite() || !reading.is_finite() || bands == 0 {
             return;
@@ -449,6 +459,7 @@ impl BandedBaseline {
                 bands: vec![Baseline::default(); bands],
                 deviation: None,
                 deviation_day: None,
+                deviation_days: None,
             };
         }
         let band = ((level.clamp(0.0, 1.0) * bands as f64) as usize).min(bands - 1);
@@ -460,6 +471,11 @@ impl BandedBaseline {
             let mut day = self.deviation_day.unwrap_or(deviation);
             ewma(&mut day, deviation, seconds, DAY as f64);
             self.deviation_day = Some(day);
+            if lasting {
+                let mut days = self.deviation_days.unwrap_or(deviation);
+                ewma(&mut days, deviation, seconds, LASTING_DAYS * DAY as f64);
+                self.deviation_days = Some(days);
+            }
         }
         self.bands[band].learn(reading, seconds, drift_per_day);
     }
@@ -501,20 +517,20 @@ mod tests {
         let mut b = BandedBaseline::default();
         // Half a day at 300 W of 700 (band 3) at 60 °C and at 600 W (band 6) at 75 °C.
         for _ in 0..12 {
-            b.observe(300.0 / 700.0, POWER_BANDS, 60.0, 3600.0, 1.0);
-            b.observe(600.0 / 700.0, POWER_BANDS, 75.0, 3600.0, 1.0);
+            b.observe(300.0 / 700.0, POWER_BANDS, 60.0, 3600.0, 1.0, false);
+            b.observe(600.0 / 700.0, POWER_BANDS, 75.0, 3600.0, 1.0, false);
         }
         assert_eq!(b.deviation, None, "the last hour warmed them up");
-        b.observe(600.0 / 700.0, POWER_BANDS, 75.0, 3600.0, 1.0);
+        b.observe(600.0 / 700.0, POWER_BANDS, 75.0, 3600.0, 1.0, false);
         assert_eq!(b.deviation, Some(0.0), "hot at high power is its normal");
         // 12 °C more at the low power, for hours: the deviation follows within the hour.
         for _ in 0..6 {
-            b.observe(300.0 / 700.0, POWER_BANDS, 72.0, 3600.0, 1.0);
+            b.observe(300.0 / 700.0, POWER_BANDS, 72.0, 3600.0, 1.0, false);
         }
         let deviation = b.deviation.unwrap_or_default();
         assert!(deviation > 10.0 && deviation <= 12.0, "{deviation}");
         // State saved with another band count is learnt afresh, not misread.
-        b.observe(0.5, UTILIZATION_BANDS, 5.0, 3600.0, 1.0);
+        b.observe(0.5, UTILIZATION_BANDS, 5.0, 3600.0, 1.0, false);
         assert_eq!((b.bands.len(), b.deviation), (UTILIZATION_BANDS, None));
     }
 

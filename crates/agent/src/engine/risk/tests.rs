@@ -741,3 +741,28 @@ fn slow_reads_that_come_back_hour_after_hour_read_as_a_rate_and_one_now_and_then
         assert_eq!(most, 0.0, "GPU {g}: {most}");
     }
 }
+
+#[test]
+fn an_hbm_gap_that_keeps_rising_for_days_lasts_and_a_step_of_a_few_degrees_does_not() {
+    // GPU 0's HBM runs hotter than its die from day 5: by 6 °C at once and then steady
+    // (another job, a moved rack: the baseline learns it at 1 °C a day), or by 2.5 °C
+    // more each day (a cold plate failing). Ten days.
+    let gap = |rise: fn(f64) -> f64| {
+        run_node_reading("memory_gap_lasting", 10, move |m, g, s, _| {
+            // The node's samples carry no HBM reading: GPU 0's runs 8 °C under its die.
+            let days = (m - 5 * DAY_MIN) as f64 / DAY_MIN as f64;
+            if g == 0 {
+                let rise = if days >= 0.0 { rise(days) } else { 0.0 };
+                s.memory_temperature_celsius = s.temperature_celsius.map(|t| t - 8.0 + rise);
+            }
+        })
+        .swap_remove(0)
+    };
+    let read = |f: &GpuFindings| contribution(f, "memory_gap_lasting");
+    let step = gap(|_| 6.0);
+    let most = step.iter().map(read).fold(0.0, f64::max);
+    assert!(most < 0.5, "a 6 °C step: {most}");
+    let ramp = gap(|days| 2.5 * days);
+    let end = read(ramp.last().unwrap());
+    assert!(end > 0.8, "12.5 °C over five days: {end}");
+}

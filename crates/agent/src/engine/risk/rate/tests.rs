@@ -415,3 +415,26 @@ fn a_steady_rate_whose_counts_come_in_trains_is_its_own_normal() {
     climbs.sort_by(f64::total_cmp);
     assert!(climbs[climbs.len() / 2] > 8.0, "{climbs:?}");
 }
+
+#[test]
+fn the_chance_band_is_as_wide_as_the_hours_the_baseline_weighs() {
+    // An index of dispersion of 1.55 at 0.8 counts an hour. Two days observed weigh as 31
+    // hours (the warm-up's day alike, then a week's moving mean): within chance, one
+    // count is a unit. Over 48 hours taken as 48 it would pass as clustering. A month
+    // learnt weighs 336 hours: the same index is clustering.
+    let with = |hours: f64| RateTest {
+        mean: 0.8,
+        square: 0.8 * 0.8 + 1.55 * 0.8,
+        hours,
+        ..RateTest::default()
+    };
+    let young = with(48.0);
+    assert!(
+        (young.hours_learnt() - 31.2).abs() < 0.1,
+        "{}",
+        young.hours_learnt()
+    );
+    assert_eq!(young.unit(0.8), 1.0);
+    let month = with(720.0).unit(0.8);
+    assert!(month > 1.3 && month < 1.4, "{month}");
+}
