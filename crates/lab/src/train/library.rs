@@ -33,6 +33,8 @@ use crate::engine::{Engine, EngineConfig, Findings};
 use crate::scenario::{GpuLabel, Library, NodeScenario, Polling, TruthKind};
 use crate::source::simulate::Failure;
 
+#[cfg(test)]
+mod feature_table;
 mod report;
 use report::Crossing;
 pub use report::{LibraryReport, SHOWS};

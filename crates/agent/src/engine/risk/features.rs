@@ -173,6 +173,23 @@ pub const fn starts_with(name: &str, prefix: &str) -> bool {
     true
 }
 
+/// Whether `name` ends with `suffix`, usable where a constant is computed.
+pub const fn ends_with(name: &str, suffix: &str) -> bool {
+    let (name, suffix) = (name.as_bytes(), suffix.as_bytes());
+    if name.len() < suffix.len() {
+        return false;
+    }
+    let start = name.len() - suffix.len();
+    let mut i = 0;
+    while i < suffix.len() {
+        if name[start + i] != suffix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// The index of feature `name` in [`FEATURES`]; evaluated for a constant, a name that is
 /// not a feature's fails to compile.
 pub const fn feature_index(name: &str) -> usize {

@@ -327,16 +327,10 @@ const HOLD_SLOT: [usize; FEATURES.len()] = {
     let mut out = [0; FEATURES.len()];
     let mut i = 0;
     while i < FEATURES.len() {
-        let name = FEATURES[i].0.as_bytes();
-        let family = family_by_name(FEATURES[i].0);
-        let rate = name.len() >= 5 && {
-            let tail = name.len() - 5;
-            name[tail] == b'_'
-                && name[tail + 1] == b'r'
-                && name[tail + 2] == b'a'
-                && name[tail + 3] == b't'
-                && name[tail + 4] == b'e'
-        };
+        let name = FEATURES[i].0;
+        // The rate tests' names end so, as `is_likelihood_ratio` reads them.
+        let rate = super::features::ends_with(name, "_rate");
+        let family = family_by_name(name);
         out[i] = match family {
             Family::Structural if !rate => MOMENTARY,
             _ => family as usize,
