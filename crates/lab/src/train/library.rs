@@ -34,7 +34,7 @@ use crate::scenario::{GpuLabel, Library, NodeScenario, Polling, TruthKind};
 use crate::source::simulate::Failure;
 
 #[cfg(test)]
-mod feature_table;
+mod feature_table_tests;
 mod report;
 use report::Crossing;
 pub use report::{LibraryReport, SHOWS};

@@ -48,10 +48,10 @@ fn feature_table() {
     let observed = observe(&library, &options);
     println!("node GPU kind family shows-a-day-ahead confounders | {names}");
     for (g, gpu) in observed.gpus.iter().enumerate() {
-        let rows = observed.rows.iter().filter(|r| r.gpu == g);
+        let mut rows = observed.rows.iter().filter(|r| r.gpu == g);
         let values: Vec<f64> = match gpu.label.failure_s {
             Some(at) if gpu.label.kind == TruthKind::Failing => {
-                let day_ahead = rows.filter(|r| r.t <= at - 86_400.0).last();
+                let day_ahead = rows.rfind(|r| r.t <= at - 86_400.0);
                 columns
                     .iter()
                     .map(|&i| day_ahead.map_or(0.0, |r| r.x[i]))
