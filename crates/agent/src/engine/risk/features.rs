@@ -174,7 +174,7 @@ pub const fn starts_with(name: &str, prefix: &str) -> bool {
 }
 
 /// Whether `name` ends with `suffix`, usable where a constant is computed.
-pub const fn ends_with(name: &str, suffix: &str) -> bool {
+pub(crate) const fn ends_with(name: &str, suffix: &str) -> bool {
     let (name, suffix) = (name.as_bytes(), suffix.as_bytes());
     if name.len() < suffix.len() {
         return false;
@@ -207,9 +207,16 @@ pub const fn feature_index(name: &str) -> usize {
 /// Whether feature `i` ([`FEATURES`] order) is a rate test's log-likelihood ratio
 /// ([`super::rate`]): evidence in nats, which a model should weigh by at most one.
 pub fn is_likelihood_ratio(i: usize) -> bool {
-    FEATURES
-        .get(i)
-        .is_some_and(|(name, _)| name.ends_with("_rate") || *name == "power_unstable_hours")
+    i < FEATURES.len() && is_rate_test(FEATURES[i].0)
+}
+
+/// Whether the feature named `name` is a rate test's log-likelihood ratio, usable where a
+/// constant is computed: the rate tests' names end in `_rate`, and the unstable power
+/// hours are one too.
+pub(crate) const fn is_rate_test(name: &str) -> bool {
+    const UNSTABLE_HOURS: &str = "power_unstable_hours";
+    ends_with(name, "_rate")
+        || (name.len() == UNSTABLE_HOURS.len() && starts_with(name, UNSTABLE_HOURS))
 }
 
 /// The collection time at which a GPU's NVML calls count as slow: healthy reads take

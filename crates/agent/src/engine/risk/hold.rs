@@ -328,11 +328,9 @@ const HOLD_SLOT: [usize; FEATURES.len()] = {
     let mut i = 0;
     while i < FEATURES.len() {
         let name = FEATURES[i].0;
-        // The rate tests' names end so, as `is_likelihood_ratio` reads them.
-        let rate = super::features::ends_with(name, "_rate");
         let family = family_by_name(name);
         out[i] = match family {
-            Family::Structural if !rate => MOMENTARY,
+            Family::Structural if !super::features::is_rate_test(name) => MOMENTARY,
             _ => family as usize,
         };
         i += 1;

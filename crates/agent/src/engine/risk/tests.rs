@@ -15,7 +15,19 @@ fn run_node(
     days: i64,
     change: impl FnMut(i64, u32, &mut GpuSample, &mut Vec<u32>),
 ) -> Vec<Vec<GpuFindings>> {
-    let mut engine = Engine::new(EngineConfig::default());
+    run_node_with(RiskModel::shipped(), days, change)
+}
+
+/// [`run_node`] under `model`.
+fn run_node_with(
+    model: RiskModel,
+    days: i64,
+    change: impl FnMut(i64, u32, &mut GpuSample, &mut Vec<u32>),
+) -> Vec<Vec<GpuFindings>> {
+    let mut engine = Engine::new(EngineConfig {
+        risk_model: model,
+        ..EngineConfig::default()
+    });
     let mut out: Vec<Vec<GpuFindings>> = vec![Vec::new(); GPUS as usize];
     node_history(days, change, |_, snapshot| {
         for f in engine.step(snapshot).gpus {
@@ -678,23 +690,7 @@ fn run_node_reading(
         "bias = -4.5\n[[weight]]\nfeature = \"{feature}\"\nweight = 1.0\nreason = \"read\"\n"
     ))
     .unwrap();
-    let mut engine = Engine::new(EngineConfig {
-        risk_model: model,
-        ..EngineConfig::default()
-    });
-    let mut out: Vec<Vec<GpuFindings>> = vec![Vec::new(); GPUS as usize];
-    node_history(days, change, |_, snapshot| {
-        for f in engine.step(snapshot).gpus {
-            let i = f
-                .uuid
-                .strip_prefix("GPU-")
-                .and_then(|i| i.parse::<usize>().ok());
-            if let Some(i) = i {
-                out[i].push(f);
-            }
-        }
-    });
-    out
+    run_node_with(model, days, change)
 }
 
 #[test]
