@@ -81,7 +81,7 @@ pub const FEATURES: [(&str, &str); 32] = [
     ),
     (
         "nvlink_errors_rate",
-        "the NVLink error rate test (nats) against the GPU's own baseline or one an hour, less the node's median",
+        "the NVLink error rate test (nats) against the GPU's own baseline or one every four hours, less the node's median",
     ),
     (
         "memory_gap_vs_baseline",

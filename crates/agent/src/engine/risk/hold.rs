@@ -50,17 +50,18 @@ impl Family {
     }
 
     /// The e-fold time of held evidence, seconds (docs/detection.md states them): memory
-    /// wear builds over days and a one-off burst should be gone within a day or two;
-    /// link errors over hours to days; temperatures and power over hours; a GSP going bad
-    /// slows and fails NVML calls in episodes hours apart, which the NVML calls' rate
-    /// tests count (the readings of one hour hold for [`MOMENTARY_HOLD_SECONDS`]).
+    /// wear builds over days and a one-off burst should be gone within a day or two; a
+    /// failing link errs in episodes that can lie half a day apart, and a GSP going bad
+    /// slows and fails NVML calls the same way (the NVML calls' rate tests; the readings
+    /// of one hour hold for [`MOMENTARY_HOLD_SECONDS`]): the rate tests' short windows
+    /// fall back between episodes while the long ones are still building, so their
+    /// evidence holds a day; temperatures and power follow the load within hours.
     pub(crate) fn hold_seconds(self) -> f64 {
         const H: f64 = 3600.0;
         match self {
-            Family::Memory => 24.0 * H,
-            Family::Xid | Family::Pcie | Family::NvLink => 12.0 * H,
+            Family::Memory | Family::Pcie | Family::NvLink | Family::Structural => 24.0 * H,
+            Family::Xid => 12.0 * H,
             Family::Cooling | Family::Power => 6.0 * H,
-            Family::Structural => 12.0 * H,
         }
     }
 
@@ -429,7 +430,7 @@ mod tests {
     fn an_hour_of_failing_calls_fades_within_hours_and_calls_failing_hour_after_hour_hold() {
         // A driver reload on a node with no median: one hour's failed calls weigh 14 and
         // are gone within hours; the rate tests of the same family, which count what comes
-        // back hour after hour, hold for half a day.
+        // back hour after hour, hold for a day.
         let mut hold = Hold::default();
         let mut evidence = Vec::new();
         let mut raw = [0.0; FEATURES.len()];
@@ -443,9 +444,9 @@ mod tests {
             raw[index(name)] = 14.0;
         }
         hold.apply(0, &raw, &mut evidence);
-        let held = hold.apply(12 * 3600, &[0.0; FEATURES.len()], &mut evidence);
+        let held = hold.apply(24 * 3600, &[0.0; FEATURES.len()], &mut evidence);
         for name in momentary {
-            let expected = 14.0 * (-4.0f64).exp();
+            let expected = 14.0 * (-8.0f64).exp();
             assert!((held[index(name)] - expected).abs() < 1e-9, "{name}");
         }
         for name in rates {

@@ -99,6 +99,39 @@ fn three_a_day_from_nothing_stands_out_within_a_week() {
 }
 
 #[test]
+fn a_link_erring_hour_after_hour_stands_out_and_a_healthy_links_bursts_do_not() {
+    // A failing NVLink at 1.5 errors an hour from day 3 (Poisson): a day on, 7.6 to 11
+    // nats over these seeds, far past what a healthy link's bursts give (0.86). Against
+    // one an hour, the old floor, it read 0.3 to 1.7.
+    let mut day_on = vec![];
+    let mut against_one_an_hour = vec![];
+    for seed in 0..8 {
+        let erring = |t: f64| if t >= 3.0 { 1.5 } else { 0.0 };
+        let s = run(4.0, floor::NVLINK_ERRORS, seed, erring);
+        assert!(at_day(&s, 3.0) < 1.0, "seed {seed}: before the errors");
+        day_on.push(at_day(&s, 4.0));
+        against_one_an_hour.push(at_day(&run(4.0, 1.0, seed, erring), 4.0));
+    }
+    assert!(day_on.iter().all(|x| *x > 6.0), "{day_on:?}");
+    assert!(
+        against_one_an_hour.iter().all(|x| *x < 2.0),
+        "{against_one_an_hour:?}"
+    );
+    // A healthy link: bursts of 19 errors within a minute, two in a day six hours apart,
+    // then every three days.
+    let mut test = RateTest::default();
+    let start = 1_700_000_000 / 3600 * 3600;
+    let bursts = [2 * 1440, 2 * 1440 + 360, 5 * 1440, 8 * 1440, 11 * 1440];
+    let mut peak: f64 = 0.0;
+    for m in 0..(14 * 1440) {
+        let count = if bursts.contains(&m) { 19.0 } else { 0.0 };
+        test.observe(start + m * 60, count, 60.0, floor::NVLINK_ERRORS);
+        peak = peak.max(test.llr());
+    }
+    assert!(peak < 1.5, "{peak}");
+}
+
+#[test]
 fn a_link_ramping_to_a_thousand_an_hour_in_a_day_is_evidence_early() {
     // From 0.3/h to 1,000/h exponentially over one day, from day 3.
     let s = run(4.5, floor::PCIE_REPLAYS, 1, |t| {
