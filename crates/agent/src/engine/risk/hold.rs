@@ -456,6 +456,27 @@ mod tests {
     }
 
     #[test]
+    fn link_evidence_holds_a_day_and_a_hardware_xids_half_a_day() {
+        // A failing link's episodes can lie half a day apart: its rate tests' evidence
+        // keeps 1/e a day on, an XID's a day on 1/e².
+        let mut hold = Hold::default();
+        let mut evidence = Vec::new();
+        let mut raw = [0.0; FEATURES.len()];
+        let links = ["pcie_replays_rate", "nvlink_errors_rate"];
+        for name in links.iter().chain(&["xid_hardware_rate"]) {
+            raw[index(name)] = 6.0;
+        }
+        hold.apply(0, &raw, &mut evidence);
+        let held = hold.apply(86_400, &[0.0; FEATURES.len()], &mut evidence);
+        for name in links {
+            let expected = 6.0 / std::f64::consts::E;
+            assert!((held[index(name)] - expected).abs() < 1e-9, "{name}");
+        }
+        let xid = 6.0 * (-2.0f64).exp();
+        assert!((held[index("xid_hardware_rate")] - xid).abs() < 1e-9);
+    }
+
+    #[test]
     fn each_family_decays_on_its_own_time_scale_whatever_the_others_hold() {
         let mut hold = Hold::default();
         let mut evidence = Vec::new();
