@@ -51,11 +51,12 @@ impl Family {
 
     /// The e-fold time of held evidence, seconds (docs/detection.md states them): memory
     /// wear builds over days and a one-off burst should be gone within a day or two; a
-    /// failing link errs in episodes that can lie half a day apart, and a GSP going bad
-    /// slows and fails NVML calls the same way (the NVML calls' rate tests; the readings
-    /// of one hour hold for [`MOMENTARY_HOLD_SECONDS`]): the rate tests' short windows
-    /// fall back between episodes while the long ones are still building, so their
-    /// evidence holds a day; temperatures and power follow the load within hours.
+    /// failing link errs, or trains down, in episodes that can lie half a day apart, and
+    /// a GSP going bad slows and fails NVML calls the same way (the NVML calls' rate
+    /// tests; the readings of one hour hold for [`MOMENTARY_HOLD_SECONDS`]): between
+    /// episodes the rate tests' short windows fall back while the long ones are still
+    /// building, so every PCIe and NVLink term, and the NVML calls' rate tests, hold a
+    /// day; temperatures and power follow the load within hours.
     pub(crate) fn hold_seconds(self) -> f64 {
         const H: f64 = 3600.0;
         match self {
@@ -367,7 +368,10 @@ mod tests {
     use super::*;
 
     fn index(name: &str) -> usize {
-        FEATURES.iter().position(|(n, _)| *n == name).unwrap_or(0)
+        FEATURES
+            .iter()
+            .position(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no feature {name}"))
     }
 
     #[test]

@@ -552,9 +552,10 @@ pub mod floor {
     /// NVLink CRC, replay and recovery errors: one every four hours. A healthy link errs
     /// now and then, a burst of a few to a score at a time (one bad hour, however large);
     /// a failing one errs hour after hour, from an error or two an hour. Against one an
-    /// hour, a day of 1.5 an hour read 0.3 to 1.7 nats (a unit test); against one every
-    /// eight hours, a healthy link's bursts in clustered hours read 3 in the scenario
-    /// library.
+    /// hour, a day of 1.5 an hour read 0.3 to 1.7 nats (the unit test
+    /// `a_link_erring_hour_after_hour_stands_out_and_a_healthy_links_bursts_do_not`);
+    /// against one every eight hours, a healthy link's bursts in clustered hours read 3
+    /// in the scenario library.
     pub(crate) const NVLINK_ERRORS: f64 = 0.25;
     /// Hardware-fault XIDs: one a month.
     pub(crate) const XID_HARDWARE: f64 = 1.0 / (30.0 * 24.0);

@@ -392,7 +392,7 @@ fn a_warning_holds_after_its_evidence_stops_then_decays() {
     });
     let step = |minute: i64| &all[(minute / STEP_MIN) as usize];
     assert!(step(recovers_at).risk.score >= 0.7);
-    // Held for hours (PCIe evidence decays with e-fold 12 h) ...
+    // Held for hours (PCIe evidence decays with e-fold 24 h) ...
     assert!(
         step(recovers_at + 3 * 60).risk.score >= 0.7,
         "{:?}",
