@@ -44,6 +44,11 @@ pub struct TrainArgs {
     /// With --scenarios: also write the evaluation tables (Markdown) to this file.
     #[arg(long, value_name = "FILE", requires = "scenarios")]
     pub tables: Option<PathBuf>,
+    /// With --scenarios: follow this GPU hour by hour (node and GPU as the tables list
+    /// them, e.g. 3:1; repeatable): its score and largest terms under the model that
+    /// judges it in the tables and under the shipped model, appended to the tables.
+    #[arg(long, value_name = "NODE:GPU", value_parser = parse_traced, requires = "scenarios")]
+    pub trace: Vec<(usize, u32)>,
     /// Where to write the fitted model (the format of models/default-risk.toml).
     #[arg(long, value_name = "MODEL.toml")]
     pub out: PathBuf,
@@ -66,6 +71,19 @@ pub struct TrainArgs {
     /// With --history: L2 penalty of the logistic regression (on standardised features).
     #[arg(long, default_value_t = 1.0)]
     pub alpha: f64,
+}
+
+/// `NODE:GPU` of `--trace`: a node numbered from 1 and a GPU index from 0, as the tables
+/// list them.
+fn parse_traced(text: &str) -> Result<(usize, u32), String> {
+    let expected = || format!("{text:?} is not NODE:GPU (as the tables list them, e.g. 3:1)");
+    let (node, gpu) = text.trim().split_once(':').ok_or_else(expected)?;
+    let node: usize = node.trim().parse().map_err(|_| expected())?;
+    let gpu: u32 = gpu.trim().parse().map_err(|_| expected())?;
+    if node == 0 {
+        return Err(format!("{text:?}: nodes are numbered from 1"));
+    }
+    Ok((node, gpu))
 }
 
 /// The agent as hosts install it has no trainer: the fit's numeric crates (linfa, ndarray)
@@ -152,6 +170,7 @@ fn scenarios(args: &TrainArgs, row_every: i64) -> anyhow::Result<()> {
             row_every: row_every as f64,
             threshold: args.threshold,
             false_per_1000_days: SEARCH_FALSE_PER_1000_DAYS,
+            trace: args.trace.clone(),
         },
     )?;
     let tables = report.tables();
@@ -163,3 +182,6 @@ fn scenarios(args: &TrainArgs, row_every: i64) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     super::output::print(&format!("{tables}wrote {}\n", args.out.display()))
 }
+
+#[cfg(test)]
+mod tests;

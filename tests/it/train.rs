@@ -194,7 +194,7 @@ fn train_on_the_scenario_library_judges_every_held_out_variant() {
             "--interval",
             "1h",
         ])
-        .args(["--seed", "3", "--out"])
+        .args(["--seed", "3", "--trace", "2:5", "--out"])
         .arg(&model)
         .arg("--tables")
         .arg(&tables)
@@ -239,6 +239,30 @@ fn train_on_the_scenario_library_judges_every_held_out_variant() {
         })
         .sum();
     assert!((8..=16).contains(&sku_gpus), "{sku_gpus}: {text}");
+    // The traced GPU, hour by hour, under the fold that judges it and the shipped model:
+    // one line at the first collection of each hour the GPU was up (six days at most).
+    let traced = text
+        .split_once("Traced GPUs (--trace)")
+        .map(|(_, t)| t)
+        .expect("a traced section");
+    let blocks: Vec<&str> = traced.split("node 2 GPU 5 under ").skip(1).collect();
+    assert_eq!(blocks.len(), 2, "{traced}");
+    assert!(blocks[0].starts_with("fold noise="), "{}", blocks[0]);
+    assert!(blocks[1].starts_with("the shipped model:"), "{}", blocks[1]);
+    for block in blocks {
+        let hours: Vec<&str> = block.lines().filter(|l| l.starts_with("day ")).collect();
+        assert!(
+            (24..=6 * 24).contains(&hours.len()),
+            "{}: {block}",
+            hours.len()
+        );
+        assert!(
+            hours
+                .iter()
+                .all(|l| l.contains(": 0.") || l.contains(": 1.")),
+            "{block}"
+        );
+    }
     // The model is one the agent accepts.
     let loaded = RiskModel::load(&model).expect("the written model loads");
     assert!(
@@ -270,5 +294,28 @@ fn train_on_the_scenario_library_judges_every_held_out_variant() {
         .expect("the binary runs");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--scenarios"));
+    for (trace, says) in [
+        ("3:0", "nodes 1 to 2"),
+        ("1:8", "GPUs 0 to 7"),
+        ("x", "NODE:GPU"),
+    ] {
+        let refused = Command::new(bin)
+            .args([
+                "train",
+                "--scenarios",
+                "2",
+                "--days",
+                "1",
+                "--trace",
+                trace,
+                "--out",
+            ])
+            .arg(dir.join("never.toml"))
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{trace}");
+        assert!(stderr.contains(says), "{trace}: {stderr}");
+    }
     assert!(!dir.join("never.toml").exists());
 }

@@ -36,8 +36,10 @@ use crate::source::simulate::Failure;
 #[cfg(test)]
 mod feature_table_tests;
 mod report;
-use report::Crossing;
+mod trace;
+use report::{Crossing, SHIPPED};
 pub use report::{LibraryReport, SHOWS};
+use trace::Trace;
 
 use super::anchors::{self, AnchorRows, Constraint};
 use super::ensemble;
@@ -77,6 +79,8 @@ pub struct LibraryOptions {
     pub threshold: f64,
     /// False warnings the search allows per 1,000 healthy training GPU-days.
     pub false_per_1000_days: f64,
+    /// GPUs to follow hour by hour (node from 1, GPU index, as the tables list them).
+    pub trace: Vec<(usize, u32)>,
 }
 
 /// One GPU of the library.
@@ -106,6 +110,21 @@ struct Observed {
 
 /// Runs the library: observes, fits and judges every fold, fits the final model.
 pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<LibraryReport> {
+    for &(node, gpu) in &options.trace {
+        let gpus = node
+            .checked_sub(1)
+            .and_then(|n| library.nodes.get(n))
+            .map(|n| n.labels.len());
+        anyhow::ensure!(
+            gpus.is_some_and(|g| (gpu as usize) < g),
+            "--trace {node}:{gpu}: the library has nodes 1 to {}{}",
+            library.nodes.len(),
+            gpus.map_or(String::new(), |g| format!(
+                " and node {node} GPUs 0 to {}",
+                g.saturating_sub(1)
+            ))
+        );
+    }
     let observed = observe(library, options);
     let anchors = anchors::observe();
     let failing = observed
@@ -120,9 +139,11 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         anchors.len(),
     );
     let every: Vec<usize> = (0..observed.gpus.len()).collect();
-    for (g, outcome, crossing) in judge(library, options, &RiskModel::shipped(), &observed, &every)
+    for (g, outcome, crossing, trace) in
+        judge(library, options, &RiskModel::shipped(), &observed, &every)
     {
         report.add_shipped(&observed.gpus[g], &outcome, crossing.as_ref());
+        report.add_trace(&observed.gpus[g], SHIPPED, trace);
     }
     // The noise folds' models, for a noise × curve fold whose training GPUs hold no failure
     // (a small library): it is judged without the noise model at least.
@@ -139,13 +160,14 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
                 .filter(|&g| held(&observed.gpus[g]))
                 .collect();
             let fold = format!("{axis}={value}");
-            for (g, outcome, crossing) in judge(library, options, &model, &observed, &test) {
+            for (g, outcome, crossing, trace) in judge(library, options, &model, &observed, &test) {
                 report.by_variant.add(&fold, &outcome);
                 // The noise folds judge the headline's healthy GPUs (and failures without a
                 // curve, the bus drops): a model that saw no GPU whose counts arrive so.
                 let curve = observed.gpus[g].label.variants.curve.is_some();
                 if axis == "noise" && !(curve && matches!(outcome, Outcome::Failed { .. })) {
                     report.add_headline(&observed.gpus[g], &outcome, &fold, crossing.as_ref());
+                    report.add_trace(&observed.gpus[g], &format!("fold {fold}"), trace);
                 }
             }
         }
@@ -178,8 +200,9 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
                     .to_model(&format!("fold without noise={noise}, curve={curve}")),
             };
             let fold = format!("noise={noise}, curve={curve}");
-            for (g, outcome, crossing) in judge(library, options, &model, &observed, &test) {
+            for (g, outcome, crossing, trace) in judge(library, options, &model, &observed, &test) {
                 report.add_headline(&observed.gpus[g], &outcome, &fold, crossing.as_ref());
+                report.add_trace(&observed.gpus[g], &format!("fold {fold}"), trace);
             }
         }
     }
@@ -365,7 +388,7 @@ fn judge(
     model: &RiskModel,
     observed: &Observed,
     test: &[usize],
-) -> Vec<(usize, Outcome, Option<Crossing>)> {
+) -> Vec<(usize, Outcome, Option<Crossing>, Vec<String>)> {
     let mut by_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for &g in test {
         by_node.entry(observed.gpus[g].node).or_default().push(g);
@@ -375,6 +398,13 @@ fn judge(
         let node = &library.nodes[*n];
         let mut trackers: Vec<Tracker> = vec![Tracker::new(options.threshold); node.labels.len()];
         let mut first: Vec<Option<Crossing>> = vec![None; node.labels.len()];
+        // Traced GPUs only (`--trace`, nodes numbered from 1): every other GPU's stays None.
+        let mut traces: Vec<Option<Trace>> = (0..node.labels.len())
+            .map(|i| {
+                let traced = options.trace.contains(&(*n + 1, i as u32));
+                traced.then(Trace::default)
+            })
+            .collect();
         let healthy: Vec<bool> = node
             .labels
             .iter()
@@ -396,6 +426,9 @@ fn judge(
             }
             for f in findings.gpus.iter().filter(|f| f.up) {
                 let i = f.index as usize;
+                if let Some(Some(trace)) = traces.get_mut(i) {
+                    trace.step(t, node.labels[i].failure_s, &f.risk);
+                }
                 if let Some(tracker) = trackers.get_mut(i)
                     && tracker.step(t, f.risk.score)
                     && healthy[i]
@@ -411,7 +444,13 @@ fn judge(
             .map(|&g| {
                 let gpu = &observed.gpus[g];
                 let i = gpu.index as usize;
-                (g, trackers[i].finish(&truth(&gpu.label)), first[i].take())
+                let trace = traces[i].take().map(|t| t.lines).unwrap_or_default();
+                (
+                    g,
+                    trackers[i].finish(&truth(&gpu.label)),
+                    first[i].take(),
+                    trace,
+                )
             })
             .collect::<Vec<_>>()
     });

@@ -44,6 +44,7 @@ fn feature_table() {
         row_every: 600.0,
         threshold: 0.5,
         false_per_1000_days: 1.0,
+        trace: Vec::new(),
     };
     let observed = observe(&library, &options);
     println!("node GPU kind family shows-a-day-ahead confounders | {names}");

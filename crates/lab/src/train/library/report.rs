@@ -47,6 +47,8 @@ pub struct LibraryReport {
     pub(crate) shipped_healthy: Figures,
     /// Anchor GPUs every fit was held to.
     pub anchors: usize,
+    /// GPUs followed hour by hour (`--trace`): node, GPU, the model, its lines.
+    pub(crate) traces: Vec<(usize, u32, String, Vec<String>)>,
 }
 
 impl LibraryReport {
@@ -71,7 +73,39 @@ impl LibraryReport {
             shipped_by_sign: Table::default(),
             shipped_healthy: Figures::default(),
             anchors,
+            traces: Vec::new(),
         }
+    }
+
+    /// Keeps a traced GPU's hours under `model` (nothing for a GPU not traced).
+    pub(super) fn add_trace(&mut self, gpu: &GpuRef, model: &str, lines: Vec<String>) {
+        if !lines.is_empty() {
+            self.traces
+                .push((gpu.node, gpu.index, model.to_string(), lines));
+        }
+    }
+
+    /// The traced GPUs' hours, by node and GPU, the judging model's before the shipped
+    /// one's; empty without `--trace`.
+    fn traced(&self) -> String {
+        let mut sorted: Vec<&(usize, u32, String, Vec<String>)> = self.traces.iter().collect();
+        sorted.sort_by_key(|(node, gpu, model, _)| (*node, *gpu, model == SHIPPED));
+        let mut out = String::new();
+        if !sorted.is_empty() {
+            out.push_str(
+                "\nTraced GPUs (--trace): at the first collection of each hour, the score and \
+                 its largest held terms (feature value → log-odds, a rate test's value in \
+                 nats):\n",
+            );
+        }
+        for (node, gpu, model, lines) in sorted {
+            out.push_str(&format!(
+                "\nnode {} GPU {gpu} under {model}:\n\n```\n{}\n```\n",
+                node + 1,
+                lines.join("\n")
+            ));
+        }
+        out
     }
 
     /// Counts the shipped model's outcome on a GPU (`crossing`: what drove a healthy GPU's
@@ -214,7 +248,7 @@ impl LibraryReport {
                 .markdown("a day ahead", Columns::Failures, None),
             Table::default().markdown("healthy", Columns::Healthy, Some(&self.shipped_healthy)),
             Self::list(&self.shipped_false_alarms),
-        )
+        ) + &self.traced()
     }
 }
 
@@ -281,8 +315,11 @@ fn confounders(label: &GpuLabel) -> Vec<String> {
     }
 }
 
+/// How the traces name the shipped model.
+pub(crate) const SHIPPED: &str = "the shipped model";
+
 /// Held terms a false warning's line names.
-const TERMS_SHOWN: usize = 4;
+pub(crate) const TERMS_SHOWN: usize = 4;
 
 /// What drove a score at the step it crossed the threshold.
 #[derive(Debug, Clone, PartialEq)]
@@ -314,6 +351,17 @@ impl Crossing {
     }
 }
 
+/// `pcie_replays_rate 7.10 nats → +2.90`: a held term, its value (nats for a rate test)
+/// and its log-odds.
+pub(crate) fn term_text(feature: &str, value: f64, logit: f64) -> String {
+    let nats = crate::engine::risk::FEATURES
+        .iter()
+        .position(|(n, _)| *n == feature)
+        .is_some_and(is_likelihood_ratio);
+    let unit = if nats { " nats" } else { "" };
+    format!("{feature} {value:.2}{unit} → {logit:+.2}")
+}
+
 /// `node 2 GPU 6: gpu_reset, driver_reload; H100, overdispersed, training; fold
 /// noise=overdispersed; 3 false warnings, the first on day 12.4 at 0.74:
 /// pcie_replays_rate 7.10 nats → +2.90, …` for a healthy GPU warned on.
@@ -328,14 +376,7 @@ fn false_alarm_line(
         let terms: Vec<String> = c
             .terms
             .iter()
-            .map(|(feature, value, logit)| {
-                let nats = crate::engine::risk::FEATURES
-                    .iter()
-                    .position(|(n, _)| n == feature)
-                    .is_some_and(is_likelihood_ratio);
-                let unit = if nats { " nats" } else { "" };
-                format!("{feature} {value:.2}{unit} → {logit:+.2}")
-            })
+            .map(|(feature, value, logit)| term_text(feature, *value, *logit))
             .collect();
         let rule = c
             .rule
