@@ -17,10 +17,11 @@ pub(crate) struct Trace {
 
 impl Trace {
     /// Adds the line of a collection at `t` (seconds from the library's start) if it is
-    /// the first of its hour; `failure_s`: when the GPU fails, if it does.
+    /// the first of its hour and the GPU has not failed yet (`failure_s`: when it fails, if
+    /// it does; some failures leave the GPU up, scored on to the end of the run).
     pub(crate) fn step(&mut self, t: f64, failure_s: Option<f64>, risk: &Assessment) {
         let hour = (t / 3600.0).floor() as i64;
-        if self.last_hour == Some(hour) {
+        if self.last_hour == Some(hour) || failure_s.is_some_and(|f| t >= f) {
             return;
         }
         self.last_hour = Some(hour);
@@ -66,15 +67,20 @@ mod tests {
     #[test]
     fn one_line_an_hour_with_the_hours_left_and_the_terms() {
         let mut trace = Trace::default();
-        // Every ten minutes for two hours and a bit, failing at 30 h.
+        // Every ten minutes for two hours and a bit, failing at 26 h 10 min: nothing after.
         for step in 0..14 {
             let t = 86_400.0 + 600.0 * step as f64;
-            trace.step(t, Some(30.0 * 3600.0), &risk(0.655));
+            trace.step(t, Some(26.0 * 3600.0 + 600.0), &risk(0.655));
         }
         assert_eq!(trace.lines.len(), 3, "{:?}", trace.lines);
         assert_eq!(
             trace.lines[0],
-            "day 1.00, 6.0 h before the failure: 0.655, nvlink_errors_rate 5.32 nats → +3.72"
+            "day 1.00, 2.2 h before the failure: 0.655, nvlink_errors_rate 5.32 nats → +3.72"
+        );
+        assert!(
+            trace.lines[2].starts_with("day 1.08, 0.2 h before"),
+            "{:?}",
+            trace.lines
         );
         let mut healthy = Trace::default();
         healthy.step(3600.0, None, &risk(0.011));
