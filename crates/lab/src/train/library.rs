@@ -164,8 +164,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
                 report.by_variant.add(&fold, &outcome);
                 // The noise folds judge the headline's healthy GPUs (and failures without a
                 // curve, the bus drops): a model that saw no GPU whose counts arrive so.
-                let curve = observed.gpus[g].label.variants.curve.is_some();
-                if axis == "noise" && !(curve && matches!(outcome, Outcome::Failed { .. })) {
+                if axis == "noise" && !judged_without_its_curve(&observed.gpus[g]) {
                     report.add_headline(&observed.gpus[g], &outcome, &fold, crossing.as_ref());
                     report.add_trace(&observed.gpus[g], &format!("fold {fold}"), trace);
                 }
@@ -183,7 +182,7 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
             let test: Vec<usize> = (0..observed.gpus.len())
                 .filter(|&g| {
                     let gpu = &observed.gpus[g];
-                    gpu.label.kind == TruthKind::Failing
+                    judged_without_its_curve(gpu)
                         && is(gpu, "noise", &noise)
                         && is(gpu, "curve", &curve)
                 })
@@ -216,6 +215,13 @@ pub fn run(library: &Library, options: &LibraryOptions) -> anyhow::Result<Librar
         observed.gpus.len()
     ));
     Ok(report)
+}
+
+/// Whether the headline judges `gpu` by a noise × curve fold (a failure with a precursor
+/// curve) rather than by its noise fold (a healthy GPU, a bus drop): one test for both
+/// loops, so that every GPU is judged, and traced, exactly once.
+fn judged_without_its_curve(gpu: &GpuRef) -> bool {
+    gpu.label.kind == TruthKind::Failing && gpu.label.variants.curve.is_some()
 }
 
 /// The values an axis takes in the library, sorted, each once.
